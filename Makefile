@@ -1,0 +1,64 @@
+# Stator: one distribution, two set-up commands (make demo, make test). See README.md.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON      ?= python3.11
+UV_VERSION  := 0.13.9
+STATOR_CACHE ?= $(HOME)/.cache/stator
+UV_HOME     := $(STATOR_CACHE)/tools/uv-$(UV_VERSION)
+UV          := $(UV_HOME)/bin/uv
+VENV        := .venv
+PY          := $(VENV)/bin/python
+export STATOR_CACHE
+export PYSPARK_PYTHON := $(abspath $(PY))
+export UV_CACHE_DIR ?= $(STATOR_CACHE)/uv
+
+.PHONY: help install testbed test unit integration lint fmt demo bench clean
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+$(UV):
+	$(PYTHON) -m venv $(UV_HOME)
+	$(UV_HOME)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+
+$(VENV)/.installed: requirements.lock pyproject.toml | $(UV)
+	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(VENV)
+	$(UV) pip sync --quiet --python $(PY) requirements.lock
+	$(UV) pip install --quiet --python $(PY) --no-deps -e .
+	touch $@
+
+install: $(VENV)/.installed  ## create .venv from the lock (reuses the uv cache)
+
+lock:  ## re-resolve requirements.lock from pyproject.toml
+	$(UV) pip compile --quiet pyproject.toml --extra dev --python-version 3.11 -o requirements.lock
+	$(UV) pip compile --quiet images/operator/requirements.in -c requirements.lock --python-version 3.11 -o images/operator/requirements.lock
+
+testbed: install  ## build or reuse the pinned test bed components in $(STATOR_CACHE)
+	$(PY) -m tests.testbed build
+
+lint: install  ## ruff and mypy
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+	$(VENV)/bin/hadolint images/*/Dockerfile
+	$(VENV)/bin/shellcheck images/runtime/entrypoint.sh .ci/run
+
+fmt: install
+	$(PY) -m ruff check --fix .
+	$(PY) -m ruff format .
+
+test: testbed lint  ## every test, against the real test bed
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+unit: install  ## fast tests that need no test bed
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+demo: testbed  ## install and run the main job on embedded defaults
+	$(PY) -m examples.demo
+
+bench: testbed  ## benchmarks; ratios against peers measured in the same run
+	$(PY) -m bench
+
+clean:  ## remove the virtualenv and build litter (the tool cache stays)
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,71 @@
+"""Session-wide fixtures: each test bed component starts once, on demand, and always stops.
+
+A component that cannot be built or started fails the tests that need it, loudly, with the
+build or process log; nothing is skipped silently.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.testbed.build import BuildError
+from tests.testbed.kafka import KafkaBroker
+from tests.testbed.kube import KubeCluster
+from tests.testbed.minio import MinioServer, S3Endpoint
+from tests.testbed.procs import ProcessFailed
+
+
+def _start_or_fail(what: str, starter: object) -> None:
+    try:
+        starter.start()  # type: ignore[attr-defined]
+    except (BuildError, ProcessFailed, TimeoutError) as exc:
+        pytest.fail(f"test bed: {what} did not start:\n{exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
+    cluster = KubeCluster(tmp_path_factory.mktemp("kube"))
+    _start_or_fail("the Kubernetes control plane", cluster)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def minio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MinioServer]:
+    server = MinioServer(tmp_path_factory.mktemp("minio"))
+    _start_or_fail("MinIO", server)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3(minio: MinioServer) -> S3Endpoint:
+    assert minio.endpoint is not None
+    return minio.endpoint
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"))
+    _start_or_fail("Kafka", broker)
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture
+def namespace(kube: KubeCluster) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards without waiting for finalization."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    kube.kubectl("create", "namespace", name)
+    yield name
+    kube.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def bucket(s3: S3Endpoint) -> str:
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    s3.client().create_bucket(Bucket=name)
+    return name
