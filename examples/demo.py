@@ -27,7 +27,9 @@ def main() -> int:
 
         topic = "demo-events"
         admin = AdminClient({"bootstrap.servers": bed.kafka.bootstrap_servers})
-        admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result()
+        admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[
+            topic
+        ].result()
         producer = Producer({"bootstrap.servers": bed.kafka.bootstrap_servers})
         for i in range(10_000):
             producer.produce(topic, key=f"user-{i % 7}".encode(), value=b"1")
