@@ -1,0 +1,246 @@
+"""What user code implements and what it sees: keyed process functions, their contexts, and
+state handles bound to the key being processed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol, overload
+
+from .state import (
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateDescriptor,
+    ValueStateDescriptor,
+)
+
+if TYPE_CHECKING:
+    from ..state.tables import ListTable, MapTable, ReducingTable, Table
+
+
+class KeyCursor:
+    """The key being processed. Shared by every state handle of an operator, so setting it
+    once per record is all it takes to rebind them."""
+
+    __slots__ = ("kb", "kg", "suffix")
+
+    def __init__(self) -> None:
+        self.kg = 0
+        self.kb = b""
+        self.suffix = b""
+
+
+# ---------------------------------------------------------------------------- state handles
+
+
+def _missing() -> Any:
+    from ..state.tables import MISSING  # noqa: PLC0415 - breaks an import cycle
+
+    return MISSING
+
+
+class ValueState:
+    __slots__ = ("_cur", "_missing", "_t")
+
+    def __init__(self, table: Table, cursor: KeyCursor) -> None:
+        self._t, self._cur, self._missing = table, cursor, _missing()
+
+    def value(self, default: Any = None) -> Any:
+        cur = self._cur
+        v = self._t.load(self._t.prefixes[cur.kg] + cur.suffix)
+        return default if v is self._missing else v
+
+    def update(self, value: Any) -> None:
+        if value is None:
+            raise ValueError("ValueState.update(None): use clear() to remove the value")
+        cur = self._cur
+        self._t.store(self._t.prefixes[cur.kg] + cur.suffix, value)
+
+    def clear(self) -> None:
+        cur = self._cur
+        self._t.delete(self._t.prefixes[cur.kg] + cur.suffix)
+
+
+class ReducingState:
+    __slots__ = ("_cur", "_missing", "_t")
+
+    def __init__(self, table: ReducingTable, cursor: KeyCursor) -> None:
+        self._t, self._cur, self._missing = table, cursor, _missing()
+
+    def get(self, default: Any = None) -> Any:
+        cur = self._cur
+        v = self._t.load(self._t.prefixes[cur.kg] + cur.suffix)
+        return default if v is self._missing else v
+
+    def add(self, value: Any) -> None:
+        cur = self._cur
+        self._t.add(self._t.prefixes[cur.kg] + cur.suffix, value)
+
+    def clear(self) -> None:
+        cur = self._cur
+        self._t.delete(self._t.prefixes[cur.kg] + cur.suffix)
+
+
+class ListState:
+    __slots__ = ("_cur", "_missing", "_t")
+
+    def __init__(self, table: ListTable, cursor: KeyCursor) -> None:
+        self._t, self._cur, self._missing = table, cursor, _missing()
+
+    def _key(self) -> bytes:
+        return self._t.prefixes[self._cur.kg] + self._cur.suffix
+
+    def get(self) -> list[Any]:
+        """A copy of the list (empty if the key has none)."""
+        v = self._t.load(self._key())
+        return [] if v is self._missing else list(v)
+
+    def add(self, value: Any) -> None:
+        key = self._key()
+        v = self._t.load(key)
+        if v is self._missing:
+            self._t.store(key, [value])
+        else:
+            v.append(value)
+            self._t.dirty.add(key)
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        for value in values:
+            self.add(value)
+
+    def update(self, values: Iterable[Any]) -> None:
+        items = list(values)
+        if items:
+            self._t.store(self._key(), items)
+        else:
+            self._t.delete(self._key())
+
+    def clear(self) -> None:
+        self._t.delete(self._key())
+
+
+class MapState:
+    __slots__ = ("_cur", "_missing", "_t", "_uks")
+
+    def __init__(self, table: MapTable, cursor: KeyCursor) -> None:
+        self._t, self._cur, self._missing = table, cursor, _missing()
+        self._uks = table.user_key_serializer
+
+    def _skey(self) -> bytes:
+        return self._t.prefixes[self._cur.kg] + self._cur.suffix
+
+    def get(self, user_key: Any, default: Any = None) -> Any:
+        v = self._t.get(self._skey(), self._uks.dumps(user_key))
+        return default if v is self._missing else v
+
+    def put(self, user_key: Any, value: Any) -> None:
+        self._t.put(self._skey(), self._uks.dumps(user_key), value)
+
+    def remove(self, user_key: Any) -> None:
+        self._t.remove(self._skey(), self._uks.dumps(user_key))
+
+    def contains(self, user_key: Any) -> bool:
+        return self._t.get(self._skey(), self._uks.dumps(user_key)) is not self._missing
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        loads = self._uks.loads
+        for ukey, value in self._t.items(self._skey()):
+            yield loads(ukey), value
+
+    def keys(self) -> Iterator[Any]:
+        return (k for k, _ in self.items())
+
+    def values(self) -> Iterator[Any]:
+        return (v for _, v in self.items())
+
+    def is_empty(self) -> bool:
+        return next(iter(self._t.items(self._skey())), None) is None
+
+    def clear(self) -> None:
+        self._t.clear_key(self._skey())
+
+
+# ---------------------------------------------------------------------------- contexts
+
+
+class StateProvider(Protocol):
+    def table(self, desc: StateDescriptor) -> Table: ...
+
+
+class RuntimeContext:
+    """Given to ``open``: where a function declares its state."""
+
+    def __init__(
+        self,
+        backend: StateProvider,
+        cursor: KeyCursor,
+        operator_uid: str,
+        subtask_index: int,
+        parallelism: int,
+        max_parallelism: int,
+    ) -> None:
+        self._backend, self._cursor = backend, cursor
+        self.operator_uid = operator_uid
+        self.subtask_index = subtask_index
+        self.parallelism = parallelism
+        self.max_parallelism = max_parallelism
+
+    @overload
+    def get_state(self, desc: ValueStateDescriptor) -> ValueState: ...
+    @overload
+    def get_state(self, desc: ListStateDescriptor) -> ListState: ...
+    @overload
+    def get_state(self, desc: MapStateDescriptor) -> MapState: ...
+    @overload
+    def get_state(self, desc: ReducingStateDescriptor) -> ReducingState: ...
+
+    def get_state(self, desc: StateDescriptor) -> Any:
+        table = self._backend.table(desc)
+        if isinstance(desc, MapStateDescriptor):
+            return MapState(table, self._cursor)  # type: ignore[arg-type]
+        if isinstance(desc, ListStateDescriptor):
+            return ListState(table, self._cursor)  # type: ignore[arg-type]
+        if isinstance(desc, ReducingStateDescriptor):
+            return ReducingState(table, self._cursor)  # type: ignore[arg-type]
+        return ValueState(table, self._cursor)
+
+
+class TimerService(Protocol):
+    def register_event_time_timer(self, timestamp: int) -> None: ...
+    def delete_event_time_timer(self, timestamp: int) -> None: ...
+    def register_processing_time_timer(self, timestamp: int) -> None: ...
+    def delete_processing_time_timer(self, timestamp: int) -> None: ...
+    def current_watermark(self) -> int: ...
+    def current_processing_time(self) -> int: ...
+
+
+class Context(Protocol):
+    """Given to ``process_element`` and ``on_timer``."""
+
+    @property
+    def current_key(self) -> Any: ...
+    @property
+    def timestamp(self) -> int | None: ...
+    @property
+    def timer_service(self) -> TimerService: ...
+
+
+class KeyedProcessFunction:
+    """Processes one keyed record at a time with keyed state and timers.
+
+    ``process_element`` and ``on_timer`` return an iterable of output records (or None).
+    Records within one key are processed in input order; a replayed epoch is processed in
+    exactly the same order, so deterministic functions give identical output after recovery.
+    """
+
+    def open(self, ctx: RuntimeContext) -> None:
+        """Declare state here, with ``ctx.get_state(descriptor)``."""
+
+    def process_element(self, value: Any, ctx: Context) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def on_timer(self, timestamp: int, ctx: Context) -> Iterable[Any] | None:
+        return None
+
+    def close(self) -> None:
+        """Called when the task's epoch ends (after the state is committed)."""

@@ -1,0 +1,226 @@
+"""The checkpoint coordinator (driver side): completes, retains, subsumes and recovers
+checkpoints in object storage.
+
+Layout under the job's checkpoint root::
+
+    shared/<uid>/<uuid>-<file>.sst     SST files shared between checkpoints (reference-counted)
+    chk-<id>/<uid>/<subtask>/<file>    files private to one checkpoint (manifest, full-mode SSTs)
+    chk-<id>/_metadata                 written last: without it the checkpoint does not exist
+
+Completing checkpoint N, step by step, with what a failure at each step leaves behind:
+
+1. Tasks have committed epoch E locally, hard-linked a snapshot and uploaded the files the
+   previous completed checkpoint lacks. A task that fails to upload declines the checkpoint;
+   the epoch itself stands. -> N is aborted: its uploaded files that no retained checkpoint
+   references are deleted; processing continues and the next checkpoint uploads again.
+2. Write ``chk-N/_metadata``, one atomic object. A failure here aborts N as in step 1. A crash
+   of the driver before this step leaves files without metadata: :meth:`recover` deletes them.
+3. Register N's shared files in the registry and append N to the retained list (memory only).
+4. Notify sinks that N is complete, so they commit the epochs it covers (idempotent; N's
+   metadata lists them, so a crash here is repaired by re-committing on recovery).
+5. Subsume checkpoints beyond ``retained``: delete an old checkpoint's metadata *first* (it
+   stops existing), then its private files and the shared files no retained checkpoint needs.
+   A crash in between leaves only unreferenced files, which :meth:`recover` deletes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..errors import CheckpointNotFoundError, StorageError
+from ..storage import ObjectStore
+from .metadata import (
+    METADATA_NAME,
+    CheckpointMetadata,
+    RemoteFile,
+    checkpoint_dir,
+    metadata_key,
+    parse_checkpoint_dir,
+)
+from .registry import SharedStateRegistry
+
+log = logging.getLogger("stator.checkpoint")
+
+
+@dataclass
+class RecoveryReport:
+    """What :meth:`CheckpointCoordinator.recover` found and did."""
+
+    restored: CheckpointMetadata | None = None
+    skipped: list[str] = field(default_factory=list)  # why newer checkpoints were not used
+    deleted_files: int = 0
+
+
+class CheckpointCoordinator:
+    def __init__(self, store: ObjectStore, retained: int = 3) -> None:
+        if retained < 1:
+            raise ValueError("checkpoint.retained must be >= 1")
+        self.store, self.retained = store, retained
+        self.completed: list[CheckpointMetadata] = []  # retained, oldest first
+        self.registry = SharedStateRegistry()
+        self.next_id = 1
+
+    # ------------------------------------------------------------------ ids and handles
+
+    def new_checkpoint_id(self) -> int:
+        checkpoint_id = self.next_id
+        self.next_id += 1
+        return checkpoint_id
+
+    @property
+    def latest(self) -> CheckpointMetadata | None:
+        return self.completed[-1] if self.completed else None
+
+    def previous_files(self, uid: str, subtask: int, parallelism: int) -> dict[str, RemoteFile]:
+        """Files of the latest completed checkpoint for this subtask: the base of an
+        incremental upload (empty if it had another parallelism, or none exists)."""
+        latest = self.latest
+        if latest is None or uid not in latest.operators:
+            return {}
+        op = latest.operators[uid]
+        if op.parallelism != parallelism:
+            return {}
+        for snap in op.subtasks:
+            if snap.index == subtask:
+                return {f.name: f for f in snap.files}
+        return {}
+
+    # ------------------------------------------------------------------ completing
+
+    def complete(
+        self, meta: CheckpointMetadata, on_complete: Callable[[CheckpointMetadata], None]
+    ) -> None:
+        """Steps 2-5 of the module docstring. Raises StorageError if step 2 fails (then the
+        caller aborts the checkpoint)."""
+        # 2. The metadata object, last of everything N consists of.
+        self.store.put(metadata_key(meta.checkpoint_id), meta.to_json())
+        # 3. Register and retain.
+        self.registry.register(meta.checkpoint_id, meta.shared_keys())
+        self.completed.append(meta)
+        log.info(
+            "checkpoint %d complete: epoch %d, %d bytes (%d uploaded) in %d ms",
+            meta.checkpoint_id,
+            meta.epoch,
+            meta.size,
+            meta.uploaded_bytes,
+            meta.duration_ms,
+        )
+        # 4. Sinks commit what N covers.
+        on_complete(meta)
+        # 5. Subsume.
+        while len(self.completed) > self.retained:
+            self._discard(self.completed.pop(0))
+
+    def _discard(self, old: CheckpointMetadata) -> None:
+        try:
+            self.store.delete([metadata_key(old.checkpoint_id)])
+            unreferenced = self.registry.release(old.checkpoint_id)
+            private = [k for k, _ in self.store.listing(checkpoint_dir(old.checkpoint_id) + "/")]
+            self.store.delete(unreferenced + private)
+        except StorageError as exc:  # leftovers are collected by the next recover()
+            log.warning("could not fully delete checkpoint %d: %s", old.checkpoint_id, exc)
+
+    def abort(self, checkpoint_id: int, uploaded: list[RemoteFile], reason: str) -> None:
+        """Forget a checkpoint that did not complete, and delete what only it uploaded."""
+        log.warning("checkpoint %d failed: %s", checkpoint_id, reason)
+        garbage = [f.key for f in uploaded if f.shared and not self.registry.referenced(f.key)]
+        try:
+            private = [k for k, _ in self.store.listing(checkpoint_dir(checkpoint_id) + "/")]
+            self.store.delete(garbage + private)
+        except StorageError as exc:
+            log.warning("could not clean up failed checkpoint %d: %s", checkpoint_id, exc)
+
+    # ------------------------------------------------------------------ recovery
+
+    def recover(self, explicit: CheckpointMetadata | None = None) -> RecoveryReport:
+        """Rebuild the coordinator from storage after a (re)start.
+
+        Reads every checkpoint's metadata, retains the newest valid ones, rebuilds the shared
+        registry from them, deletes files no retained checkpoint references (failed or
+        half-subsumed checkpoints), and picks the newest checkpoint whose files are all
+        present. A corrupt or incomplete checkpoint is skipped with a reason, never used.
+        """
+        report = RecoveryReport()
+        listing = dict(self.store.listing())
+        ids = sorted({i for i in (parse_checkpoint_dir(k.split("/", 1)[0]) for k in listing) if i})
+        self.next_id = (max(ids) + 1) if ids else 1
+        valid: list[CheckpointMetadata] = []
+        unusable: dict[str, set[str]] = {}  # kept for inspection, never deleted here
+        for cid in sorted(ids, reverse=True):
+            key = metadata_key(cid)
+            if key not in listing:
+                continue  # never completed: its files are garbage
+            try:
+                meta = CheckpointMetadata.from_json(self.store.get(key), self.store.url(key))
+            except (CheckpointNotFoundError, StorageError) as exc:
+                report.skipped.append(f"checkpoint {cid}: {exc}")
+                if not valid:
+                    unusable[checkpoint_dir(cid)] = set()
+                continue
+            missing = [f.key for f in meta.files() if listing.get(f.key) != f.size]
+            if missing:
+                if not valid:
+                    unusable[checkpoint_dir(cid)] = meta.shared_keys()
+                report.skipped.append(
+                    f"checkpoint {cid}: {len(missing)} file(s) missing or truncated, "
+                    f"e.g. {self.store.url(missing[0])}"
+                )
+                continue
+            valid.append(meta)
+            if len(valid) == self.retained:
+                break
+        for reason in report.skipped:
+            log.warning("not restoring from %s", reason)
+        self.completed = sorted(valid, key=lambda m: m.checkpoint_id)
+        self.registry = SharedStateRegistry.rebuild(
+            {m.checkpoint_id: m.shared_keys() for m in self.completed}
+        )
+        keep = set(self.registry.keys()).union(*unusable.values())
+        keep_dirs = {checkpoint_dir(m.checkpoint_id) for m in self.completed} | set(unusable)
+        if explicit is not None:
+            keep |= {f.key for f in explicit.files()}
+            keep_dirs.add(checkpoint_dir(explicit.checkpoint_id))
+        garbage = [
+            k
+            for k in listing
+            if (k.startswith("shared/") and k not in keep)
+            or (parse_checkpoint_dir(k.split("/", 1)[0]) and k.split("/", 1)[0] not in keep_dirs)
+        ]
+        if garbage:
+            self.store.delete(garbage)
+            report.deleted_files = len(garbage)
+        report.restored = explicit or self.latest
+        return report
+
+    def fall_back(self, failed: CheckpointMetadata, reason: str) -> CheckpointMetadata | None:
+        """Restoring ``failed`` broke (e.g. a corrupt file): forget it, return the one before."""
+        log.warning(
+            "restore from checkpoint %d failed (%s); falling back", failed.checkpoint_id, reason
+        )
+        self.completed = [m for m in self.completed if m.checkpoint_id != failed.checkpoint_id]
+        self.registry = SharedStateRegistry.rebuild(
+            {m.checkpoint_id: m.shared_keys() for m in self.completed}
+        )
+        return self.latest
+
+
+def load_checkpoint(store: ObjectStore, path: str = "") -> CheckpointMetadata:
+    """Metadata of the checkpoint at ``path`` (a chk-N directory or its _metadata) in ``store``."""
+    key = path.rstrip("/")
+    if not key.endswith(METADATA_NAME):
+        key = f"{key}/{METADATA_NAME}" if key else METADATA_NAME
+    try:
+        data = store.get(key)
+    except StorageError as exc:
+        raise CheckpointNotFoundError(
+            f"no checkpoint at {store.url(key)}: {exc}. Pass a chk-N directory that has a "
+            f"_metadata file (see: stator checkpoints list)"
+        ) from exc
+    return CheckpointMetadata.from_json(data, store.url(key))
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

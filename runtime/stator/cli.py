@@ -1,0 +1,160 @@
+"""The ``stator`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from dataclasses import replace
+from typing import Any
+
+from .errors import StatorError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="stator", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run a pipeline")
+    run.add_argument("pipeline", help="MODULE:FUNCTION or path/to/file.py:FUNCTION")
+    run.add_argument("--config", "-c", help="YAML config file")
+    run.add_argument(
+        "--set",
+        "-s",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. checkpoint.retained=5 (repeatable)",
+    )
+    run.add_argument("--restore", help="latest (default), none, or a checkpoint directory URI")
+
+    ck = sub.add_parser("checkpoints", help="inspect checkpoints")
+    ck_sub = ck.add_subparsers(dest="action", required=True)
+    ck_list = ck_sub.add_parser("list", help="checkpoints of a job: URI is its checkpoint root")
+    ck_list.add_argument("uri")
+    ck_show = ck_sub.add_parser("show", help="one checkpoint: URI is its chk-N directory")
+    ck_show.add_argument("uri")
+    for p in (ck_list, ck_show):
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        if args.command == "run":
+            return _run(args)
+        return _checkpoints(args)
+    except StatorError as exc:
+        print(f"stator: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .config import load_config  # noqa: PLC0415
+    from .execution.driver import JobDriver  # noqa: PLC0415
+    from .loader import load_pipeline  # noqa: PLC0415
+
+    config = load_config(args.config, args.set)
+    if args.restore:
+        config = replace(config, restore=replace(config.restore, source=args.restore))
+    logging.getLogger().setLevel(config.log_level)
+    pipeline = load_pipeline(args.pipeline)
+    driver = JobDriver(pipeline, config)
+    driver.store.check()
+    status = driver.run()
+    print(
+        json.dumps(
+            {
+                "job": status.job,
+                "epochs": status.epoch,
+                "records_in": status.records_in,
+                "records_out": status.records_out,
+                "checkpoints": status.checkpoints,
+                "restarts": status.restarts,
+                "finished": status.finished,
+            }
+        )
+    )
+    return 0
+
+
+def _checkpoints(args: argparse.Namespace) -> int:
+    from .checkpoint.coordinator import load_checkpoint  # noqa: PLC0415
+    from .checkpoint.metadata import metadata_key, parse_checkpoint_dir  # noqa: PLC0415
+    from .storage import open_store  # noqa: PLC0415
+
+    if args.action == "show":
+        parent, _, name = args.uri.rstrip("/").rpartition("/")
+        meta = load_checkpoint(open_store(parent), name)
+        info = _describe(meta)
+        info["operators"] = {
+            uid: [
+                {
+                    "subtask": s.index,
+                    "key_groups": list(s.key_groups),
+                    "epoch": s.epoch,
+                    "files": len(s.files),
+                    "bytes": s.size,
+                    "uploaded_bytes": s.uploaded_bytes,
+                }
+                for s in op.subtasks
+            ]
+            for uid, op in meta.operators.items()
+        }
+        info["sources"] = meta.sources
+        info["pending_sink_commits"] = {u: [c.epoch for c in cs] for u, cs in meta.sinks.items()}
+        print(json.dumps(info, indent=2) if args.json else _text(info))
+        return 0
+    store = open_store(args.uri)
+    listing = dict(store.listing())
+    ids = sorted({i for i in (parse_checkpoint_dir(k.split("/", 1)[0]) for k in listing) if i})
+    rows = []
+    for cid in ids:
+        if metadata_key(cid) in listing:
+            try:
+                rows.append(_describe(load_checkpoint(store, f"chk-{cid:010d}")))
+            except StatorError as exc:
+                rows.append({"id": cid, "status": f"corrupt: {exc}"})
+        else:
+            rows.append({"id": cid, "status": "incomplete (no _metadata)"})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        print(f"no checkpoints under {store.uri}")
+    else:
+        for row in rows:
+            print(_text(row))
+    return 0
+
+
+def _describe(meta: Any) -> dict[str, Any]:
+    return {
+        "id": meta.checkpoint_id,
+        "status": "completed",
+        "epoch": meta.epoch,
+        "job": meta.job,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(meta.created_ms / 1000)),
+        "bytes": meta.size,
+        "uploaded_bytes": meta.uploaded_bytes,
+        "incremental": meta.incremental,
+        "duration_ms": meta.duration_ms,
+        "watermark": meta.watermark,
+    }
+
+
+def _text(info: dict[str, Any]) -> str:
+    return "  ".join(f"{k}={v}" for k, v in info.items() if not isinstance(v, dict | list)) + (
+        "\n"
+        + "\n".join(
+            f"  {k}: {json.dumps(v)}" for k, v in info.items() if isinstance(v, dict | list)
+        )
+        if any(isinstance(v, dict | list) for v in info.values())
+        else ""
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""Job configuration: frozen dataclasses with documented defaults, loaded from YAML and
+``--set key=value`` overrides. An unknown key or a value of the wrong type is an error that
+names the key, what it expected, and (for a misspelling) the key that was probably meant."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import tempfile
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from .errors import ConfigError
+from .state.options import RocksDBOptions
+from .storage import S3Options
+
+DEFAULT_ROOT = Path(os.environ.get("STATOR_HOME") or Path(tempfile.gettempdir()) / "stator")
+
+
+@dataclass(frozen=True)
+class EpochConfig:
+    # Records read per epoch, over all splits of all sources. Larger epochs amortize Spark's
+    # per-job overhead; smaller ones lower latency and the memory a task needs.
+    max_records: int = 200_000
+    # When no input is available, wait this long before planning again.
+    idle_wait_ms: int = 200
+    # Stop when every source is exhausted (bounded sources); otherwise wait for more input.
+    stop_when_finished: bool = True
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    # Where checkpoints live: file:///path or s3://bucket/prefix. The job's name is appended.
+    storage: str = f"file://{DEFAULT_ROOT}/checkpoints"
+    enabled: bool = True
+    # Checkpoint every N epochs...
+    every_epochs: int = 1
+    # ...or, if > 0, when this much time has passed since the last one (then every_epochs is
+    # ignored), but never sooner than min_pause_ms after the previous checkpoint completed.
+    interval_ms: int = 0
+    min_pause_ms: int = 0
+    retained: int = 3
+    incremental: bool = True
+
+
+@dataclass(frozen=True)
+class StateConfig:
+    # Executor-local directory for RocksDB databases and local snapshots.
+    local_dir: str = str(DEFAULT_ROOT / "state")
+    rocksdb: RocksDBOptions = field(default_factory=RocksDBOptions)
+
+
+@dataclass(frozen=True)
+class RestartConfig:
+    # fixed-delay: up to `attempts` restarts, `delay_ms` apart.
+    # exponential-backoff: delay doubles (x `multiplier`) up to `max_delay_ms`, unlimited
+    #   attempts; the delay resets after `reset_after_ms` without failure.
+    # failure-rate: give up when more than `attempts` failures fall within `interval_ms`.
+    # none: fail the job on the first failure.
+    strategy: Literal["fixed-delay", "exponential-backoff", "failure-rate", "none"] = "fixed-delay"
+    attempts: int = 3
+    delay_ms: int = 1000
+    max_delay_ms: int = 60_000
+    multiplier: float = 2.0
+    reset_after_ms: int = 600_000
+    interval_ms: int = 60_000
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    master: str = "local[*]"
+    # A local master gets this many task attempts (local[N] alone never retries a task).
+    task_attempts: int = 4
+    ui: bool = False
+    conf: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RestoreConfig:
+    # "latest": the newest completed checkpoint of this job, if any; "none": start empty
+    # (refused if checkpoints exist, unless force_empty); or a checkpoint directory URI.
+    source: str = "latest"
+    force_empty: bool = False
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    # Defaults to the pipeline's name. Checkpoints and local state are kept per job name.
+    name: str | None = None
+    # Subtasks of each keyed operator (the pipeline may fix it per operator).
+    parallelism: int = 2
+    epoch: EpochConfig = field(default_factory=EpochConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    s3: S3Options = field(default_factory=S3Options)
+    state: StateConfig = field(default_factory=StateConfig)
+    restart: RestartConfig = field(default_factory=RestartConfig)
+    spark: SparkConfig = field(default_factory=SparkConfig)
+    restore: RestoreConfig = field(default_factory=RestoreConfig)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    def __post_init__(self) -> None:
+        _positive(self, "parallelism", self.parallelism)
+        _positive(self, "epoch.max_records", self.epoch.max_records)
+        _positive(self, "checkpoint.every_epochs", self.checkpoint.every_epochs)
+        _positive(self, "checkpoint.retained", self.checkpoint.retained)
+        _positive(self, "spark.task_attempts", self.spark.task_attempts)
+        if self.restart.attempts < 0:
+            raise ConfigError("restart.attempts must be >= 0")
+
+
+def _positive(_: object, key: str, value: int) -> None:
+    if value < 1:
+        raise ConfigError(f"{key} must be >= 1, got {value}")
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> JobConfig:
+    """Config from a YAML file (optional) plus ``key.path=value`` overrides (YAML values)."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} does not exist")
+        try:
+            loaded = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {p} is not valid YAML: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {p} must hold a mapping at the top level")
+        data = loaded
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. checkpoint.retained=5")
+        key, raw = item.split("=", 1)
+        node = data
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            nxt = node.setdefault(part, {})
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"--set {key}: '{part}' is not a section")
+            node = nxt
+        node[parts[-1]] = yaml.safe_load(raw) if raw != "" else ""
+    config: JobConfig = build(JobConfig, data, "")
+    return config
+
+
+def build(cls: type[Any], data: Any, where: str) -> Any:
+    """A dataclass instance from nested mappings, checking every key and type."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'config'} must be a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        full = f"{where}.{name}" if where else name
+        if name not in fields or not fields[name].init:
+            close = difflib.get_close_matches(name, list(fields), n=1)
+            hint = f"; did you mean '{(where + '.') if where else ''}{close[0]}'?" if close else ""
+            known = ", ".join(sorted(fields))
+            raise ConfigError(f"unknown config key '{full}'{hint} (known here: {known})")
+        kwargs[name] = _coerce(hints[name], value, full)
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"{where or 'config'}: {exc}") from exc
+
+
+def _coerce(tp: Any, value: Any, where: str) -> Any:  # noqa: PLR0911, PLR0912
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if dataclasses.is_dataclass(tp):
+        return build(tp, value, where)  # type: ignore[arg-type]
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(arg, value, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{where}: unexpected value {value!r}")
+    if origin is Literal:
+        if value not in args:
+            choices = ", ".join(repr(a) for a in args)
+            raise ConfigError(f"{where} must be one of {choices}, got {value!r}")
+        return value
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where} must be a mapping, got {value!r}")
+        return {str(k): str(v) for k, v in value.items()}
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where} must be an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where} must be a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a string, got {value!r}")
+        return value
+    raise ConfigError(f"{where}: unsupported config type {tp}")
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """The effective config, with credentials removed (for logs and status)."""
+    out: dict[str, Any] = dataclasses.asdict(cfg)
+    s3 = out.get("s3", {})
+    for secret in ("access_key_id", "secret_access_key"):
+        if s3.get(secret):
+            s3[secret] = "***"
+    return out

@@ -1,0 +1,34 @@
+"""Errors a user can act on. Each message names the thing that is wrong and how to fix it."""
+
+from __future__ import annotations
+
+
+class StatorError(Exception):
+    """Base class: an error Stator explains (as opposed to a bug)."""
+
+
+class ConfigError(StatorError):
+    """A configuration key or value is wrong."""
+
+
+class PipelineError(StatorError):
+    """A pipeline cannot be loaded or its graph is invalid."""
+
+
+class StorageError(StatorError):
+    """Checkpoint or sink storage is unreachable, misconfigured or refused an operation."""
+
+
+class StateCompatibilityError(StatorError):
+    """Stored state cannot be read by the current code (kind, serializer, maxParallelism)."""
+
+
+class CheckpointNotFoundError(StatorError):
+    """No usable checkpoint at the given location."""
+
+
+class StateMismatchError(StatorError):
+    """A task found its local state at another epoch than the coordinator expects.
+
+    Raised on executors; the driver answers it by restoring the task's region from the last
+    completed checkpoint (the task may have committed this epoch before it failed)."""

@@ -1,0 +1,52 @@
+"""The SparkSession a Stator job runs on, with the settings the runtime depends on."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from typing import Any
+
+from ..config import SparkConfig
+
+# Settings Stator needs whatever the user configures: a speculative duplicate of a keyed
+# task would open the same RocksDB twice; workers are reused across epochs.
+REQUIRED = {
+    "spark.speculation": "false",
+    "spark.python.worker.reuse": "true",
+}
+
+
+def effective_master(cfg: SparkConfig) -> str:
+    """``local[N]`` never retries a failed task; add the configured attempts."""
+    m = re.fullmatch(r"local\[(\*|\d+)\]", cfg.master.strip())
+    if m:
+        return f"local[{m.group(1)},{cfg.task_attempts}]"
+    if cfg.master.strip() == "local":
+        return f"local[1,{cfg.task_attempts}]"
+    return cfg.master
+
+
+def create_session(cfg: SparkConfig, app_name: str) -> Any:
+    # Workers must run this interpreter (and see this environment's packages).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession  # noqa: PLC0415 - starting a JVM is expensive
+
+    master = effective_master(cfg)
+    builder = SparkSession.builder.master(master).appName(app_name)
+    builder = builder.config("spark.ui.enabled", str(cfg.ui).lower())
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = builder.config("spark.driver.host", "127.0.0.1").config(
+            "spark.driver.bindAddress", "127.0.0.1"
+        )
+    if master.startswith("local"):
+        builder = builder.config("spark.task.maxFailures", str(cfg.task_attempts))
+    for key, value in cfg.conf.items():
+        builder = builder.config(key, value)
+    for key, value in REQUIRED.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session

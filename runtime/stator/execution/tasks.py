@@ -1,0 +1,265 @@
+"""The code Spark runs on executors for one epoch: source tasks (read a split range, run the
+stateless chain, stage sink output, bucket records for the shuffle) and keyed tasks (restore
+or open the subtask's state, run the operator, stage sink output, commit the epoch, take the
+task's part of a checkpoint). Every task reports to the driver through an accumulator."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from ..api.pipeline import KeyedNode, ProcessNode, ReduceNode, SinkNode, SourceNode
+from ..api.time import MAX_TIMESTAMP, MIN_TIMESTAMP
+from ..checkpoint.metadata import SubtaskSnapshot
+from ..checkpoint.transfer import download_snapshot, upload_snapshot
+from ..errors import StateMismatchError, StatorError
+from ..keygroups import KeyGroupRange, range_for_subtask
+from ..state.backend import KeyedBackend
+from .keyed import ProcessRunner, ReduceRunner
+from .routing import Batch, Router
+from .spec import EpochSpec
+
+RESTORE_ERROR_MARKER = "StatorRestoreError"
+Header = tuple[tuple[int, int], int, list[Any]]  # (order key, watermark, entries)
+
+
+class RestoreError(StatorError):
+    """A checkpoint could not be materialized (missing, truncated or corrupt files)."""
+
+    def __init__(self, checkpoint_id: int, detail: str) -> None:
+        super().__init__(f"{RESTORE_ERROR_MARKER}[{checkpoint_id}]: {detail}")
+        self.checkpoint_id = checkpoint_id
+
+
+def _part_name(*parts: object) -> str:
+    return re.sub(r"[^A-Za-z0-9._=-]", "_", "-".join(str(p) for p in parts))
+
+
+def _finish_sinks(router: Router, spec: EpochSpec) -> list[dict[str, Any]]:
+    reports = []
+    for node_id, writer in sorted(router.writers.items()):
+        node = spec.pipeline.node(node_id)
+        assert isinstance(node, SinkNode)
+        descriptor, payload = writer.finish()
+        reports.append(
+            {
+                "kind": "sink",
+                "uid": node.uid,
+                "epoch": spec.epoch,
+                "descriptor": descriptor,
+                "payload": payload,
+            }
+        )
+    return reports
+
+
+def _downstream(
+    router: Router,
+    spec: EpochSpec,
+    origin: tuple[int, int],
+    watermark: int,
+    targets: list[KeyedNode],
+) -> list[tuple[int, int, Header]]:
+    """One (possibly empty) batch for every subtask of every keyed target: an empty batch
+    still carries this task's watermark, which the target needs to advance its own."""
+    buckets = router.shuffle_output()
+    out = []
+    for target in targets:
+        per_sub = buckets.get(target.id, {})
+        for sub in range(spec.parallelism[target.uid]):
+            out.append((target.id, sub, (origin, watermark, per_sub.get(sub, []))))
+    return out
+
+
+def source_task(
+    spec: EpochSpec, node_id: int, reports: Any, index: int, _: Iterable[Any]
+) -> Iterator[tuple[int, int, Header]]:
+    node = spec.pipeline.node(node_id)
+    assert isinstance(node, SourceNode)
+    rng = spec.ranges[node.uid][index]
+    records = node.source.read(rng)
+    max_ts = spec.split_max_ts.get(node.uid, {}).get(rng.split, MIN_TIMESTAMP)
+    batch: Batch
+    if node.timestamps is not None:
+        ts_fn = node.timestamps
+        batch = [(r, ts_fn(r)) for r in records]
+        if batch:
+            max_ts = max(max_ts, *(t for _, t in batch))
+    elif node.source.provides_timestamps:
+        batch = records
+        if batch:
+            max_ts = max(max_ts, *(t for _, t in batch))
+    else:
+        batch = [(r, None) for r in records]  # type: ignore[misc]
+    watermark = MAX_TIMESTAMP if rng.final else node.watermarks.watermark(max_ts)
+
+    router = Router(
+        spec.pipeline,
+        spec.parallelism,
+        lambda sink: sink.sink.writer(sink.uid, spec.epoch, _part_name(node.uid, rng.split)),
+    )
+    router.push(node.id, batch)
+    out = _downstream(router, spec, (node.id, rng.order), watermark, router.keyed_targets(node.id))
+    sink_reports = _finish_sinks(router, spec)
+    reports.add(
+        [
+            {
+                "kind": "split",
+                "uid": node.uid,
+                "split": rng.split,
+                "epoch": spec.epoch,
+                "max_ts": max_ts,
+                "records": len(records),
+            },
+            *sink_reports,
+        ]
+    )
+    return iter(out)
+
+
+def keyed_task(
+    spec: EpochSpec, node_id: int, reports: Any, subtask: int, items: Iterable[tuple[int, Header]]
+) -> Iterator[tuple[int, int, Header]]:
+    node = spec.pipeline.node(node_id)
+    assert isinstance(node, KeyedNode)
+    p = spec.parallelism[node.uid]
+    key_groups = range_for_subtask(subtask, p, spec.max_parallelism)
+    headers = sorted((h for _, h in items), key=lambda h: h[0])
+    new_watermark = min((h[1] for h in headers), default=MIN_TIMESTAMP)
+    batches = [h[2] for h in headers]
+    records_in = sum(len(b) for b in batches)
+
+    backend = prepare_backend(spec, node.uid, subtask, key_groups)
+    try:
+        runner: ProcessRunner | ReduceRunner
+        if isinstance(node, ProcessNode):
+            runner = ProcessRunner(node, backend, subtask, p, spec.processing_time_ms)
+        else:
+            assert isinstance(node, ReduceNode)
+            runner = ReduceRunner(node, backend)
+        output = runner.run(batches, new_watermark)
+        watermark = max(backend.watermark, new_watermark)
+        router = Router(
+            spec.pipeline,
+            spec.parallelism,
+            lambda sink: sink.sink.writer(sink.uid, spec.epoch, _part_name(node.uid, subtask)),
+        )
+        router.push(node.id, output)
+        out = _downstream(
+            router, spec, (node.id, subtask), watermark, router.keyed_targets(node.id)
+        )
+        # Sink output is staged before the state commits: if the commit fails, the retried
+        # task stages the same parts again; the reverse order could lose them.
+        sink_reports = _finish_sinks(router, spec)
+        backend.commit(spec.epoch, watermark)
+        snapshot, error = None, None
+        if spec.checkpoint is not None:
+            try:
+                snapshot = take_snapshot(spec, node.uid, subtask, key_groups, backend)
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+        reports.add(
+            [
+                {
+                    "kind": "state",
+                    "uid": node.uid,
+                    "subtask": subtask,
+                    "epoch": spec.epoch,
+                    "snapshot": snapshot,
+                    "checkpoint_error": error,
+                    "records_in": records_in,
+                    "records_out": len(output),
+                    "watermark": watermark,
+                },
+                *sink_reports,
+            ]
+        )
+    finally:
+        backend.close()
+    return iter(out)
+
+
+def prepare_backend(
+    spec: EpochSpec, uid: str, subtask: int, key_groups: KeyGroupRange
+) -> KeyedBackend:
+    """Open the subtask's local state if it is at the expected epoch; otherwise restore it
+    from the checkpoint the driver named, or fail so the driver can fail over."""
+    path = spec.state_dir(uid, subtask) / "db"
+    backend = KeyedBackend(path, spec.rocksdb, key_groups, spec.max_parallelism, uid)
+    local_epoch = None
+    if path.exists():
+        backend.open()
+        local_epoch = backend.epoch
+        if local_epoch == spec.base_epoch:
+            return backend
+        backend.close()
+    snapshot = spec.restore.snapshots.get((uid, subtask)) if spec.restore else None
+    if snapshot is not None and snapshot.epoch == spec.base_epoch:
+        assert spec.restore is not None
+        if tuple(snapshot.key_groups) != (key_groups.start, key_groups.end):
+            raise StateMismatchError(
+                f"operator '{uid}' subtask {subtask}: the checkpoint holds key-groups "
+                f"{snapshot.key_groups}, this subtask owns {key_groups}"
+            )
+        try:
+            download_snapshot(spec.restore.store, snapshot.files, path)
+            backend.open()
+        except Exception as exc:
+            backend.close()
+            raise RestoreError(
+                spec.restore.checkpoint_id, f"operator '{uid}' subtask {subtask}: {exc}"
+            ) from exc
+        if backend.epoch != spec.base_epoch:
+            backend.close()
+            raise RestoreError(
+                spec.restore.checkpoint_id,
+                f"restored state is at epoch {backend.epoch}, "
+                f"the checkpoint says {spec.base_epoch}",
+            )
+        return backend
+    if spec.base_epoch == 0 and snapshot is None:
+        shutil.rmtree(path, ignore_errors=True)
+        return backend.open()
+    raise StateMismatchError(
+        f"operator '{uid}' subtask {subtask}: local state is at epoch {local_epoch}, the "
+        f"job expects epoch {spec.base_epoch} and no checkpoint of that epoch was given"
+    )
+
+
+def take_snapshot(
+    spec: EpochSpec, uid: str, subtask: int, key_groups: KeyGroupRange, backend: KeyedBackend
+) -> SubtaskSnapshot:
+    """Synchronous part (flush + hard links), then the upload of what is new."""
+    ck = spec.checkpoint
+    assert ck is not None
+    base = spec.state_dir(uid, subtask)
+    local = base / f"chk-{ck.checkpoint_id}"
+    files = backend.snapshot_to(local)
+    remote, uploaded = upload_snapshot(
+        ck.store,
+        ck.checkpoint_id,
+        uid,
+        subtask,
+        local,
+        files,
+        ck.previous.get((uid, subtask), {}),
+        ck.incremental,
+    )
+    for old in base.glob("chk-*"):  # keep only the newest local snapshot
+        if old != local:
+            shutil.rmtree(old, ignore_errors=True)
+    return SubtaskSnapshot(
+        subtask,
+        spec.parallelism[uid],
+        (key_groups.start, key_groups.end),
+        spec.epoch,
+        tuple(remote),
+        uploaded,
+    )
+
+
+def drain(items: Iterable[Any]) -> None:
+    for _ in items:
+        pass

@@ -1,0 +1,220 @@
+"""The keyed state backend of one operator subtask: a RocksDB database holding the state of a
+key-group range, opened for one epoch, committed atomically together with the epoch number."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import rocksdict
+
+from ..api.state import MapStateDescriptor, StateDescriptor
+from ..errors import StateCompatibilityError
+from ..keygroups import KeyGroupRange
+from .layout import MAX_STATE_ID, META_EPOCH, META_INFO, META_STATES, META_WATERMARK
+from .options import RocksDBOptions
+from .tables import Table, table_for
+from .timers import TimerStore
+
+_I64 = struct.Struct(">q")
+MIN_WATERMARK = -(2**63)
+ROCKSDB_SMALL_FILES = ("CURRENT", "rocksdict-config.json")
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    """A file of a local RocksDB snapshot."""
+
+    name: str
+    size: int
+    shared: bool  # SST files are immutable and shareable between checkpoints
+
+
+class KeyedBackend:
+    def __init__(
+        self,
+        path: Path,
+        options: RocksDBOptions,
+        key_groups: KeyGroupRange,
+        max_parallelism: int,
+        operator_uid: str,
+    ) -> None:
+        self.path, self.options = path, options
+        self.key_groups, self.max_parallelism, self.operator_uid = (
+            key_groups,
+            max_parallelism,
+            operator_uid,
+        )
+        self.db: rocksdict.Rdict | None = None
+        self.epoch = 0
+        self.watermark = MIN_WATERMARK
+        self.registry: dict[str, dict[str, Any]] = {}
+        self.tables: dict[str, Table] = {}
+        self.timers: TimerStore | None = None
+        self._registry_changed = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def open(self) -> KeyedBackend:
+        self.path.mkdir(parents=True, exist_ok=True)
+        db = rocksdict.Rdict(str(self.path), self.options.build())
+        write = rocksdict.WriteOptions()
+        # An epoch becomes durable when the task flushes at its end. (The stub declares
+        # disable_wal a method; at runtime it is a property.)
+        write.disable_wal = True  # type: ignore[method-assign,assignment]
+        db.set_write_options(write)
+        self.db = db
+        raw_epoch = db.get(META_EPOCH)
+        self.epoch = _I64.unpack(raw_epoch)[0] if raw_epoch is not None else 0
+        raw_wm = db.get(META_WATERMARK)
+        self.watermark = _I64.unpack(raw_wm)[0] if raw_wm is not None else MIN_WATERMARK
+        raw_states = db.get(META_STATES)
+        self.registry = json.loads(raw_states) if raw_states is not None else {}
+        raw_info = db.get(META_INFO)
+        if raw_info is not None:
+            info = json.loads(raw_info)
+            if info["max_parallelism"] != self.max_parallelism:
+                raise StateCompatibilityError(
+                    f"operator '{self.operator_uid}': the state was written with "
+                    f"maxParallelism={info['max_parallelism']}, the job now uses "
+                    f"{self.max_parallelism}. maxParallelism is fixed for the life of the state."
+                )
+        self.timers = TimerStore(db)
+        return self
+
+    def close(self) -> None:
+        if self.db is not None:
+            self.db.flush()
+            self.db.close()
+            self.db = None
+
+    def __enter__(self) -> KeyedBackend:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ state registration
+
+    def table(self, desc: StateDescriptor) -> Table:
+        """The cache of a declared state; checks it against what is stored under its name."""
+        existing = self.tables.get(desc.name)
+        if existing is not None:
+            return existing
+        assert self.db is not None, "open() the backend first"
+        entry = {
+            "kind": desc.kind.value,
+            "serializer": desc.serializer.name,
+            "version": desc.serializer.version,
+        }
+        if isinstance(desc, MapStateDescriptor):
+            entry["key_serializer"] = desc.key_serializer.name
+        stored = self.registry.get(desc.name)
+        if stored is None:
+            used = {int(s["sid"]) for s in self.registry.values()}
+            sid = next((i for i in range(MAX_STATE_ID + 1) if i not in used), None)
+            if sid is None:
+                raise StateCompatibilityError(
+                    f"operator '{self.operator_uid}' declares more than {MAX_STATE_ID + 1} states"
+                )
+            self.registry[desc.name] = {**entry, "sid": sid}
+            self._registry_changed = True
+        else:
+            self._check_compatible(desc.name, stored, entry)
+            sid = int(stored["sid"])
+        table = table_for(self.db, sid, desc, self.max_parallelism)
+        self.tables[desc.name] = table
+        return table
+
+    def _check_compatible(self, name: str, stored: dict[str, Any], entry: dict[str, Any]) -> None:
+        where = f"state '{name}' of operator '{self.operator_uid}'"
+        if stored["kind"] != entry["kind"]:
+            raise StateCompatibilityError(
+                f"{where} is stored as {stored['kind']} state but declared as {entry['kind']} "
+                f"state; give the new state another name (and allowNonRestoredState to drop "
+                f"the old one)"
+            )
+        for field in ("serializer", "key_serializer"):
+            if field in entry and stored.get(field) != entry[field]:
+                raise StateCompatibilityError(
+                    f"{where} was written with serializer '{stored.get(field)}', the code now "
+                    f"declares '{entry[field]}': the stored values cannot be read. Keep the old "
+                    f"serializer or migrate the state offline"
+                )
+        if int(stored["version"]) > int(entry["version"]):
+            raise StateCompatibilityError(
+                f"{where} was written by serializer version {stored['version']}, newer than "
+                f"this code's version {entry['version']}"
+            )
+
+    # ------------------------------------------------------------------ epochs
+
+    def commit(self, epoch: int, watermark: int) -> int:
+        """Write every change of this epoch and the epoch number in one atomic batch."""
+        assert self.db is not None and self.timers is not None
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        written = 0
+        for table in self.tables.values():
+            written += table.write_to(batch)
+        written += self.timers.write_to(batch)
+        batch.put(META_EPOCH, _I64.pack(epoch))
+        batch.put(META_WATERMARK, _I64.pack(watermark))
+        if self._registry_changed or self.epoch == 0:
+            batch.put(META_STATES, json.dumps(self.registry, sort_keys=True).encode())
+            info = {"max_parallelism": self.max_parallelism, "operator_uid": self.operator_uid}
+            batch.put(META_INFO, json.dumps(info, sort_keys=True).encode())
+        self.db.write(batch)
+        self.epoch, self.watermark, self._registry_changed = epoch, watermark, False
+        for table in self.tables.values():
+            table.reset()
+        self.timers.reset()
+        return written
+
+    # ------------------------------------------------------------------ snapshots
+
+    def snapshot_to(self, dest: Path) -> list[LocalFile]:
+        """A native-checkpoint equivalent: flush, then hard-link the live SST files and copy the
+        manifest, so ``dest`` is a consistent, openable copy of the committed state.
+
+        Auto compactions are switched off first and running ones awaited, so no file can be
+        deleted between listing the live files and linking them.
+        """
+        assert self.db is not None
+        db = self.db
+        db.set_options({"disable_auto_compactions": "true"})
+        deadline = time.monotonic() + 600
+        while (db.property_int_value("rocksdb.num-running-compactions") or 0) > 0 or (
+            db.property_int_value("rocksdb.num-running-flushes") or 0
+        ) > 0:
+            if time.monotonic() > deadline:
+                raise TimeoutError("RocksDB compaction did not finish within 600 s")
+            time.sleep(0.005)
+        db.flush()
+        live = db.live_files()
+        if dest.exists():
+            shutil.rmtree(dest)
+        dest.mkdir(parents=True)
+        files: list[LocalFile] = []
+        for meta in live:
+            name = str(meta["name"]).lstrip("/")
+            os.link(self.path / name, dest / name)
+            files.append(LocalFile(name, int(meta["size"]), True))
+        current = (self.path / "CURRENT").read_text().strip()
+        private = [current, *ROCKSDB_SMALL_FILES, _latest_options(self.path)]
+        for name in private:
+            if (self.path / name).exists():
+                shutil.copyfile(self.path / name, dest / name)
+                files.append(LocalFile(name, (dest / name).stat().st_size, False))
+        db.set_options({"disable_auto_compactions": "false"})
+        return files
+
+
+def _latest_options(path: Path) -> str:
+    options = sorted(path.glob("OPTIONS-*"), key=lambda p: int(p.name.split("-")[1]))
+    return options[-1].name if options else ""
