@@ -69,3 +69,30 @@ def bucket(s3: S3Endpoint) -> str:
     name = f"t-{uuid.uuid4().hex[:10]}"
     s3.client().create_bucket(Bucket=name)
     return name
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One local Spark for every in-process runtime test (2 cores, task retries on)."""
+    from stator.config import SparkConfig
+    from stator.execution.spark import create_session
+
+    session = create_session(SparkConfig(master="local[2]", task_attempts=4), "stator-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def job_config(tmp_path_factory: pytest.TempPathFactory) -> object:
+    """A job config with checkpoints and local state in fresh temporary directories."""
+    from stator.config import load_config
+
+    root = tmp_path_factory.mktemp("job")
+    return load_config(
+        None,
+        [
+            f"checkpoint.storage=file://{root}/checkpoints",
+            f"state.local_dir={root}/state",
+            "restart.delay_ms=0",
+        ],
+    )

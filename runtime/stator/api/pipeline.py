@@ -244,6 +244,25 @@ class KeyedStream:
         )
         return Stream(self._p, self._p._add(node))
 
+    def window(
+        self,
+        assigner: Any,
+        aggregate: Any,
+        *,
+        uid: str,
+        allowed_lateness_ms: int = 0,
+        parallelism: int | None = None,
+    ) -> Stream:
+        """Event-time windows (stator.windows: Tumbling, Sliding, Session) aggregated with
+        ``aggregate`` (Count, Sum, Collect or your own); emits ``Windowed`` records."""
+        from ..windows import WindowFunction  # noqa: PLC0415 - windows build on this module
+
+        return self.process(
+            WindowFunction(assigner, aggregate, allowed_lateness_ms),
+            uid=uid,
+            parallelism=parallelism,
+        )
+
     def count(self, *, uid: str, parallelism: int | None = None) -> Stream:
         """Running count per key; emits ``(key, count)`` once per epoch per changed key."""
         return self.reduce(_add, uid=uid, value=_one, parallelism=parallelism)

@@ -183,10 +183,13 @@ class CheckpointCoordinator:
         if explicit is not None:
             keep |= {f.key for f in explicit.files()}
             keep_dirs.add(checkpoint_dir(explicit.checkpoint_id))
+        # A checkpoint whose metadata cannot be read may reference any shared file: then keep
+        # all of them (garbage is collected by a later recovery, never a needed file).
+        unknown_refs = any(not refs for refs in unusable.values())
         garbage = [
             k
             for k in listing
-            if (k.startswith("shared/") and k not in keep)
+            if (k.startswith("shared/") and k not in keep and not unknown_refs)
             or (parse_checkpoint_dir(k.split("/", 1)[0]) and k.split("/", 1)[0] not in keep_dirs)
         ]
         if garbage:

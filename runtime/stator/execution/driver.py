@@ -268,10 +268,12 @@ class JobDriver:
             if not open_splits:
                 continue
             order = {s: i for i, s in enumerate(self.positions[uid])}
-            ranges = {r.split: r for r in node.source.plan(open_splits, budget, now)}
+            ranges = node.source.plan(open_splits, budget, now)
+            planned = {r.split for r in ranges}
             for split, pos in open_splits.items():  # idle splits still carry a watermark
-                ranges.setdefault(split, SplitRange(split, pos, pos, order[split]))
-            plan[uid] = sorted(ranges.values(), key=lambda r: r.order)
+                if split not in planned:
+                    ranges.append(SplitRange(split, pos, pos, order[split]))
+            plan[uid] = sorted(ranges, key=lambda r: r.order)
             work = work or any(r.final or r.end != r.start for r in plan[uid])
         return plan if work else None
 

@@ -1,4 +1,17 @@
 from .base import Source, SplitRange
-from .generator import ChurnEvents, GeneratorSource, KeyedEvents
+from .files import FileSource
+from .generator import ChurnEvents, FromList, GeneratorSource, KeyedEvents, list_source
+from .kafka import KafkaRecord, KafkaSource
 
-__all__ = ["ChurnEvents", "GeneratorSource", "KeyedEvents", "Source", "SplitRange"]
+__all__ = [
+    "ChurnEvents",
+    "FileSource",
+    "FromList",
+    "GeneratorSource",
+    "KafkaRecord",
+    "KafkaSource",
+    "KeyedEvents",
+    "Source",
+    "SplitRange",
+    "list_source",
+]

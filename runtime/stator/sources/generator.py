@@ -106,3 +106,17 @@ class GeneratorSource(Source):
         j = int(rng.split.rsplit("-", 1)[1])
         n = self.splits
         return self.records.make(j + int(rng.start) * n, j + int(rng.end) * n, n)
+
+
+@dataclass(frozen=True)
+class FromList:
+    """Records from a fixed list (index ``i`` is ``records[i]``): exact inputs for tests."""
+
+    records: tuple[Any, ...]
+
+    def make(self, start: int, stop: int, step: int) -> list[Any]:
+        return [self.records[i] for i in range(start, min(stop, len(self.records)), step)]
+
+
+def list_source(records: list[Any], splits: int = 1) -> GeneratorSource:
+    return GeneratorSource(FromList(tuple(records)), count=len(records), splits=splits)

@@ -69,6 +69,8 @@ def split_timer(db_key: bytes) -> tuple[int, int, int, bytes]:
 
 def timer_bound(kg: int, domain: int, ts_inclusive: int) -> bytes:
     """Smallest key strictly after every timer of (kg, domain) with timestamp <= ts."""
+    if ts_inclusive + _TS_OFFSET + 1 > 0xFFFFFFFFFFFFFFFF:
+        return prefix_end(timer_prefix(kg, domain))
     return timer_prefix(kg, domain) + TS.pack(ts_inclusive + _TS_OFFSET + 1)
 
 

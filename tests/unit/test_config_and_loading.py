@@ -1,0 +1,114 @@
+"""Bad configuration and bad pipeline references get errors that name the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from stator import Pipeline
+from stator.config import load_config, to_dict
+from stator.errors import ConfigError, PipelineError, StorageError
+from stator.loader import load_pipeline
+from stator.sinks import CollectSink
+from stator.sources import GeneratorSource
+from stator.storage import open_store
+
+
+def test_defaults_and_overrides(tmp_path: Path) -> None:
+    cfg_file = tmp_path / "job.yaml"
+    cfg_file.write_text("parallelism: 3\ncheckpoint:\n  retained: 5\n  storage: s3://b/p\n")
+    cfg = load_config(
+        cfg_file,
+        ["checkpoint.retained=7", "epoch.max_records=1000", "state.rocksdb.compaction_style=level"],
+    )
+    assert cfg.parallelism == 3 and cfg.checkpoint.retained == 7
+    assert cfg.checkpoint.storage == "s3://b/p" and cfg.epoch.max_records == 1000
+    assert cfg.state.rocksdb.compaction_style == "level"
+
+
+def test_unknown_key_suggests_the_right_one() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["checkpoint.retaned=3"])
+    assert "unknown config key 'checkpoint.retaned'" in str(err.value)
+    assert "did you mean 'checkpoint.retained'" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("parallelism=two", "parallelism must be an integer, got 'two'"),
+        ("checkpoint.incremental=maybe", "checkpoint.incremental must be true or false"),
+        ("restart.strategy=sometimes", "restart.strategy must be one of"),
+        ("parallelism=0", "parallelism must be >= 1"),
+        ("state.rocksdb.compression=brotli", "state.rocksdb.compression must be"),
+        ("checkpoint=5", "checkpoint must be a mapping"),
+        ("nonsense", "expected KEY=VALUE"),
+    ],
+)
+def test_ill_typed_values_name_the_key(override: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        load_config(None, [override])
+
+
+def test_missing_or_broken_config_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+
+
+def test_credentials_never_printed() -> None:
+    cfg = load_config(None, ["s3.secret_access_key=hunter2hunter2"])
+    assert "hunter2" not in repr(cfg.s3) and "hunter2" not in str(to_dict(cfg))
+
+
+def test_pipeline_reference_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(PipelineError, match="MODULE:FUNCTION"):
+        load_pipeline("no_colon")
+    with pytest.raises(PipelineError, match="no module named 'not_a_module_xyz'"):
+        load_pipeline("not_a_module_xyz:build")
+    mod = tmp_path / "mypipes.py"
+    mod.write_text("def build_one():\n    return 42\n\ndef helper():\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(PipelineError, match="has no function 'build'; it has: build_one, helper"):
+        load_pipeline("mypipes:build")
+    with pytest.raises(PipelineError, match="returned int, not a stator Pipeline"):
+        load_pipeline("mypipes:build_one")
+    with pytest.raises(PipelineError, match="does not exist"):
+        load_pipeline(f"{tmp_path}/missing.py:build")
+
+
+def test_graph_errors() -> None:
+    with pytest.raises(PipelineError, match="needs uid"):
+        Pipeline("p").source(GeneratorSource(), uid="has space")
+    p = Pipeline("p")
+    s = p.source(GeneratorSource(), uid="src")
+    with pytest.raises(PipelineError, match="used twice"):
+        p.source(GeneratorSource(), uid="src")
+    s.map(lambda x: x)
+    with pytest.raises(PipelineError, match="has no sink"):
+        p.validate()
+    s.sink(CollectSink(), uid="out")
+    with pytest.raises(PipelineError, match="output of 'map' goes nowhere"):
+        p.validate()
+    with pytest.raises(PipelineError, match="maxParallelism must be in"):
+        Pipeline("p", max_parallelism=0)
+
+
+def test_storage_uris() -> None:
+    with pytest.raises(StorageError, match="unsupported storage URI"):
+        open_store("hdfs://x/y")
+    with pytest.raises(StorageError, match="has no bucket"):
+        open_store("s3:///path")
+
+
+def test_file_store_refuses_escaping_keys(tmp_path: Path) -> None:
+    store = open_store(f"file://{tmp_path}/root")
+    with pytest.raises(StorageError, match="escapes"):
+        store.put("../outside", b"x")
+    store.put("a/b", b"1")
+    store.move("a/b", "c/d")
+    store.move("a/b", "c/d")  # idempotent once moved
+    assert store.get("c/d") == b"1" and store.listing() == [("c/d", 1)]
