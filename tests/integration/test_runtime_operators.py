@@ -199,7 +199,7 @@ def test_reduce_and_count_across_epochs(spark: Any, job_config: JobConfig) -> No
     p = Pipeline("words")
     src = p.source(list_source(words, splits=2), uid="in")
     src.key_by(lambda w: w).count(uid="count").sink(counts, uid="counts")
-    src.key_by(lambda w: w).sum(lambda w: ord(w), uid="sum").sink(sums, uid="sums")
+    src.key_by(lambda w: w).sum(ord, uid="sum").sink(sums, uid="sums")
     run_job(p, with_overrides(job_config, epoch={"max_records": 4}), spark)
     final = dict(counts.results)
     assert final == {"a": 4, "b": 2, "c": 1, "d": 1}

@@ -68,7 +68,7 @@ def test_spark_reads_kafka_with_the_cached_connector(kafka: KafkaBroker) -> None
     _produce(kafka, topic, [(f"k{i}", str(i)) for i in range(50)])
 
     os.environ.update(local_spark_env())
-    from pyspark.sql import SparkSession  # noqa: PLC0415 - starting a JVM is the slow part
+    from pyspark.sql import SparkSession
 
     spark = (
         SparkSession.builder.master("local[1]")

@@ -358,7 +358,7 @@ def build_kafka(stage: Path, step: Step) -> dict[str, object]:
 
 
 def pyspark_jars_dir() -> Path:
-    import pyspark  # noqa: PLC0415 - only the Spark-side builds need pyspark
+    import pyspark
 
     return Path(pyspark.__file__).parent / "jars"
 
@@ -370,7 +370,7 @@ def _artifact_name(jar: str) -> str:
 
 def build_spark_kafka(stage: Path, step: Step) -> dict[str, object]:
     """The connector and what it needs that pyspark does not already ship (no duplicate classes)."""
-    import pyspark  # noqa: PLC0415
+    import pyspark
 
     if pyspark.__version__ != PINS.spark:
         raise step.fail(

@@ -116,7 +116,7 @@ class KafkaBroker:
         return self
 
     def _metadata_ready(self) -> bool:
-        from confluent_kafka.admin import AdminClient  # noqa: PLC0415
+        from confluent_kafka.admin import AdminClient
 
         md = AdminClient({"bootstrap.servers": self.bootstrap_servers}).list_topics(timeout=2)
         return md.brokers is not None and len(md.brokers) == 1

@@ -24,8 +24,8 @@ class S3Endpoint:
     region: str = REGION
 
     def client(self) -> Any:
-        import boto3  # noqa: PLC0415 - boto3 is slow to import; only S3 users pay for it
-        from botocore.config import Config  # noqa: PLC0415
+        import boto3
+        from botocore.config import Config
 
         return boto3.client(
             "s3",

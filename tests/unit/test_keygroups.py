@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 from collections import Counter
@@ -25,7 +26,7 @@ def test_ranges_partition_all_key_groups_and_invert_the_assignment(mp_p: tuple[i
     mp, p = mp_p
     ranges = [range_for_subtask(i, p, mp) for i in range(p)]
     assert ranges[0].start == 0 and ranges[-1].end == mp
-    assert all(a.end == b.start for a, b in zip(ranges, ranges[1:], strict=False))
+    assert all(a.end == b.start for a, b in itertools.pairwise(ranges))
     assert all(len(r) >= 1 for r in ranges)
     for i, r in enumerate(ranges):
         for kg in r:
