@@ -10,7 +10,7 @@ from stator.sources import GeneratorSource, KeyedEvents
 
 
 def build() -> Pipeline:
-    out = os.environ.get("STATOR_EXAMPLE_OUT", "file:///tmp/stator/out/keyed-count")
+    out = os.environ.get("STATOR_EXAMPLE_OUT", "file:///tmp/stator-data/out/keyed-count")
     events = int(os.environ.get("STATOR_EXAMPLE_EVENTS", "200000"))
     p = Pipeline("keyed-count", max_parallelism=128)
     (

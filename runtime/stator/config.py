@@ -20,7 +20,8 @@ from .errors import ConfigError
 from .state.options import RocksDBOptions
 from .storage import S3Options
 
-DEFAULT_ROOT = Path(os.environ.get("STATOR_HOME") or Path(tempfile.gettempdir()) / "stator")
+# Not "<tmp>/stator": a directory of that name would shadow the package for scripts in /tmp.
+DEFAULT_ROOT = Path(os.environ.get("STATOR_HOME") or Path(tempfile.gettempdir()) / "stator-data")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,9 @@ class StateConfig:
     # Executor-local directory for RocksDB databases and local snapshots.
     local_dir: str = str(DEFAULT_ROOT / "state")
     rocksdb: RocksDBOptions = field(default_factory=RocksDBOptions)
+    # Decoded values a Python worker keeps per subtask between epochs, so the next epoch
+    # does not re-read them from RocksDB (0 turns it off). About 150 bytes per entry.
+    warm_cache_entries: int = 500_000
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from stator.api.state import (
     ValueStateDescriptor,
 )
 from stator.errors import StateCompatibilityError
-from stator.keygroups import KeyGroupRange, encode_key, key_group
+from stator.keygroups import KeyGroupRange
 from stator.state.backend import KeyedBackend
-from stator.state.layout import EVENT_TIME, key_suffix
+from stator.state.layout import EVENT_TIME, keyed_key
 from stator.state.options import RocksDBOptions
 
 MP = 16
@@ -34,8 +34,7 @@ class Harness:
         self.ctx = RuntimeContext(b, self.cursor, "op", 0, 1, MP)
 
     def key(self, k: object) -> None:
-        kb = encode_key(k)
-        self.cursor.kb, self.cursor.kg, self.cursor.suffix = kb, key_group(kb, MP), key_suffix(kb)
+        self.cursor.kkey = keyed_key(k, MP)
 
 
 def test_all_state_kinds_survive_commit_and_reopen(tmp_path: Path) -> None:
@@ -141,15 +140,12 @@ def test_timers_fire_in_timestamp_then_key_order_and_only_once(tmp_path: Path) -
     with backend(tmp_path / "db") as b:
         assert b.timers is not None
         for key, ts in [("b", 5), ("a", 5), ("c", 1), ("a", 9), ("a", 5)]:
-            kb = encode_key(key)
-            b.timers.register(key_group(kb, MP), EVENT_TIME, ts, kb)
+            b.timers.register(keyed_key(key, MP), EVENT_TIME, ts)
         b.commit(1, 0)
-        kb = encode_key("c")
-        b.timers.delete(key_group(kb, MP), EVENT_TIME, 1, kb)
-        due = b.timers.pop_due(EVENT_TIME, 5, range(MP))
-        fired = [(ts, kb) for ts, _, kb in due]
+        b.timers.delete(keyed_key("c", MP), EVENT_TIME, 1)
+        fired = b.timers.pop_due(EVENT_TIME, 5, range(MP))
         assert [ts for ts, _ in fired] == [5, 5]
-        assert sorted(kb for _, kb in fired) == sorted([encode_key("a"), encode_key("b")])
+        assert sorted(kk for _, kk in fired) == sorted([keyed_key("a", MP), keyed_key("b", MP)])
         assert b.timers.pop_due(EVENT_TIME, 5, range(MP)) == []
         b.commit(2, 5)
         assert b.timers.count(range(MP)) == 1  # ("a", 9) is left

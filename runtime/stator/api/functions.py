@@ -19,15 +19,13 @@ if TYPE_CHECKING:
 
 
 class KeyCursor:
-    """The key being processed. Shared by every state handle of an operator, so setting it
-    once per record is all it takes to rebind them."""
+    """The key being processed (its kkey: key-group, length, encoded key). Shared by every
+    state handle of an operator, so setting it once per record rebinds them all."""
 
-    __slots__ = ("kb", "kg", "suffix")
+    __slots__ = ("kkey",)
 
     def __init__(self) -> None:
-        self.kg = 0
-        self.kb = b""
-        self.suffix = b""
+        self.kkey = b""
 
 
 # ---------------------------------------------------------------------------- state handles
@@ -47,18 +45,18 @@ class ValueState:
 
     def value(self, default: Any = None) -> Any:
         cur = self._cur
-        v = self._t.load(self._t.prefixes[cur.kg] + cur.suffix)
+        v = self._t.load(cur.kkey + self._t.sid_byte)
         return default if v is self._missing else v
 
     def update(self, value: Any) -> None:
         if value is None:
             raise ValueError("ValueState.update(None): use clear() to remove the value")
         cur = self._cur
-        self._t.store(self._t.prefixes[cur.kg] + cur.suffix, value)
+        self._t.store(cur.kkey + self._t.sid_byte, value)
 
     def clear(self) -> None:
         cur = self._cur
-        self._t.delete(self._t.prefixes[cur.kg] + cur.suffix)
+        self._t.delete(cur.kkey + self._t.sid_byte)
 
 
 class ReducingState:
@@ -69,16 +67,16 @@ class ReducingState:
 
     def get(self, default: Any = None) -> Any:
         cur = self._cur
-        v = self._t.load(self._t.prefixes[cur.kg] + cur.suffix)
+        v = self._t.load(cur.kkey + self._t.sid_byte)
         return default if v is self._missing else v
 
     def add(self, value: Any) -> None:
         cur = self._cur
-        self._t.add(self._t.prefixes[cur.kg] + cur.suffix, value)
+        self._t.add(cur.kkey + self._t.sid_byte, value)
 
     def clear(self) -> None:
         cur = self._cur
-        self._t.delete(self._t.prefixes[cur.kg] + cur.suffix)
+        self._t.delete(cur.kkey + self._t.sid_byte)
 
 
 class ListState:
@@ -88,7 +86,7 @@ class ListState:
         self._t, self._cur, self._missing = table, cursor, _missing()
 
     def _key(self) -> bytes:
-        return self._t.prefixes[self._cur.kg] + self._cur.suffix
+        return self._cur.kkey + self._t.sid_byte
 
     def get(self) -> list[Any]:
         """A copy of the list (empty if the key has none)."""
@@ -127,7 +125,7 @@ class MapState:
         self._uks = table.user_key_serializer
 
     def _skey(self) -> bytes:
-        return self._t.prefixes[self._cur.kg] + self._cur.suffix
+        return self._cur.kkey + self._t.sid_byte
 
     def get(self, user_key: Any, default: Any = None) -> Any:
         v = self._t.get(self._skey(), self._uks.dumps(user_key))

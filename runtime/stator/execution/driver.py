@@ -324,6 +324,7 @@ class JobDriver:
             parallelism=self.parallelism,
             local_dir=self.config.state.local_dir,
             rocksdb=self.config.state.rocksdb,
+            warm_entries=self.config.state.warm_cache_entries,
             ranges=ranges,
             split_max_ts={
                 uid: {s: st.max_timestamp for s, st in splits.items()}

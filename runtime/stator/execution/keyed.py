@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..api.functions import KeyCursor, KeyedProcessFunction, RuntimeContext
-from ..api.pipeline import ProcessNode, ReduceNode
+from ..api.pipeline import ProcessNode, ReduceNode, _add, _one
+from ..api.serializers import INT64, PICKLE
 from ..api.state import ListStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor
-from ..keygroups import KeyGroupRange, decode_key
+from ..keygroups import decode_key
 from ..state.backend import KeyedBackend
-from ..state.layout import EVENT_TIME, PROCESSING_TIME, key_suffix
+from ..state.layout import EVENT_TIME, PROCESSING_TIME
 from ..state.tables import MISSING
-from .routing import Batch, Entry
+from .routing import Batch, Columns
 
 REDUCE_STATE = "reduce"
 
@@ -28,21 +29,20 @@ class _Timers:
     def __init__(self, runner: ProcessRunner) -> None:
         self._r = runner
 
+    def _store(self) -> Any:
+        return self._r.backend.timers
+
     def register_event_time_timer(self, timestamp: int) -> None:
-        c = self._r.cursor
-        self._r.backend.timers.register(c.kg, EVENT_TIME, int(timestamp), c.kb)  # type: ignore[union-attr]
+        self._store().register(self._r.cursor.kkey, EVENT_TIME, int(timestamp))
 
     def delete_event_time_timer(self, timestamp: int) -> None:
-        c = self._r.cursor
-        self._r.backend.timers.delete(c.kg, EVENT_TIME, int(timestamp), c.kb)  # type: ignore[union-attr]
+        self._store().delete(self._r.cursor.kkey, EVENT_TIME, int(timestamp))
 
     def register_processing_time_timer(self, timestamp: int) -> None:
-        c = self._r.cursor
-        self._r.backend.timers.register(c.kg, PROCESSING_TIME, int(timestamp), c.kb)  # type: ignore[union-attr]
+        self._store().register(self._r.cursor.kkey, PROCESSING_TIME, int(timestamp))
 
     def delete_processing_time_timer(self, timestamp: int) -> None:
-        c = self._r.cursor
-        self._r.backend.timers.delete(c.kg, PROCESSING_TIME, int(timestamp), c.kb)  # type: ignore[union-attr]
+        self._store().delete(self._r.cursor.kkey, PROCESSING_TIME, int(timestamp))
 
     def current_watermark(self) -> int:
         return self._r.watermark
@@ -63,7 +63,7 @@ class _Context:
     @property
     def current_key(self) -> Any:
         if self._key is MISSING:
-            self._key = decode_key(self._r.cursor.kb)
+            self._key = decoded(self._r.cursor.kkey)
         return self._key
 
 
@@ -88,31 +88,29 @@ class ProcessRunner:
             )
         )
 
-    def run(self, batches: list[list[Entry]], new_watermark: int) -> Batch:
-        out: Batch = []
+    def run(self, batches: list[Columns], new_watermark: int) -> Batch:
+        out_v: list[Any] = []
+        out_t: list[Any] = []
         cursor, ctx, fn = self.cursor, self.ctx, self.fn
         self._prefetch(batches)
-        suffixes: dict[bytes, bytes] = {}
-        for records in batches:
-            for kb, kg, value, ts in records:
-                cursor.kg, cursor.kb = kg, kb
-                suffix = suffixes.get(kb)
-                if suffix is None:
-                    suffix = suffixes[kb] = key_suffix(kb)
-                cursor.suffix = suffix
+        for kkeys, values, stamps in batches:
+            for kk, value, ts in zip(kkeys, values, stamps, strict=True):
+                cursor.kkey = kk
                 ctx._key = MISSING
                 ctx.timestamp = ts
                 result = fn.process_element(value, ctx)
                 if result is not None:
-                    out.extend((o, ts) for o in result)
+                    for o in result:
+                        out_v.append(o)
+                        out_t.append(ts)
         # Timers: event time up to the new watermark, processing time up to the epoch's time.
         self.watermark = max(self.watermark, new_watermark)
-        self._fire(EVENT_TIME, self.watermark, out)
-        self._fire(PROCESSING_TIME, self.processing_time, out)
+        self._fire(EVENT_TIME, self.watermark, out_v, out_t)
+        self._fire(PROCESSING_TIME, self.processing_time, out_v, out_t)
         self.fn.close()
-        return out
+        return out_v, out_t
 
-    def _prefetch(self, batches: list[list[Entry]]) -> None:
+    def _prefetch(self, batches: list[Columns]) -> None:
         tables = [
             t
             for t in self.backend.tables.values()
@@ -122,15 +120,10 @@ class ProcessRunner:
         ]
         if not tables:
             return
-        seen: dict[bytes, int] = {}
-        for records in batches:
-            for kb, kg, _, _ in records:
-                seen[kb] = kg
-        for table in tables:
-            prefixes = table.prefixes
-            table.prefetch([prefixes[kg] + key_suffix(kb) for kb, kg in seen.items()])
+        distinct = list(dict.fromkeys(kk for kkeys, _, _ in batches for kk in kkeys))
+        self.backend.prefetch(tables, distinct)
 
-    def _fire(self, domain: int, bound: int, out: Batch) -> None:
+    def _fire(self, domain: int, bound: int, out_v: list[Any], out_t: list[Any]) -> None:
         timers = self.backend.timers
         assert timers is not None
         kgs = range(self.backend.key_groups.start, self.backend.key_groups.end)
@@ -139,13 +132,15 @@ class ProcessRunner:
             due = timers.pop_due(domain, bound, kgs)
             if not due:
                 return
-            for ts, kg, kb in due:
-                cursor.kg, cursor.kb, cursor.suffix = kg, kb, key_suffix(kb)
+            for ts, kk in due:
+                cursor.kkey = kk
                 ctx._key = MISSING
                 ctx.timestamp = ts
                 result = fn.on_timer(ts, ctx)
                 if result is not None:
-                    out.extend((o, ts) for o in result)
+                    for o in result:
+                        out_v.append(o)
+                        out_t.append(ts)
 
 
 class ReduceRunner:
@@ -153,33 +148,67 @@ class ReduceRunner:
 
     def __init__(self, node: ReduceNode, backend: KeyedBackend) -> None:
         self.node, self.backend = node, backend
-        self.table = backend.table(ReducingStateDescriptor(REDUCE_STATE, node.reduce_fn))
+        counting = node.reduce_fn is _add and node.value_fn is _one
+        self.table = backend.table(
+            ReducingStateDescriptor(REDUCE_STATE, node.reduce_fn, INT64 if counting else PICKLE)
+        )
 
-    def run(self, batches: list[list[Entry]], new_watermark: int) -> Batch:
+    def run(self, batches: list[Columns], new_watermark: int) -> Batch:
         reduce_fn = self.node.reduce_fn
-        merged: dict[bytes, list[Any]] = {}
-        for records in batches:
-            for kb, kg, value, ts in records:
-                cur = merged.get(kb)
-                if cur is None:
-                    merged[kb] = [kg, value, ts]
-                else:
-                    cur[1] = reduce_fn(cur[1], value)
-                    cur[2] = ts
+        adding = reduce_fn is _add
+        # Merge the upstream tasks' pre-combined entries (written as comprehensions and
+        # dict operations: per-key Python statements dominate this operator's cost).
+        sums: dict[bytes, Any] = {}
+        last_ts: dict[bytes, Any] = {}
+        for kkeys, values, stamps in batches:
+            if not sums:
+                sums = dict(zip(kkeys, values, strict=True))
+            elif adding:
+                get = sums.get
+                sums.update(
+                    [
+                        (kk, v if (c := get(kk, MISSING)) is MISSING else c + v)
+                        for kk, v in zip(kkeys, values, strict=True)
+                    ]
+                )
+            else:
+                get = sums.get
+                sums.update(
+                    [
+                        (kk, v if (c := get(kk, MISSING)) is MISSING else reduce_fn(c, v))
+                        for kk, v in zip(kkeys, values, strict=True)
+                    ]
+                )
+            last_ts.update(zip(kkeys, stamps, strict=True))
+        kks = list(sums)
+        vals = list(sums.values())
         table = self.table
-        prefixes = table.prefixes
-        keys = [prefixes[kg] + key_suffix(kb) for kb, (kg, _, _) in merged.items()]
-        table.prefetch(keys)
-        cache, dirty = table.cache, table.dirty
-        out: Batch = []
-        for key, (kb, (_, value, ts)) in zip(keys, merged.items(), strict=True):
-            current = cache[key]
-            total = value if current is MISSING else reduce_fn(current, value)
-            cache[key] = total
-            dirty.add(key)
-            out.append(((decode_key(kb), total), ts))
-        return out
+        sid = table.sid_byte
+        keys = [kk + sid for kk in kks]
+        self.backend.prefetch([table], kks)
+        cache = table.cache
+        currents = [cache[k] for k in keys]
+        if adding:
+            totals = [v if c is MISSING else c + v for c, v in zip(currents, vals, strict=True)]
+        else:
+            totals = [
+                v if c is MISSING else reduce_fn(c, v) for c, v in zip(currents, vals, strict=True)
+            ]
+        cache.update(zip(keys, totals, strict=True))
+        table.dirty.update(keys)
+        # Keys are mostly strings (tag "s" after the 4-byte header): decode those inline.
+        user_keys = [kk[5:].decode() if kk[4] == 0x73 else decoded(kk) for kk in kks]
+        return list(zip(user_keys, totals, strict=True)), [last_ts[kk] for kk in kks]
 
 
-def key_group_range_of(backend: KeyedBackend) -> KeyGroupRange:
-    return backend.key_groups
+_DECODED: dict[bytes, Any] = {}
+
+
+def decoded(kkey: bytes) -> Any:
+    """The user key of a kkey, memoized (keys recur across epochs; decoding is not free)."""
+    key = _DECODED.get(kkey, MISSING)
+    if key is MISSING:
+        if len(_DECODED) >= 2_000_000:
+            _DECODED.clear()
+        key = _DECODED[kkey] = decode_key(kkey[4:])
+    return key

@@ -1,7 +1,11 @@
-"""Pushing batches through the stateless part of the graph inside one task: transforms are
-applied to whole batches, sinks are chained into the task, and records bound for a keyed
-operator are keyed, assigned a key-group and bucketed per target subtask (pre-combined per
-key for reduce operators, so the shuffle carries one entry per key)."""
+"""Pushing batches through the stateless part of the graph inside one task.
+
+Batches are columnar (a list of values and a list of timestamps), so transforms are list
+comprehensions and no per-record tuples are built. Sinks are chained into the task. Records
+bound for a keyed operator get their kkey (key-group | length | encoded key) and are bucketed
+per target subtask; for reduce operators they are first combined per key, so the shuffle
+carries one entry per key and map task.
+"""
 
 from __future__ import annotations
 
@@ -9,28 +13,44 @@ from collections import Counter
 from typing import Any
 
 from ..api.pipeline import KeyedNode, Pipeline, ReduceNode, SinkNode, TransformNode, _add, _one
-from ..keygroups import encode_key, key_group
+from ..keygroups import encode_key, stable_hash
 from ..sinks.base import SinkWriter
+from ..state.layout import HEADER, MAX_KEY_BYTES
 
-Batch = list[tuple[Any, int]]  # (value, timestamp)
-Entry = tuple[bytes, int, Any, int]  # (key bytes, key-group, value, timestamp)
+Batch = tuple[list[Any], list[Any]]  # (values, timestamps)
+Columns = tuple[list[bytes], list[Any], list[Any]]  # (kkeys, values, timestamps)
+
+
+# kkeys of recently seen keys, per maxParallelism: keys recur across epochs, and a dict hit is
+# several times cheaper than hashing again. Bounded: cleared when it grows past the limit.
+_KKEY_MEMO: dict[int, dict[bytes, bytes]] = {}
+MEMO_LIMIT = 2_000_000
+
+
+def _kkey(kb: bytes, mp: int) -> bytes:
+    memo = _KKEY_MEMO.get(mp)
+    if memo is None:
+        memo = _KKEY_MEMO[mp] = {}
+    kk = memo.get(kb)
+    if kk is None:
+        if len(kb) > MAX_KEY_BYTES:
+            raise ValueError(f"a key may encode to at most {MAX_KEY_BYTES} bytes, got {len(kb)}")
+        if len(memo) >= MEMO_LIMIT:
+            memo.clear()
+        kk = memo[kb] = HEADER.pack(stable_hash(kb) % mp, len(kb)) + kb
+    return kk
 
 
 class Router:
     """Routes the output of one node (a source or keyed operator) within a task."""
 
-    def __init__(
-        self,
-        pipeline: Pipeline,
-        parallelism: dict[str, int],
-        open_writer: Any,  # Callable[[SinkNode], SinkWriter]
-    ) -> None:
+    def __init__(self, pipeline: Pipeline, parallelism: dict[str, int], open_writer: Any) -> None:
         self.pipeline, self.parallelism, self.open_writer = pipeline, parallelism, open_writer
         self.consumers = {n.id: pipeline.consumers(n.id) for n in pipeline.nodes}
         self.writers: dict[int, SinkWriter] = {}
-        # keyed node id -> subtask -> entries; reduce nodes: key bytes -> [acc, ts]
-        self.shuffle: dict[int, dict[int, list[Entry]]] = {}
-        self.combined: dict[int, dict[bytes, list[Any]]] = {}
+        self.shuffle: dict[int, dict[int, Columns]] = {}  # keyed node -> subtask -> columns
+        self.combined: dict[int, dict[bytes, list[Any]]] = {}  # reduce node -> kb -> [acc, ts]
+        self.counted: dict[int, tuple[Counter[bytes], dict[bytes, Any]]] = {}  # count fast path
         self.records_out = 0
 
     def push(self, node_id: int, batch: Batch) -> None:
@@ -41,8 +61,8 @@ class Router:
                 writer = self.writers.get(consumer.id)
                 if writer is None:
                     writer = self.writers[consumer.id] = self.open_writer(consumer)
-                writer.write([v for v, _ in batch])
-                self.records_out += len(batch)
+                writer.write(batch[0])
+                self.records_out += len(batch[0])
             elif isinstance(consumer, ReduceNode):
                 self._combine(consumer, batch)
             elif isinstance(consumer, KeyedNode):
@@ -58,37 +78,48 @@ class Router:
                 found.append(consumer)
         return found
 
+    def _buckets(self, node: KeyedNode) -> dict[int, Columns]:
+        buckets = self.shuffle.get(node.id)
+        if buckets is None:
+            p = self.parallelism[node.uid]
+            buckets = self.shuffle[node.id] = {s: ([], [], []) for s in range(p)}
+        return buckets
+
     def _bucket(self, node: KeyedNode, batch: Batch) -> None:
         mp, p = self.pipeline.max_parallelism, self.parallelism[node.uid]
-        buckets = self.shuffle.setdefault(node.id, {})
+        buckets = self._buckets(node)
         key_fn = node.key_fn
-        for value, ts in batch:
-            kb = encode_key(key_fn(value))
-            kg = key_group(kb, mp)
-            sub = kg * p // mp
-            bucket = buckets.get(sub)
-            if bucket is None:
-                bucket = buckets[sub] = []
-            bucket.append((kb, kg, value, ts))
+        values, stamps = batch
+        for value, ts in zip(values, stamps, strict=True):
+            kk = _kkey(encode_key(key_fn(value)), mp)
+            cols = buckets[((kk[0] << 8) | kk[1]) * p // mp]
+            cols[0].append(kk)
+            cols[1].append(value)
+            cols[2].append(ts)
 
     def _combine(self, node: ReduceNode, batch: Batch) -> None:
-        """Pre-combine per key. The timestamp of a combined entry is that of the key's last
-        contribution in input order."""
+        """Pre-combine per key; an entry's timestamp is its key's last one in input order."""
         acc = self.combined.setdefault(node.id, {})
         key_fn = node.key_fn
-        kbs = [encode_key(key_fn(v)) for v, _ in batch]
-        last_ts = dict(zip(kbs, [t for _, t in batch], strict=True))
+        values, stamps = batch
+        kbs = list(map(encode_key, map(key_fn, values)))
+        last_ts = dict(zip(kbs, stamps, strict=True))
         if node.value_fn is _one and node.reduce_fn is _add:  # count: C-speed counting
-            for kb, n in Counter(kbs).items():
-                cur = acc.get(kb)
-                if cur is None:
-                    acc[kb] = [n, last_ts[kb]]
-                else:
-                    cur[0] += n
-                    cur[1] = last_ts[kb]
+            earlier = self.counted.pop(node.id, None)
+            if earlier is None and not acc:  # the usual case: one batch per task
+                self.counted[node.id] = (Counter(kbs), last_ts)
+                return
+            for counts, stamps_of in ((earlier or (Counter(), {})), (Counter(kbs), last_ts)):
+                for kb, n in counts.items():
+                    cur = acc.get(kb)
+                    if cur is None:
+                        acc[kb] = [n, stamps_of[kb]]
+                    else:
+                        cur[0] += n
+                        cur[1] = stamps_of[kb]
             return
         value_fn, reduce_fn = node.value_fn, node.reduce_fn
-        for kb, (v, _) in zip(kbs, batch, strict=True):
+        for kb, v in zip(kbs, values, strict=True):
             c = value_fn(v)
             cur = acc.get(kb)
             if cur is None:
@@ -98,27 +129,68 @@ class Router:
         for kb, ts in last_ts.items():
             acc[kb][1] = ts
 
-    def shuffle_output(self) -> dict[int, dict[int, list[Entry]]]:
-        """Entries per keyed node per subtask (reduce nodes' pre-combined entries included)."""
+    def shuffle_output(self) -> dict[int, dict[int, Columns]]:
+        """Columns per keyed node per subtask (with reduce nodes' combined entries)."""
         mp = self.pipeline.max_parallelism
+        for node_id, (counts, last_ts) in self.counted.items():
+            kbs = list(counts)
+            self._spread(
+                node_id,
+                [_kkey(kb, mp) for kb in kbs],
+                list(counts.values()),
+                [last_ts[kb] for kb in kbs],
+            )
+        self.counted.clear()
         for node_id, acc in self.combined.items():
-            node = self.pipeline.node(node_id)
-            assert isinstance(node, KeyedNode)
-            p = self.parallelism[node.uid]
-            buckets = self.shuffle.setdefault(node_id, {})
-            for kb, (value, ts) in acc.items():
-                kg = key_group(kb, mp)
-                buckets.setdefault(kg * p // mp, []).append((kb, kg, value, ts))
+            if acc:
+                kbs = list(acc)
+                entries = list(acc.values())
+                self._spread(
+                    node_id,
+                    [_kkey(kb, mp) for kb in kbs],
+                    [e[0] for e in entries],
+                    [e[1] for e in entries],
+                )
         self.combined.clear()
         return self.shuffle
+
+    def _spread(self, node_id: int, kks: list[bytes], vals: list[Any], tss: list[Any]) -> None:
+        """Append columns to each target subtask's bucket."""
+        node = self.pipeline.node(node_id)
+        assert isinstance(node, KeyedNode)
+        mp, p = self.pipeline.max_parallelism, self.parallelism[node.uid]
+        buckets = self._buckets(node)
+        subs = [((kk[0] << 8) | kk[1]) * p // mp for kk in kks]
+        if p <= 8:  # a few C-speed passes beat one Python loop
+            for sub, cols in buckets.items():
+                cols[0].extend([k for k, s in zip(kks, subs, strict=True) if s == sub])
+                cols[1].extend([v for v, s in zip(vals, subs, strict=True) if s == sub])
+                cols[2].extend([t for t, s in zip(tss, subs, strict=True) if s == sub])
+            return
+        for kk, v, t, sub in zip(kks, vals, tss, subs, strict=True):
+            cols = buckets[sub]
+            cols[0].append(kk)
+            cols[1].append(v)
+            cols[2].append(t)
 
 
 def _apply(node: TransformNode, batch: Batch) -> Batch:
     fn = node.fn
+    values, stamps = batch
     if node.kind == "map":
-        return [(fn(v), t) for v, t in batch]
+        return [fn(v) for v in values], stamps
     if node.kind == "filter":
-        return [(v, t) for v, t in batch if fn(v)]
+        keep = [bool(fn(v)) for v in values]
+        return (
+            [v for v, k in zip(values, keep, strict=True) if k],
+            [t for t, k in zip(stamps, keep, strict=True) if k],
+        )
     if node.kind == "flat_map":
-        return [(o, t) for v, t in batch for o in fn(v)]
+        out_v: list[Any] = []
+        out_t: list[Any] = []
+        for v, t in zip(values, stamps, strict=True):
+            produced = list(fn(v))
+            out_v.extend(produced)
+            out_t.extend([t] * len(produced))
+        return out_v, out_t
     raise ValueError(f"unknown transform {node.kind}")

@@ -35,7 +35,9 @@ def create_session(cfg: SparkConfig, app_name: str) -> Any:
 
     master = effective_master(cfg)
     builder = SparkSession.builder.master(master).appName(app_name)
-    builder = builder.config("spark.ui.enabled", str(cfg.ui).lower())
+    builder = builder.config("spark.ui.enabled", str(cfg.ui).lower()).config(
+        "spark.ui.showConsoleProgress", "false"
+    )
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = builder.config("spark.driver.host", "127.0.0.1").config(

@@ -41,6 +41,7 @@ class EpochSpec:
     parallelism: dict[str, int]  # keyed operator uid -> subtasks
     local_dir: str
     rocksdb: RocksDBOptions
+    warm_entries: int
     ranges: dict[str, list[SplitRange]]  # source uid -> ranges, in split order
     split_max_ts: dict[str, dict[str, int]]  # source uid -> split -> max timestamp so far
     checkpoint: CheckpointTask | None = None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -18,11 +19,11 @@ from ..errors import StateMismatchError, StatorError
 from ..keygroups import KeyGroupRange, range_for_subtask
 from ..state.backend import KeyedBackend
 from .keyed import ProcessRunner, ReduceRunner
-from .routing import Batch, Router
+from .routing import Batch, Columns, Router
 from .spec import EpochSpec
 
 RESTORE_ERROR_MARKER = "StatorRestoreError"
-Header = tuple[tuple[int, int], int, list[Any]]  # (order key, watermark, entries)
+Header = tuple[tuple[int, int], int, Columns]  # (order key, watermark, kkeys/values/stamps)
 
 
 class RestoreError(StatorError):
@@ -69,7 +70,7 @@ def _downstream(
     for target in targets:
         per_sub = buckets.get(target.id, {})
         for sub in range(spec.parallelism[target.uid]):
-            out.append((target.id, sub, (origin, watermark, per_sub.get(sub, []))))
+            out.append((target.id, sub, (origin, watermark, per_sub.get(sub, ([], [], [])))))
     return out
 
 
@@ -79,20 +80,20 @@ def source_task(
     node = spec.pipeline.node(node_id)
     assert isinstance(node, SourceNode)
     rng = spec.ranges[node.uid][index]
+    t0 = time.perf_counter()
     records = node.source.read(rng)
+    t_read = time.perf_counter()
     max_ts = spec.split_max_ts.get(node.uid, {}).get(rng.split, MIN_TIMESTAMP)
     batch: Batch
     if node.timestamps is not None:
         ts_fn = node.timestamps
-        batch = [(r, ts_fn(r)) for r in records]
-        if batch:
-            max_ts = max(max_ts, *(t for _, t in batch))
-    elif node.source.provides_timestamps:
-        batch = records
-        if batch:
-            max_ts = max(max_ts, *(t for _, t in batch))
+        batch = (records, [ts_fn(r) for r in records])
+    elif node.source.provides_timestamps:  # the reader returned (record, timestamp) pairs
+        batch = ([r for r, _ in records], [t for _, t in records])
     else:
-        batch = [(r, None) for r in records]  # type: ignore[misc]
+        batch = (records, [None] * len(records))
+    if batch[1] and batch[1][0] is not None:
+        max_ts = max(max_ts, *batch[1])
     watermark = MAX_TIMESTAMP if rng.final else node.watermarks.watermark(max_ts)
 
     router = Router(
@@ -103,6 +104,7 @@ def source_task(
     router.push(node.id, batch)
     out = _downstream(router, spec, (node.id, rng.order), watermark, router.keyed_targets(node.id))
     sink_reports = _finish_sinks(router, spec)
+    t_end = time.perf_counter()
     reports.add(
         [
             {
@@ -112,6 +114,7 @@ def source_task(
                 "epoch": spec.epoch,
                 "max_ts": max_ts,
                 "records": len(records),
+                "timings": {"read": t_read - t0, "route": t_end - t_read},
             },
             *sink_reports,
         ]
@@ -126,12 +129,15 @@ def keyed_task(
     assert isinstance(node, KeyedNode)
     p = spec.parallelism[node.uid]
     key_groups = range_for_subtask(subtask, p, spec.max_parallelism)
+    t0 = time.perf_counter()
     headers = sorted((h for _, h in items), key=lambda h: h[0])
     new_watermark = min((h[1] for h in headers), default=MIN_TIMESTAMP)
     batches = [h[2] for h in headers]
-    records_in = sum(len(b) for b in batches)
+    records_in = sum(len(b[0]) for b in batches)
 
+    t_fetch = time.perf_counter()
     backend = prepare_backend(spec, node.uid, subtask, key_groups)
+    t_open = time.perf_counter()
     try:
         runner: ProcessRunner | ReduceRunner
         if isinstance(node, ProcessNode):
@@ -140,6 +146,7 @@ def keyed_task(
             assert isinstance(node, ReduceNode)
             runner = ReduceRunner(node, backend)
         output = runner.run(batches, new_watermark)
+        t_run = time.perf_counter()
         watermark = max(backend.watermark, new_watermark)
         router = Router(
             spec.pipeline,
@@ -153,7 +160,9 @@ def keyed_task(
         # Sink output is staged before the state commits: if the commit fails, the retried
         # task stages the same parts again; the reverse order could lose them.
         sink_reports = _finish_sinks(router, spec)
+        t_route = time.perf_counter()
         backend.commit(spec.epoch, watermark)
+        t_commit = time.perf_counter()
         snapshot, error = None, None
         if spec.checkpoint is not None:
             try:
@@ -170,8 +179,17 @@ def keyed_task(
                     "snapshot": snapshot,
                     "checkpoint_error": error,
                     "records_in": records_in,
-                    "records_out": len(output),
+                    "records_out": len(output[0]),
                     "watermark": watermark,
+                    "warm": backend.warm_hit,
+                    "timings": {
+                        "fetch": t_fetch - t0,
+                        "open": t_open - t_fetch,
+                        "run": t_run - t_open,
+                        "route": t_route - t_run,
+                        "commit": t_commit - t_route,
+                        "snapshot": time.perf_counter() - t_commit,
+                    },
                 },
                 *sink_reports,
             ]
@@ -187,7 +205,9 @@ def prepare_backend(
     """Open the subtask's local state if it is at the expected epoch; otherwise restore it
     from the checkpoint the driver named, or fail so the driver can fail over."""
     path = spec.state_dir(uid, subtask) / "db"
-    backend = KeyedBackend(path, spec.rocksdb, key_groups, spec.max_parallelism, uid)
+    backend = KeyedBackend(
+        path, spec.rocksdb, key_groups, spec.max_parallelism, uid, spec.warm_entries
+    )
     local_epoch = None
     if path.exists():
         backend.open()

@@ -17,14 +17,17 @@ import rocksdict
 from ..api.state import MapStateDescriptor, StateDescriptor
 from ..errors import StateCompatibilityError
 from ..keygroups import KeyGroupRange
-from .layout import MAX_STATE_ID, META_EPOCH, META_INFO, META_STATES, META_WATERMARK
+from . import warm
+from .layout import MAX_STATE_ID, META_COMMIT, META_EPOCH, META_INFO, META_STATES, META_WATERMARK
 from .options import RocksDBOptions
-from .tables import Table, table_for
+from .tables import MISSING, MapTable, Table, table_for
 from .timers import TimerStore
 
 _I64 = struct.Struct(">q")
 MIN_WATERMARK = -(2**63)
 ROCKSDB_SMALL_FILES = ("CURRENT", "rocksdict-config.json")
+# Prefetch with one scan instead of point reads when this share of stored entries is wanted.
+SCAN_FRACTION = 0.1
 
 
 @dataclass(frozen=True)
@@ -44,8 +47,14 @@ class KeyedBackend:
         key_groups: KeyGroupRange,
         max_parallelism: int,
         operator_uid: str,
+        warm_entries: int = 0,
     ) -> None:
+        """``warm_entries``: keep up to this many decoded values in this process between
+        epochs (0: off). See :mod:`stator.state.warm`."""
         self.path, self.options = path, options
+        self.warm_entries = warm_entries
+        self._warm: dict[int, dict[bytes, Any]] = {}
+        self.warm_hit = False
         self.key_groups, self.max_parallelism, self.operator_uid = (
             key_groups,
             max_parallelism,
@@ -76,6 +85,9 @@ class KeyedBackend:
         self.watermark = _I64.unpack(raw_wm)[0] if raw_wm is not None else MIN_WATERMARK
         raw_states = db.get(META_STATES)
         self.registry = json.loads(raw_states) if raw_states is not None else {}
+        if self.warm_entries:
+            self._warm = warm.take(str(self.path), db.get(META_COMMIT))
+            self.warm_hit = bool(self._warm)
         raw_info = db.get(META_INFO)
         if raw_info is not None:
             info = json.loads(raw_info)
@@ -128,7 +140,10 @@ class KeyedBackend:
         else:
             self._check_compatible(desc.name, stored, entry)
             sid = int(stored["sid"])
-        table = table_for(self.db, sid, desc, self.max_parallelism)
+        table = table_for(self.db, sid, desc)
+        cached = self._warm.pop(sid, None)
+        if cached is not None and not isinstance(table, MapTable):
+            table.cache = cached
         self.tables[desc.name] = table
         return table
 
@@ -153,6 +168,43 @@ class KeyedBackend:
                 f"this code's version {entry['version']}"
             )
 
+    # ------------------------------------------------------------------ reads
+
+    def prefetch(self, tables: list[Table], kkeys: list[bytes]) -> None:
+        """Load the state of ``kkeys`` for ``tables`` in one pass: a multi-get when few keys
+        are wanted, one sequential scan when the epoch touches a large share of the state
+        (a scan costs ~0.4 us per stored entry, a random read ~3 us per key)."""
+        assert self.db is not None
+        wanted: dict[bytes, Table] = {}
+        for table in tables:
+            sid, cache = table.sid_byte, table.cache
+            for kk in kkeys:
+                key = kk + sid
+                if key not in cache:
+                    wanted[key] = table
+        if not wanted:
+            return
+        stored = self.db.property_int_value("rocksdb.estimate-num-keys") or 0
+        if len(wanted) < SCAN_FRACTION * stored:
+            by_table: dict[int, list[bytes]] = {}
+            for key, table in wanted.items():
+                by_table.setdefault(id(table), []).append(key)
+            for table in tables:
+                table.prefetch(by_table.get(id(table), []))
+            return
+        it = self.db.iter()
+        it.seek_to_first()
+        nxt, valid, key_of, value_of = it.next, it.valid, it.key, it.value
+        pop: Any = wanted.pop
+        while valid():
+            key = key_of()
+            found = pop(key, None)
+            if found is not None:
+                found.cache[key] = found.decode(value_of())
+            nxt()
+        for key, table in wanted.items():  # not stored: known absent
+            table.cache[key] = MISSING
+
     # ------------------------------------------------------------------ epochs
 
     def commit(self, epoch: int, watermark: int) -> int:
@@ -163,6 +215,8 @@ class KeyedBackend:
         for table in self.tables.values():
             written += table.write_to(batch)
         written += self.timers.write_to(batch)
+        token = os.urandom(16)
+        batch.put(META_COMMIT, token)
         batch.put(META_EPOCH, _I64.pack(epoch))
         batch.put(META_WATERMARK, _I64.pack(watermark))
         if self._registry_changed or self.epoch == 0:
@@ -171,9 +225,16 @@ class KeyedBackend:
             batch.put(META_INFO, json.dumps(info, sort_keys=True).encode())
         self.db.write(batch)
         self.epoch, self.watermark, self._registry_changed = epoch, watermark, False
+        keep: dict[int, dict[bytes, Any]] = {}
         for table in self.tables.values():
-            table.reset()
+            if self.warm_entries and not isinstance(table, MapTable):
+                table.dirty.clear()  # the cache now equals the committed state
+                keep[table.sid] = table.cache
+            else:
+                table.reset()
         self.timers.reset()
+        if keep:
+            warm.give(str(self.path), token, keep, self.warm_entries)
         return written
 
     # ------------------------------------------------------------------ snapshots

@@ -1,70 +1,85 @@
 """Byte layout of keyed state in RocksDB. Every user key starts with its key-group, so a
 key-group range is one contiguous key range: scanned, exported and deleted as a range.
 
-    value/list/reducing  kg:2 | sid:1 | len(key):2 | key
-    map entry            kg:2 | sid:1 | len(key):2 | key | user-key
-    timer                kg:2 | 0xFE  | domain:1   | ts:8 (offset) | key
-    metadata             0xFFFF | name
+    keyed key (kkey)     kg:2 | len(key):2 | key            computed once, before the shuffle
+    value/list/reducing  kkey | sid:1
+    map entry            kkey | sid:1 | user-key
+    timer                kg:2 | 0xFFFF | domain:1 | ts:8 (offset) | key
+    metadata             0xFFFF | name                        (key-groups are < 0x8000)
+
+The shuffle carries kkeys, so a keyed task builds a state key with one concatenation.
 """
 
 from __future__ import annotations
 
 import struct
 
+from ..keygroups import encode_key, stable_hash
+
 KG = struct.Struct(">H")
-KEYLEN = struct.Struct(">H")
+HEADER = struct.Struct(">HH")  # key-group, key length
 TS = struct.Struct(">Q")
-TIMER_SID = 0xFE
-MAX_STATE_ID = 0xFD
+TIMER_MARK = b"\xff\xff"  # in the key-length position: never a real length
+MAX_STATE_ID = 0xFF
 META_PREFIX = b"\xff\xff"
 META_EPOCH = META_PREFIX + b"epoch"
 META_WATERMARK = META_PREFIX + b"watermark"
 META_STATES = META_PREFIX + b"states"
 META_INFO = META_PREFIX + b"info"
+META_COMMIT = META_PREFIX + b"commit"
 EVENT_TIME, PROCESSING_TIME = 0, 1
 _TS_OFFSET = 1 << 63
-MAX_KEY_BYTES = 0xFFFF
+MAX_KEY_BYTES = 0xFFFE
 
 
-def key_suffix(key_bytes: bytes) -> bytes:
-    """``len(key) | key``: what follows the key-group and state id for one key."""
+def keyed_key(key: object, max_parallelism: int) -> bytes:
+    """The kkey of a user key: key-group, length and the key's stable encoding."""
+    kb = encode_key(key)
+    return kkey_of(kb, stable_hash(kb) % max_parallelism)
+
+
+def kkey_of(key_bytes: bytes, kg: int) -> bytes:
     if len(key_bytes) > MAX_KEY_BYTES:
         raise ValueError(f"a key may encode to at most {MAX_KEY_BYTES} bytes, got {len(key_bytes)}")
-    return KEYLEN.pack(len(key_bytes)) + key_bytes
+    return HEADER.pack(kg, len(key_bytes)) + key_bytes
 
 
-def state_prefix(kg: int, sid: int) -> bytes:
-    return KG.pack(kg) + bytes((sid,))
+def kkey_group(kkey: bytes) -> int:
+    return (kkey[0] << 8) | kkey[1]
+
+
+def kkey_bytes(kkey: bytes) -> bytes:
+    """The encoded user key inside a kkey (see keygroups.decode_key)."""
+    return kkey[4:]
 
 
 def key_group_prefix(kg: int) -> bytes:
     return KG.pack(kg)
 
 
-def key_group_of(db_key: bytes) -> int:
-    return int(KG.unpack_from(db_key)[0])
+def split_state_key(db_key: bytes) -> tuple[int, bytes, int, bytes]:
+    """(key-group, encoded key, state id, user-key bytes) of a state entry."""
+    kg, n = HEADER.unpack_from(db_key)
+    return kg, db_key[4 : 4 + n], db_key[4 + n], db_key[5 + n :]
 
 
-def split_entry(db_key: bytes) -> tuple[int, int, bytes, bytes]:
-    """(key-group, state id, key bytes, user-key bytes) of a state entry."""
-    kg = KG.unpack_from(db_key)[0]
-    sid = db_key[2]
-    (n,) = KEYLEN.unpack_from(db_key, 3)
-    return kg, sid, db_key[5 : 5 + n], db_key[5 + n :]
+def is_timer_key(db_key: bytes) -> bool:
+    return db_key[2:4] == TIMER_MARK
 
 
 def timer_prefix(kg: int, domain: int) -> bytes:
-    return KG.pack(kg) + bytes((TIMER_SID, domain))
+    return KG.pack(kg) + TIMER_MARK + bytes((domain,))
 
 
-def timer_key(kg: int, domain: int, ts: int, key_bytes: bytes) -> bytes:
-    return timer_prefix(kg, domain) + TS.pack(ts + _TS_OFFSET) + key_bytes
+def timer_key(kkey: bytes, domain: int, ts: int) -> bytes:
+    return kkey[:2] + TIMER_MARK + bytes((domain,)) + TS.pack(ts + _TS_OFFSET) + kkey[4:]
 
 
-def split_timer(db_key: bytes) -> tuple[int, int, int, bytes]:
-    """(key-group, domain, timestamp, key bytes) of a timer entry."""
-    kg = KG.unpack_from(db_key)[0]
-    return kg, db_key[3], TS.unpack_from(db_key, 4)[0] - _TS_OFFSET, db_key[12:]
+def split_timer(db_key: bytes) -> tuple[int, int, bytes]:
+    """(timestamp, domain, kkey) of a timer entry."""
+    ts = TS.unpack_from(db_key, 5)[0] - _TS_OFFSET
+    kb = db_key[13:]
+    return ts, db_key[4], db_key[:2] + struct.pack(">H", len(kb)) + kb
 
 
 def timer_bound(kg: int, domain: int, ts_inclusive: int) -> bytes:

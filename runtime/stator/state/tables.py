@@ -22,7 +22,7 @@ from ..api.state import (
     StateDescriptor,
     ValueStateDescriptor,
 )
-from .layout import prefix_end, state_prefix
+from .layout import prefix_end
 
 MISSING: Any = object()  # known to be absent (or deleted this epoch)
 _UNLOADED: Any = object()  # never read this epoch
@@ -32,10 +32,10 @@ _LEN = struct.Struct(">I")
 class Table:
     """Cache of one state's entries, keyed by their full RocksDB key."""
 
-    def __init__(self, db: rocksdict.Rdict, sid: int, desc: StateDescriptor, max_kg: int) -> None:
+    def __init__(self, db: rocksdict.Rdict, sid: int, desc: StateDescriptor) -> None:
         self.db, self.sid, self.desc = db, sid, desc
         self.serializer: Serializer = desc.serializer
-        self.prefixes = [state_prefix(kg, sid) for kg in range(max_kg)]
+        self.sid_byte = bytes((sid,))  # a key's entry is its kkey + this
         self.cache: dict[bytes, Any] = {}
         self.dirty: set[bytes] = set()
 
@@ -93,8 +93,8 @@ class ValueTable(Table):
 
 
 class ReducingTable(Table):
-    def __init__(self, db: rocksdict.Rdict, sid: int, desc: StateDescriptor, max_kg: int) -> None:
-        super().__init__(db, sid, desc, max_kg)
+    def __init__(self, db: rocksdict.Rdict, sid: int, desc: StateDescriptor) -> None:
+        super().__init__(db, sid, desc)
         assert isinstance(desc, ReducingStateDescriptor)
         self.reduce_fn = desc.reduce_fn
 
@@ -129,8 +129,8 @@ class MapTable(Table):
     """Each user key is its own entry (``state key | user key``); iteration merges a RocksDB
     prefix scan with this epoch's uncommitted changes."""
 
-    def __init__(self, db: rocksdict.Rdict, sid: int, desc: StateDescriptor, max_kg: int) -> None:
-        super().__init__(db, sid, desc, max_kg)
+    def __init__(self, db: rocksdict.Rdict, sid: int, desc: StateDescriptor) -> None:
+        super().__init__(db, sid, desc)
         assert isinstance(desc, MapStateDescriptor)
         self.user_key_serializer = desc.key_serializer
         self.changes: dict[bytes, dict[bytes, Any]] = {}  # state key -> user key -> value|MISSING
@@ -194,13 +194,13 @@ class MapTable(Table):
         self.cleared.clear()
 
 
-def table_for(db: rocksdict.Rdict, sid: int, desc: StateDescriptor, max_kg: int) -> Table:
+def table_for(db: rocksdict.Rdict, sid: int, desc: StateDescriptor) -> Table:
     if isinstance(desc, MapStateDescriptor):
-        return MapTable(db, sid, desc, max_kg)
+        return MapTable(db, sid, desc)
     if isinstance(desc, ListStateDescriptor):
-        return ListTable(db, sid, desc, max_kg)
+        return ListTable(db, sid, desc)
     if isinstance(desc, ReducingStateDescriptor):
-        return ReducingTable(db, sid, desc, max_kg)
+        return ReducingTable(db, sid, desc)
     if isinstance(desc, ValueStateDescriptor):
-        return ValueTable(db, sid, desc, max_kg)
+        return ValueTable(db, sid, desc)
     raise TypeError(f"not a state descriptor: {desc!r}")

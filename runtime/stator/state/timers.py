@@ -1,13 +1,13 @@
-"""Timers per key, stored in RocksDB next to the key's state (same key-group prefix), so they
-move with their key-group on rescale and are part of every checkpoint and savepoint."""
+"""Timers per key, stored in RocksDB under the key's key-group, so they move with their
+key-group on rescale and are part of every checkpoint and savepoint."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
 import rocksdict
 
-from .layout import EVENT_TIME, split_timer, timer_bound, timer_key, timer_prefix
+from .layout import EVENT_TIME, kkey_group, split_timer, timer_bound, timer_key, timer_prefix
 
 
 class TimerStore:
@@ -17,15 +17,15 @@ class TimerStore:
         self.db = db
         self.pending: dict[bytes, bool] = {}  # timer key -> registered (True) / deleted (False)
 
-    def register(self, kg: int, domain: int, ts: int, key_bytes: bytes) -> None:
-        self.pending[timer_key(kg, domain, ts, key_bytes)] = True
+    def register(self, kkey: bytes, domain: int, ts: int) -> None:
+        self.pending[timer_key(kkey, domain, ts)] = True
 
-    def delete(self, kg: int, domain: int, ts: int, key_bytes: bytes) -> None:
-        self.pending[timer_key(kg, domain, ts, key_bytes)] = False
+    def delete(self, kkey: bytes, domain: int, ts: int) -> None:
+        self.pending[timer_key(kkey, domain, ts)] = False
 
-    def pop_due(self, domain: int, bound: int, key_groups: range) -> list[tuple[int, int, bytes]]:
-        """Remove and return timers with timestamp <= ``bound`` as (ts, kg, key bytes), sorted:
-        firing order is deterministic, so a replayed epoch fires exactly the same way."""
+    def pop_due(self, domain: int, bound: int, key_groups: range) -> list[tuple[int, bytes]]:
+        """Remove and return timers with timestamp <= ``bound`` as (ts, kkey), sorted, so a
+        replayed epoch fires exactly the same timers in the same order."""
         due: dict[bytes, None] = {}
         for kg in key_groups:
             start, stop = timer_prefix(kg, domain), timer_bound(kg, domain, bound)
@@ -35,15 +35,16 @@ class TimerStore:
                     break
                 due[key] = None
         for key, registered in self.pending.items():
-            if key[3] == domain and _in(key, key_groups) and split_timer(key)[2] <= bound:
+            ts, dom, kkey = split_timer(key)
+            if dom == domain and ts <= bound and kkey_group(kkey) in key_groups:
                 if registered:
                     due[key] = None
                 else:
                     due.pop(key, None)
         fired = []
         for key in due:
-            kg, _, ts, kb = split_timer(key)
-            fired.append((ts, kg, kb))
+            ts, _, kkey = split_timer(key)
+            fired.append((ts, kkey))
             self.pending[key] = False
         fired.sort()
         return fired
@@ -67,13 +68,10 @@ class TimerStore:
                     break
                 keys[key] = True
         for key, registered in self.pending.items():
-            if key[3] == domain and _in(key, key_groups):
+            _, dom, kkey = split_timer(key)
+            if dom == domain and kkey_group(kkey) in key_groups:
                 keys[key] = registered
         return sum(keys.values())
 
     def reset(self) -> None:
         self.pending.clear()
-
-
-def _in(key: bytes, key_groups: Any) -> bool:
-    return int.from_bytes(key[:2], "big") in key_groups
