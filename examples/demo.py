@@ -12,7 +12,7 @@ import sys
 import time
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from tests.testbed.bed import running
 from tests.testbed.spark import kafka_connector_jars, local_spark_env
@@ -36,7 +36,7 @@ def main() -> int:
         producer.flush()
 
         os.environ.update(local_spark_env())
-        from pyspark.sql import SparkSession  # noqa: PLC0415
+        from pyspark.sql import SparkSession
 
         spark = (
             SparkSession.builder.master("local[2]")

@@ -112,23 +112,20 @@ class JobDriver:
             self.spark = create_session(self.config.spark, f"stator-{self.job}")
         self._recover_initial()
         while not self._stop:
-            if self._finished():
-                self.status.finished = True
-                break
-            ranges = self._plan()
-            if ranges is None:
-                if self._stop:
-                    break
-                time.sleep(self.config.epoch.idle_wait_ms / 1000)
-                continue
-            spec = self._spec(ranges)
-            started = time.monotonic()
             try:
+                if self._finished():
+                    self.status.finished = True
+                    break
+                ranges = self._plan()
+                if ranges is None:
+                    time.sleep(self.config.epoch.idle_wait_ms / 1000)
+                    continue
+                spec = self._spec(ranges)
+                started = time.monotonic()
                 reports = self._run_epoch(spec)
+                self._advance(spec, reports, started)
             except Exception as exc:
                 self._failover(exc)
-                continue
-            self._advance(spec, reports, started)
         for node in self.sources.values():
             node.source.close()
         return self.status
@@ -236,18 +233,25 @@ class JobDriver:
             )
         else:
             log.warning("epoch %d failed: %s", self.epoch + 1, _short(text))
-        delay = self.restart.next_delay_ms()
-        if delay is None:
-            raise JobFailed(
-                f"job '{self.job}' failed and the restart strategy "
-                f"'{self.config.restart.strategy}' gave up: {_short(text)}"
-            ) from exc
-        self.status.restarts += 1
-        time.sleep(delay / 1000)
-        if self.coordinator.latest is not None:
-            self._reset_to(self.coordinator.latest, self.store)
-        else:
-            self._reset_to(self._initial_target, self._initial_store)
+        while True:
+            delay = self.restart.next_delay_ms()
+            if delay is None:
+                raise JobFailed(
+                    f"job '{self.job}' failed and the restart strategy "
+                    f"'{self.config.restart.strategy}' gave up: {_short(text)}"
+                ) from exc
+            self.status.restarts += 1
+            time.sleep(delay / 1000)
+            try:
+                if self.coordinator.latest is not None:
+                    self._reset_to(self.coordinator.latest, self.store)
+                else:
+                    self._reset_to(self._initial_target, self._initial_store)
+                return
+            except Exception as again:
+                text = f"{type(again).__name__}: {again}"
+                self.status.last_error = _short(text)
+                log.warning("restoring after a failure failed: %s", _short(text))
 
     # ------------------------------------------------------------------ planning
 

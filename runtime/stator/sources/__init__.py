@@ -1,10 +1,9 @@
 from .base import Source, SplitRange
 from .files import FileSource
-from .generator import ChurnEvents, FromList, GeneratorSource, KeyedEvents, list_source
+from .generator import FromList, GeneratorSource, KeyedEvents, SweepEvents, list_source
 from .kafka import KafkaRecord, KafkaSource
 
 __all__ = [
-    "ChurnEvents",
     "FileSource",
     "FromList",
     "GeneratorSource",
@@ -13,5 +12,6 @@ __all__ = [
     "KeyedEvents",
     "Source",
     "SplitRange",
+    "SweepEvents",
     "list_source",
 ]

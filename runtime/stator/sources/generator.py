@@ -39,21 +39,17 @@ class KeyedEvents:
 
 
 @dataclass(frozen=True)
-class ChurnEvents:
-    """The first ``num_keys`` records touch every key once; after that, records touch only a
-    ``churn`` fraction of the keys. Measures incremental checkpoints."""
+class SweepEvents:
+    """``(key, 1, index)`` with keys in order ``k0, k1, ..., k{num_keys-1}, k0, ...``: any run
+    of ``m <= num_keys`` consecutive records touches exactly ``m`` distinct keys. With epochs
+    of ``m`` records after a first pass over all keys, each epoch changes an ``m / num_keys``
+    share of the state: how incremental checkpoints are measured."""
 
     num_keys: int = 100_000
-    churn: float = 0.01
-    seed: int = 0
 
     def make(self, start: int, stop: int, step: int) -> list[Any]:
-        n, hot = self.num_keys, max(1, int(self.num_keys * self.churn))
-        out = []
-        for i in range(start, stop, step):
-            k = i if i < n else ((i * _MULT + self.seed) & 0xFFFFFFFF) % hot
-            out.append((f"k{k}", 1, i))
-        return out
+        n = self.num_keys
+        return [(f"k{i % n}", 1, i) for i in range(start, stop, step)]
 
 
 @dataclass

@@ -1,0 +1,112 @@
+"""``python -m bench`` (``make bench``): Stator against its peers, measured in one run.
+
+Each case runs in its own process (fresh JVM, fresh Python workers) on ``local[2]``; the
+table gives each peer's throughput and Stator's ratio to it. Cases:
+
+1. keyed count: Stator (checkpoint every epoch) vs Spark's native streaming
+   ``groupBy().count()`` with the RocksDB state store, same events and batch size;
+2. the same against ``transformWithStateInPandas`` on a smaller input (it is ~50x slower);
+3. checkpoint overhead: Stator with a checkpoint every epoch vs none;
+4. incremental vs full checkpoint bytes at 1% key churn per checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_case(name: str, **kwargs: Any) -> dict[str, Any]:
+    """Run one case in a child process and return its result."""
+    code = (
+        "import json, sys; from bench.cases import CASES; "
+        f"r = CASES[{name!r}](**json.loads(sys.argv[1])); print('RESULT ' + json.dumps(r))"
+    )
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(kwargs)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, check=False)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result: dict[str, Any] = json.loads(line[7:])
+            result["wall_s"] = time.monotonic() - started
+            print(f"  {name}({kwargs}): {result}", file=sys.stderr, flush=True)
+            return result
+    raise RuntimeError(f"benchmark case {name} failed (exit {proc.returncode}):\n"
+                       f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=4_000_000)
+    parser.add_argument("--keys", type=int, default=400_000)
+    parser.add_argument("--epoch", type=int, default=500_000, help="records per epoch/trigger")
+    parser.add_argument("--tws-events", type=int, default=200_000)
+    parser.add_argument("--tws-keys", type=int, default=20_000)
+    parser.add_argument("--churn-keys", type=int, default=400_000)
+    parser.add_argument("--churn-checkpoints", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=2, help="runs per case (best is kept)")
+    parser.add_argument("--only", nargs="*", default=["count", "tws", "overhead", "churn"])
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args(argv)
+
+    def best(name: str, **kw: Any) -> dict[str, Any]:
+        runs = [run_case(name, **kw) for _ in range(args.repeat)]
+        return max(runs, key=lambda r: r.get("events_per_s", 0))
+
+    rows: list[tuple[str, str, str, str]] = []
+    results: dict[str, Any] = {}
+    size = dict(events=args.events, keys=args.keys, epoch=args.epoch)
+    if "count" in args.only or "overhead" in args.only:
+        results["stator"] = best("stator_count", **size)
+    if "count" in args.only:
+        results["native"] = best("native_count", **size)
+        s, n = results["stator"], results["native"]
+        rows.append((f"keyed count, {args.events:,} events, {args.keys:,} keys",
+                     f"{s['events_per_s']:,.0f}/s", f"native {n['events_per_s']:,.0f}/s",
+                     f"{s['events_per_s'] / n['events_per_s']:.2f}x (target >= 1.0)"))
+    if "tws" in args.only:
+        small = dict(events=args.tws_events, keys=args.tws_keys, epoch=args.tws_events // 4)
+        results["tws"] = best("tws_pandas_count", **small)
+        results["stator_small"] = best("stator_count", **small)
+        t, s = results["tws"], results["stator_small"]
+        rows.append((f"keyed count, {args.tws_events:,} events, {args.tws_keys:,} keys",
+                     f"{s['events_per_s']:,.0f}/s",
+                     f"transformWithStateInPandas {t['events_per_s']:,.0f}/s",
+                     f"{s['events_per_s'] / t['events_per_s']:.1f}x (target >= 25)"))
+    if "overhead" in args.only:
+        results["stator_nock"] = best("stator_count", **size, checkpoint=False)
+        s, z = results["stator"], results["stator_nock"]
+        rows.append(("checkpoint every epoch vs none", f"{s['events_per_s']:,.0f}/s",
+                     f"no checkpoints {z['events_per_s']:,.0f}/s",
+                     f"{s['events_per_s'] / z['events_per_s']:.2f} (target >= 0.85)"))
+    if "churn" in args.only:
+        churn = dict(keys=args.churn_keys, churn=0.01, checkpoints=args.churn_checkpoints)
+        results["incremental"] = run_case("incremental_bytes", **churn, incremental=True)
+        results["full"] = run_case("incremental_bytes", **churn, incremental=False)
+        inc, full = results["incremental"], results["full"]
+        rows.append((f"checkpoint bytes at 1% churn, {args.churn_keys:,} keys",
+                     f"incremental {inc['mean_uploaded'] / 1e3:,.0f} kB/checkpoint "
+                     f"(max {inc['max_uploaded'] / 1e3:,.0f} kB)",
+                     f"full {full['mean_uploaded'] / 1e3:,.0f} kB/checkpoint",
+                     f"{inc['mean_uploaded'] / full['mean_uploaded']:.1%} (target <= 5%)"))
+
+    print("\n| benchmark | Stator | peer | ratio |\n|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

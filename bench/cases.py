@@ -1,0 +1,219 @@
+"""Benchmark cases. Each runs in a fresh Python process with its own local[2] Spark (see
+``bench.__main__``), so no case inherits another's warm JVM, and returns a JSON-able dict.
+
+Every case generates the same events: ``KeyedEvents(num_keys, seed=1)``, i.e. record ``i`` is
+``("k" + str(((i * 2654435761 + 1) & 0xFFFFFFFF) % num_keys), 1, i)``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from stator import Pipeline
+from stator.config import SparkConfig, load_config
+from stator.execution.driver import JobDriver
+from stator.execution.spark import create_session
+from stator.sinks.base import Sink, SinkWriter
+from stator.sources import GeneratorSource, KeyedEvents, SweepEvents
+
+SEED, MULT = 1, 2654435761
+
+
+class _CountingWriter(SinkWriter):
+    def __init__(self) -> None:
+        self.n = 0
+
+    def write(self, values: list[Any]) -> None:
+        self.n += len(values)
+
+    def finish(self) -> tuple[dict[str, Any], Any]:
+        return {"part": "bench", "records": self.n}, None
+
+
+class NoopSink(Sink):
+    """Counts records and drops them: the peer of Spark's ``noop`` format."""
+
+    def writer(self, uid: str, epoch: int, part: str) -> SinkWriter:
+        return _CountingWriter()
+
+
+def _cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine, from /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    total = sum(fields) / os.sysconf("SC_CLK_TCK")
+    idle = (fields[3] + fields[4]) / os.sysconf("SC_CLK_TCK")
+    return total - idle, total
+
+
+def _workdir(name: str) -> Path:
+    path = Path(tempfile.gettempdir()) / "stator-bench" / name
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
+def _spark(extra: dict[str, str] | None = None) -> Any:
+    return create_session(SparkConfig(master="local[2]", conf=extra or {}), "stator-bench")
+
+
+def stator_count(events: int, keys: int, epoch: int, checkpoint: bool = True,
+                 storage: str = "") -> dict[str, Any]:
+    """Stator's keyed count, exactly-once checkpoints every epoch (or none)."""
+    work = _workdir("stator-count")
+    spark = _spark()
+    p = Pipeline("bench-count")
+    (p.source(GeneratorSource(KeyedEvents(keys, SEED), count=events, splits=2), uid="events")
+      .key_by(lambda e: e[0]).count(uid="count").sink(NoopSink(), uid="out"))
+    cfg = load_config(None, [
+        f"checkpoint.storage={storage or f'file://{work}/checkpoints'}",
+        f"state.local_dir={work}/state", f"epoch.max_records={epoch}",
+        f"checkpoint.enabled={'true' if checkpoint else 'false'}",
+    ])
+    driver = JobDriver(p, cfg, spark)
+    c0, t0 = _cpu(), time.perf_counter()
+    status = driver.run()
+    seconds, c1 = time.perf_counter() - t0, _cpu()
+    spark.stop()
+    last = status.last_checkpoint
+    return {"events": events, "keys": keys, "seconds": seconds, "events_per_s": events / seconds,
+            "epochs": status.epoch, "checkpoints": status.checkpoints,
+            "state_bytes": last.size if last else 0, "cpu_busy": (c1[0] - c0[0]) / (c1[1] - c0[1])}
+
+
+def _events_frame(spark: Any, events: int, keys: int, epoch: int, work: Path) -> Any:
+    """The same events as KeyedEvents, as parquet files of ``epoch`` rows (one per trigger)."""
+    from pyspark.sql import functions as F
+
+    df = spark.range(0, events).select(
+        F.concat(F.lit("k"), (((F.col("id") * MULT + SEED) % 4294967296) % keys).cast("string"))
+        .alias("key"),
+        F.lit(1).alias("value"),
+        F.col("id").alias("ts"),
+        (F.col("id") / epoch).cast("int").alias("batch"),
+    )
+    path = str(work / "input")
+    df.repartition("batch").write.partitionBy("batch").parquet(path)  # one file per batch
+    return df.schema, path
+
+
+def native_count(events: int, keys: int, epoch: int) -> dict[str, Any]:
+    """Spark's own streaming groupBy().count(), RocksDB state store, update mode, noop sink,
+    one micro-batch per ``epoch`` events, checkpointing every micro-batch (Spark always does)."""
+    work = _workdir("native-count")
+    spark = _spark({
+        "spark.sql.streaming.stateStore.providerClass":
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        "spark.sql.shuffle.partitions": "2",
+    })
+    schema, path = _events_frame(spark, events, keys, epoch, work)
+    stream = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1)
+              .option("basePath", path).parquet(path + "/batch=*"))
+    query = (stream.groupBy("key").count().writeStream.format("noop").outputMode("update")
+             .option("checkpointLocation", str(work / "checkpoint"))
+             .trigger(availableNow=True))
+    c0, t0 = _cpu(), time.perf_counter()
+    handle = query.start()
+    handle.awaitTermination()
+    seconds, c1 = time.perf_counter() - t0, _cpu()
+    batches = len([p for p in handle.recentProgress if p["numInputRows"] > 0])
+    rows = sum(p["numInputRows"] for p in handle.recentProgress)
+    spark.stop()
+    assert rows == events, f"native query read {rows} of {events} rows"
+    return {"events": events, "keys": keys, "seconds": seconds, "events_per_s": events / seconds,
+            "batches": batches, "cpu_busy": (c1[0] - c0[0]) / (c1[1] - c0[1])}
+
+
+def tws_pandas_count(events: int, keys: int, epoch: int) -> dict[str, Any]:
+    """Spark's Python stateful API: transformWithStateInPandas with a ValueState count."""
+    import pandas as pd
+    from pyspark.sql.streaming.stateful_processor import (
+        StatefulProcessor,
+        StatefulProcessorHandle,
+    )
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    class Count(StatefulProcessor):
+        def init(self, handle: StatefulProcessorHandle) -> None:
+            self.count = handle.getValueState(
+                "count", StructType([StructField("count", LongType(), True)]))
+
+        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
+            n = sum(len(df) for df in rows)
+            stored = self.count.get() if self.count.exists() else None
+            total = (stored[0] if stored else 0) + n
+            self.count.update((total,))
+            yield pd.DataFrame({"key": [key[0]], "count": [total]})
+
+        def close(self) -> None:
+            pass
+
+    work = _workdir("tws-count")
+    spark = _spark({
+        "spark.sql.streaming.stateStore.providerClass":
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        "spark.sql.shuffle.partitions": "2",
+    })
+    schema, path = _events_frame(spark, events, keys, epoch, work)
+    stream = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1)
+              .option("basePath", path).parquet(path + "/batch=*"))
+    out = StructType([StructField("key", StringType()), StructField("count", LongType())])
+    query = (stream.groupBy("key").transformWithStateInPandas(
+        statefulProcessor=Count(), outputStructType=out, outputMode="Update", timeMode="None")
+        .writeStream.format("noop").outputMode("update")
+        .option("checkpointLocation", str(work / "checkpoint")).trigger(availableNow=True))
+    c0, t0 = _cpu(), time.perf_counter()
+    handle = query.start()
+    handle.awaitTermination()
+    seconds, c1 = time.perf_counter() - t0, _cpu()
+    rows = sum(p["numInputRows"] for p in handle.recentProgress)
+    spark.stop()
+    assert rows == events, f"transformWithStateInPandas read {rows} of {events} rows"
+    return {"events": events, "keys": keys, "seconds": seconds, "events_per_s": events / seconds,
+            "cpu_busy": (c1[0] - c0[0]) / (c1[1] - c0[1])}
+
+
+def incremental_bytes(keys: int, churn: float, checkpoints: int, incremental: bool,
+                      storage: str = "") -> dict[str, Any]:
+    """Load ``keys`` keys, then take ``checkpoints`` checkpoints each after an epoch that
+    changes a ``churn`` share of the keys; report bytes uploaded per checkpoint."""
+    work = _workdir(f"churn-{'inc' if incremental else 'full'}")
+    spark = _spark()
+    step = max(1, int(keys * churn))
+
+    def job(count: int, epoch: int) -> JobDriver:
+        p = Pipeline("bench-churn")
+        (p.source(GeneratorSource(SweepEvents(keys), count=count, splits=2), uid="events")
+          .key_by(lambda e: e[0]).count(uid="count").sink(NoopSink(), uid="out"))
+        cfg = load_config(None, [
+            f"checkpoint.storage={storage or f'file://{work}/checkpoints'}",
+            f"state.local_dir={work}/state", f"epoch.max_records={epoch}",
+            f"checkpoint.incremental={'true' if incremental else 'false'}",
+            f"checkpoint.retained={checkpoints + 2}",
+        ])
+        return JobDriver(p, cfg, spark)
+
+    job(keys, keys).run()  # the initial state: every key once, one checkpoint
+    churn_job = job(keys + checkpoints * step, step)
+    uploads: list[int] = []
+    sizes: list[int] = []
+    original = churn_job.coordinator.complete
+
+    def record(meta: Any, on_complete: Any) -> None:
+        uploads.append(meta.uploaded_bytes)
+        sizes.append(meta.size)
+        original(meta, on_complete)
+
+    churn_job.coordinator.complete = record  # type: ignore[method-assign]
+    churn_job.run()
+    spark.stop()
+    return {"keys": keys, "churn": churn, "checkpoints": len(uploads),
+            "mean_uploaded": sum(uploads) / max(1, len(uploads)), "max_uploaded": max(uploads),
+            "mean_size": sum(sizes) / max(1, len(sizes)), "incremental": incremental}
+
+
+CASES = {f.__name__: f for f in (stator_count, native_count, tws_pandas_count, incremental_bytes)}
