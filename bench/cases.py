@@ -61,28 +61,44 @@ def _spark(extra: dict[str, str] | None = None) -> Any:
     return create_session(SparkConfig(master="local[2]", conf=extra or {}), "stator-bench")
 
 
-def stator_count(events: int, keys: int, epoch: int, checkpoint: bool = True,
-                 storage: str = "") -> dict[str, Any]:
+def stator_count(
+    events: int, keys: int, epoch: int, checkpoint: bool = True, storage: str = ""
+) -> dict[str, Any]:
     """Stator's keyed count, exactly-once checkpoints every epoch (or none)."""
     work = _workdir("stator-count")
     spark = _spark()
     p = Pipeline("bench-count")
-    (p.source(GeneratorSource(KeyedEvents(keys, SEED), count=events, splits=2), uid="events")
-      .key_by(lambda e: e[0]).count(uid="count").sink(NoopSink(), uid="out"))
-    cfg = load_config(None, [
-        f"checkpoint.storage={storage or f'file://{work}/checkpoints'}",
-        f"state.local_dir={work}/state", f"epoch.max_records={epoch}",
-        f"checkpoint.enabled={'true' if checkpoint else 'false'}",
-    ])
+    (
+        p.source(GeneratorSource(KeyedEvents(keys, SEED), count=events, splits=2), uid="events")
+        .key_by(lambda e: e[0])
+        .count(uid="count")
+        .sink(NoopSink(), uid="out")
+    )
+    cfg = load_config(
+        None,
+        [
+            f"checkpoint.storage={(storage + '/' + work.name) if storage else f'file://{work}/ck'}",
+            f"state.local_dir={work}/state",
+            f"epoch.max_records={epoch}",
+            f"checkpoint.enabled={'true' if checkpoint else 'false'}",
+        ],
+    )
     driver = JobDriver(p, cfg, spark)
     c0, t0 = _cpu(), time.perf_counter()
     status = driver.run()
     seconds, c1 = time.perf_counter() - t0, _cpu()
     spark.stop()
     last = status.last_checkpoint
-    return {"events": events, "keys": keys, "seconds": seconds, "events_per_s": events / seconds,
-            "epochs": status.epoch, "checkpoints": status.checkpoints,
-            "state_bytes": last.size if last else 0, "cpu_busy": (c1[0] - c0[0]) / (c1[1] - c0[1])}
+    return {
+        "events": events,
+        "keys": keys,
+        "seconds": seconds,
+        "events_per_s": events / seconds,
+        "epochs": status.epoch,
+        "checkpoints": status.checkpoints,
+        "state_bytes": last.size if last else 0,
+        "cpu_busy": (c1[0] - c0[0]) / (c1[1] - c0[1]),
+    }
 
 
 def _events_frame(spark: Any, events: int, keys: int, epoch: int, work: Path) -> Any:
@@ -90,8 +106,9 @@ def _events_frame(spark: Any, events: int, keys: int, epoch: int, work: Path) ->
     from pyspark.sql import functions as F
 
     df = spark.range(0, events).select(
-        F.concat(F.lit("k"), (((F.col("id") * MULT + SEED) % 4294967296) % keys).cast("string"))
-        .alias("key"),
+        F.concat(
+            F.lit("k"), (((F.col("id") * MULT + SEED) % 4294967296) % keys).cast("string")
+        ).alias("key"),
         F.lit(1).alias("value"),
         F.col("id").alias("ts"),
         (F.col("id") / epoch).cast("int").alias("batch"),
@@ -105,17 +122,27 @@ def native_count(events: int, keys: int, epoch: int) -> dict[str, Any]:
     """Spark's own streaming groupBy().count(), RocksDB state store, update mode, noop sink,
     one micro-batch per ``epoch`` events, checkpointing every micro-batch (Spark always does)."""
     work = _workdir("native-count")
-    spark = _spark({
-        "spark.sql.streaming.stateStore.providerClass":
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-        "spark.sql.shuffle.partitions": "2",
-    })
+    spark = _spark(
+        {
+            "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+            "spark.sql.shuffle.partitions": "2",
+        }
+    )
     schema, path = _events_frame(spark, events, keys, epoch, work)
-    stream = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1)
-              .option("basePath", path).parquet(path + "/batch=*"))
-    query = (stream.groupBy("key").count().writeStream.format("noop").outputMode("update")
-             .option("checkpointLocation", str(work / "checkpoint"))
-             .trigger(availableNow=True))
+    stream = (
+        spark.readStream.schema(schema)
+        .option("maxFilesPerTrigger", 1)
+        .option("basePath", path)
+        .parquet(path + "/batch=*")
+    )
+    query = (
+        stream.groupBy("key")
+        .count()
+        .writeStream.format("noop")
+        .outputMode("update")
+        .option("checkpointLocation", str(work / "checkpoint"))
+        .trigger(availableNow=True)
+    )
     c0, t0 = _cpu(), time.perf_counter()
     handle = query.start()
     handle.awaitTermination()
@@ -124,8 +151,14 @@ def native_count(events: int, keys: int, epoch: int) -> dict[str, Any]:
     rows = sum(p["numInputRows"] for p in handle.recentProgress)
     spark.stop()
     assert rows == events, f"native query read {rows} of {events} rows"
-    return {"events": events, "keys": keys, "seconds": seconds, "events_per_s": events / seconds,
-            "batches": batches, "cpu_busy": (c1[0] - c0[0]) / (c1[1] - c0[1])}
+    return {
+        "events": events,
+        "keys": keys,
+        "seconds": seconds,
+        "events_per_s": events / seconds,
+        "batches": batches,
+        "cpu_busy": (c1[0] - c0[0]) / (c1[1] - c0[1]),
+    }
 
 
 def tws_pandas_count(events: int, keys: int, epoch: int) -> dict[str, Any]:
@@ -140,7 +173,8 @@ def tws_pandas_count(events: int, keys: int, epoch: int) -> dict[str, Any]:
     class Count(StatefulProcessor):
         def init(self, handle: StatefulProcessorHandle) -> None:
             self.count = handle.getValueState(
-                "count", StructType([StructField("count", LongType(), True)]))
+                "count", StructType([StructField("count", LongType(), True)])
+            )
 
         def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
             n = sum(len(df) for df in rows)
@@ -153,19 +187,30 @@ def tws_pandas_count(events: int, keys: int, epoch: int) -> dict[str, Any]:
             pass
 
     work = _workdir("tws-count")
-    spark = _spark({
-        "spark.sql.streaming.stateStore.providerClass":
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-        "spark.sql.shuffle.partitions": "2",
-    })
+    spark = _spark(
+        {
+            "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+            "spark.sql.shuffle.partitions": "2",
+        }
+    )
     schema, path = _events_frame(spark, events, keys, epoch, work)
-    stream = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1)
-              .option("basePath", path).parquet(path + "/batch=*"))
+    stream = (
+        spark.readStream.schema(schema)
+        .option("maxFilesPerTrigger", 1)
+        .option("basePath", path)
+        .parquet(path + "/batch=*")
+    )
     out = StructType([StructField("key", StringType()), StructField("count", LongType())])
-    query = (stream.groupBy("key").transformWithStateInPandas(
-        statefulProcessor=Count(), outputStructType=out, outputMode="Update", timeMode="None")
-        .writeStream.format("noop").outputMode("update")
-        .option("checkpointLocation", str(work / "checkpoint")).trigger(availableNow=True))
+    query = (
+        stream.groupBy("key")
+        .transformWithStateInPandas(
+            statefulProcessor=Count(), outputStructType=out, outputMode="Update", timeMode="None"
+        )
+        .writeStream.format("noop")
+        .outputMode("update")
+        .option("checkpointLocation", str(work / "checkpoint"))
+        .trigger(availableNow=True)
+    )
     c0, t0 = _cpu(), time.perf_counter()
     handle = query.start()
     handle.awaitTermination()
@@ -173,12 +218,18 @@ def tws_pandas_count(events: int, keys: int, epoch: int) -> dict[str, Any]:
     rows = sum(p["numInputRows"] for p in handle.recentProgress)
     spark.stop()
     assert rows == events, f"transformWithStateInPandas read {rows} of {events} rows"
-    return {"events": events, "keys": keys, "seconds": seconds, "events_per_s": events / seconds,
-            "cpu_busy": (c1[0] - c0[0]) / (c1[1] - c0[1])}
+    return {
+        "events": events,
+        "keys": keys,
+        "seconds": seconds,
+        "events_per_s": events / seconds,
+        "cpu_busy": (c1[0] - c0[0]) / (c1[1] - c0[1]),
+    }
 
 
-def incremental_bytes(keys: int, churn: float, checkpoints: int, incremental: bool,
-                      storage: str = "") -> dict[str, Any]:
+def incremental_bytes(
+    keys: int, churn: float, checkpoints: int, incremental: bool, storage: str = ""
+) -> dict[str, Any]:
     """Load ``keys`` keys, then take ``checkpoints`` checkpoints each after an epoch that
     changes a ``churn`` share of the keys; report bytes uploaded per checkpoint."""
     work = _workdir(f"churn-{'inc' if incremental else 'full'}")
@@ -187,14 +238,22 @@ def incremental_bytes(keys: int, churn: float, checkpoints: int, incremental: bo
 
     def job(count: int, epoch: int) -> JobDriver:
         p = Pipeline("bench-churn")
-        (p.source(GeneratorSource(SweepEvents(keys), count=count, splits=2), uid="events")
-          .key_by(lambda e: e[0]).count(uid="count").sink(NoopSink(), uid="out"))
-        cfg = load_config(None, [
-            f"checkpoint.storage={storage or f'file://{work}/checkpoints'}",
-            f"state.local_dir={work}/state", f"epoch.max_records={epoch}",
-            f"checkpoint.incremental={'true' if incremental else 'false'}",
-            f"checkpoint.retained={checkpoints + 2}",
-        ])
+        (
+            p.source(GeneratorSource(SweepEvents(keys), count=count, splits=2), uid="events")
+            .key_by(lambda e: e[0])
+            .count(uid="count")
+            .sink(NoopSink(), uid="out")
+        )
+        cfg = load_config(
+            None,
+            [
+                f"checkpoint.storage={(storage + '/' + work.name) if storage else f'file://{work}/ck'}",
+                f"state.local_dir={work}/state",
+                f"epoch.max_records={epoch}",
+                f"checkpoint.incremental={'true' if incremental else 'false'}",
+                f"checkpoint.retained={checkpoints + 2}",
+            ],
+        )
         return JobDriver(p, cfg, spark)
 
     job(keys, keys).run()  # the initial state: every key once, one checkpoint
@@ -211,9 +270,15 @@ def incremental_bytes(keys: int, churn: float, checkpoints: int, incremental: bo
     churn_job.coordinator.complete = record  # type: ignore[method-assign]
     churn_job.run()
     spark.stop()
-    return {"keys": keys, "churn": churn, "checkpoints": len(uploads),
-            "mean_uploaded": sum(uploads) / max(1, len(uploads)), "max_uploaded": max(uploads),
-            "mean_size": sum(sizes) / max(1, len(sizes)), "incremental": incremental}
+    return {
+        "keys": keys,
+        "churn": churn,
+        "checkpoints": len(uploads),
+        "mean_uploaded": sum(uploads) / max(1, len(uploads)),
+        "max_uploaded": max(uploads),
+        "mean_size": sum(sizes) / max(1, len(sizes)),
+        "incremental": incremental,
+    }
 
 
 CASES = {f.__name__: f for f in (stator_count, native_count, tws_pandas_count, incremental_bytes)}

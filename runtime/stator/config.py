@@ -116,6 +116,12 @@ class JobConfig:
         _positive(self, "spark.task_attempts", self.spark.task_attempts)
         if self.restart.attempts < 0:
             raise ConfigError("restart.attempts must be >= 0")
+        storage = self.checkpoint.storage
+        if not (storage.startswith(("file:///", "s3://", "s3a://")) or storage.startswith("/")):
+            raise ConfigError(
+                f"checkpoint.storage: unsupported storage URI {storage!r}; use "
+                f"file:///absolute/path or s3://bucket/prefix"
+            )
 
 
 def _positive(_: object, key: str, value: int) -> None:

@@ -183,7 +183,12 @@ class JobDriver:
             for uid, splits in target.sources.items():
                 if uid in positions:
                     for split, state in splits.items():
-                        positions[uid][split] = SplitState.from_json(state)
+                        restored = SplitState.from_json(state)
+                        # The source decides again whether a split is at its end: a bounded
+                        # source may have been given more input since (costs at most one
+                        # empty epoch).
+                        restored.finished = False
+                        positions[uid][split] = restored
         self.positions = positions
         self.epoch = target.epoch if target else 0
         self.base, self.base_store = target, store
