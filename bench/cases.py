@@ -22,6 +22,7 @@ from stator.sinks.base import Sink, SinkWriter
 from stator.sources import GeneratorSource, KeyedEvents, SweepEvents
 
 SEED, MULT = 1, 2654435761
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
 class _CountingWriter(SinkWriter):
@@ -124,7 +125,7 @@ def native_count(events: int, keys: int, epoch: int) -> dict[str, Any]:
     work = _workdir("native-count")
     spark = _spark(
         {
-            "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+            "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
             "spark.sql.shuffle.partitions": "2",
         }
     )
@@ -189,7 +190,7 @@ def tws_pandas_count(events: int, keys: int, epoch: int) -> dict[str, Any]:
     work = _workdir("tws-count")
     spark = _spark(
         {
-            "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+            "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
             "spark.sql.shuffle.partitions": "2",
         }
     )
