@@ -73,11 +73,16 @@ def bucket(s3: S3Endpoint) -> str:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    """One local Spark for every in-process runtime test (2 cores, task retries on)."""
+    """One local Spark for every in-process test (2 cores, task retries on), with the test
+    bed's Kafka connector on its classpath."""
     from stator.config import SparkConfig
     from stator.execution.spark import create_session
 
-    session = create_session(SparkConfig(master="local[2]", task_attempts=4), "stator-tests")
+    from tests.testbed.spark import kafka_connector_jars
+
+    jars = ",".join(str(j) for j in kafka_connector_jars())
+    config = SparkConfig(master="local[2]", task_attempts=4, conf={"spark.jars": jars})
+    session = create_session(config, "stator-tests")
     yield session
     session.stop()
 

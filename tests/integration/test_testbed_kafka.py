@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import uuid
+from typing import Any
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.testbed.kafka import KafkaBroker
-from tests.testbed.spark import kafka_connector_jars, local_spark_env
+from tests.testbed.spark import kafka_connector_jars
 from tests.testbed.versions import PINS
 
 
@@ -61,34 +61,20 @@ def test_produce_and_consume(kafka: KafkaBroker) -> None:
     assert all(len(parts) == 1 for parts in partitions_of.values())
 
 
-def test_spark_reads_kafka_with_the_cached_connector(kafka: KafkaBroker) -> None:
+def test_spark_reads_kafka_with_the_cached_connector(kafka: KafkaBroker, spark: Any) -> None:
     jars = kafka_connector_jars()
     assert any(j.name == f"spark-sql-kafka-0-10_2.13-{PINS.spark}.jar" for j in jars)
     topic = _topic(kafka, partitions=2)
     _produce(kafka, topic, [(f"k{i}", str(i)) for i in range(50)])
 
-    os.environ.update(local_spark_env())
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[1]")
-        .appName("testbed-kafka")
-        .config("spark.jars", ",".join(str(j) for j in jars))
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "1")
-        .getOrCreate()
+    df = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .load()
     )
-    try:
-        df = (
-            spark.read.format("kafka")
-            .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
-            .option("subscribe", topic)
-            .option("startingOffsets", "earliest")
-            .option("endingOffsets", "latest")
-            .load()
-        )
-        rows = df.selectExpr("CAST(value AS STRING) AS v", "partition").collect()
-        assert sorted(int(r.v) for r in rows) == list(range(50))
-        assert {r.partition for r in rows} == {0, 1}
-    finally:
-        spark.stop()
+    rows = df.selectExpr("CAST(value AS STRING) AS v", "partition").collect()
+    assert sorted(int(r.v) for r in rows) == list(range(50))
+    assert {r.partition for r in rows} == {0, 1}
