@@ -11,6 +11,7 @@ import os
 import shutil
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,9 @@ def _cpu() -> tuple[float, float]:
 
 
 def _workdir(name: str) -> Path:
-    path = Path(tempfile.gettempdir()) / "stator-bench" / name
+    """A fresh directory; its name is unique, so checkpoint paths derived from it never
+    collide with an earlier run's (which the job would otherwise restore from)."""
+    path = Path(tempfile.gettempdir()) / "stator-bench" / f"{name}-{uuid.uuid4().hex[:8]}"
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)
     return path
@@ -89,6 +92,7 @@ def stator_count(
     status = driver.run()
     seconds, c1 = time.perf_counter() - t0, _cpu()
     spark.stop()
+    shutil.rmtree(work, ignore_errors=True)
     last = status.last_checkpoint
     return {
         "events": events,

@@ -51,6 +51,22 @@ class CheckpointConfig:
 
 
 @dataclass(frozen=True)
+class SavepointConfig:
+    # Where savepoints go unless a trigger names a target: <dir>/<job>/savepoint-<epoch>-<id>.
+    dir: str = f"file://{DEFAULT_ROOT}/savepoints"
+    # Per key-group compression of savepoint files.
+    compression: Literal["zlib", "none"] = "zlib"
+
+
+@dataclass(frozen=True)
+class ControlConfig:
+    # The driver's HTTP control API (status, checkpoints, savepoints, health, metrics).
+    # port 0 turns it off; in Kubernetes the operator sets host 0.0.0.0 and a fixed port.
+    host: str = "127.0.0.1"
+    port: int = 0
+
+
+@dataclass(frozen=True)
 class StateConfig:
     # Executor-local directory for RocksDB databases and local snapshots.
     local_dir: str = str(DEFAULT_ROOT / "state")
@@ -88,9 +104,13 @@ class SparkConfig:
 @dataclass(frozen=True)
 class RestoreConfig:
     # "latest": the newest completed checkpoint of this job, if any; "none": start empty
-    # (refused if checkpoints exist, unless force_empty); or a checkpoint directory URI.
+    # (refused if checkpoints exist, unless force_empty); or the URI of a checkpoint (chk-N)
+    # or savepoint directory. A different parallelism than the state was written with rescales.
     source: str = "latest"
     force_empty: bool = False
+    # Restoring state that the new code no longer has (an operator uid, or a state name in an
+    # operator) fails unless this is set; then that state is dropped.
+    allow_non_restored_state: bool = False
 
 
 @dataclass(frozen=True)
@@ -106,6 +126,8 @@ class JobConfig:
     restart: RestartConfig = field(default_factory=RestartConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)
     restore: RestoreConfig = field(default_factory=RestoreConfig)
+    savepoint: SavepointConfig = field(default_factory=SavepointConfig)
+    control: ControlConfig = field(default_factory=ControlConfig)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     def __post_init__(self) -> None:

@@ -29,11 +29,12 @@ from typing import Any
 
 from ..api.pipeline import KeyedNode, Pipeline, SinkNode, SourceNode
 from ..api.time import MAX_TIMESTAMP, MIN_TIMESTAMP
-from ..checkpoint.coordinator import CheckpointCoordinator, load_checkpoint, now_ms
+from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.metadata import (
     CheckpointMetadata,
     OperatorSnapshot,
     PendingCommit,
+    RemoteFile,
     SubtaskSnapshot,
 )
 from ..config import JobConfig
@@ -41,7 +42,9 @@ from ..errors import ConfigError, PipelineError, StatorError
 from ..sources.base import SplitRange, SplitState
 from ..storage import ObjectStore, open_store
 from .restart import RestartStrategy
-from .spec import CheckpointTask, EpochSpec, RestoreTask
+from .restore import Target, check_compatible, load_target, restore_task
+from .savepoints import SavepointRequest, Savepoints
+from .spec import CheckpointTask, EpochSpec, SavepointTask
 from .tasks import RESTORE_ERROR_MARKER, drain, keyed_task, source_task
 
 log = logging.getLogger("stator.driver")
@@ -64,6 +67,8 @@ class JobStatus:
     last_error: str | None = None
     started_ms: int = field(default_factory=now_ms)
     finished: bool = False
+    state: str = "CREATED"  # CREATED, RUNNING, FINISHED, STOPPED, FAILED
+    stopped_with_savepoint: str | None = None
 
 
 class JobDriver:
@@ -88,16 +93,16 @@ class JobDriver:
         self.positions: dict[str, dict[str, SplitState]] = {}
         self.epoch = 0
         self.pending: dict[str, dict[int, list[tuple[dict[str, Any], Any]]]] = {}
-        # The checkpoint the current state descends from: restore source for tasks, and the
-        # base of incremental uploads (None: start empty / upload everything).
-        self.base: CheckpointMetadata | None = None
-        self.base_store: ObjectStore = self.store
+        # What the current state descends from: the restore source for tasks whose local
+        # state is not at the expected epoch, and (if it is one of this job's checkpoints at
+        # the same parallelism) the base of incremental uploads. None: started empty.
+        self.target: Target | None = None
+        self._initial_target: Target | None = None
         self._last_checkpoint_ms = 0
         self._epochs_since_checkpoint = 0
+        self._verify_states = False
         self._stop = False
-        self._foreign_base = False
-        self._initial_target: CheckpointMetadata | None = None
-        self._initial_store: ObjectStore = self.store
+        self.savepoints = Savepoints(self)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -105,16 +110,26 @@ class JobDriver:
         """Ask the loop to stop after the current epoch."""
         self._stop = True
 
+    def request_savepoint(self, target: str | None = None, stop: bool = False) -> SavepointRequest:
+        """Queue a savepoint (optionally stopping the job after it); thread-safe."""
+        return self.savepoints.request(target, stop)
+
     def run(self) -> JobStatus:
         if self.spark is None:
             from .spark import create_session  # noqa: PLC0415
 
             self.spark = create_session(self.config.spark, f"stator-{self.job}")
         self._recover_initial()
+        self.status.state = "RUNNING"
         while not self._stop:
             try:
+                request = self.savepoints.next()
+                if request is not None:
+                    self.savepoints.take(request)
+                    continue
                 if self._finished():
                     self.status.finished = True
+                    self.status.state = "FINISHED"
                     break
                 ranges = self._plan()
                 if ranges is None:
@@ -125,7 +140,13 @@ class JobDriver:
                 reports = self._run_epoch(spec)
                 self._advance(spec, reports, started)
             except Exception as exc:
-                self._failover(exc)
+                try:
+                    self._failover(exc)
+                except BaseException:
+                    self.status.state = "FAILED"
+                    self.savepoints.fail_pending("the job failed")
+                    raise
+        self.savepoints.fail_pending("the job ended before the savepoint was taken")
         for node in self.sources.values():
             node.source.close()
         return self.status
@@ -143,17 +164,15 @@ class JobDriver:
 
     def _recover_initial(self) -> None:
         source = self.config.restore.source
-        explicit: CheckpointMetadata | None = None
-        explicit_store: ObjectStore | None = None
+        explicit = None
         if source not in ("latest", "none"):
-            parent, _, name = source.rstrip("/").rpartition("/")
-            explicit_store = open_store(parent, self.config.s3)
-            explicit = load_checkpoint(explicit_store, name)
-        same_store = explicit_store is not None and explicit_store.uri == self.store.uri
-        report = self.coordinator.recover(explicit if same_store else None)
+            explicit = load_target(source, self.config.s3)
+        same_store = explicit is not None and explicit.store.uri == self.store.uri
+        own = explicit.meta if explicit and same_store else None
+        report = self.coordinator.recover(own if isinstance(own, CheckpointMetadata) else None)
         if report.deleted_files:
             log.info("removed %d unreferenced checkpoint files", report.deleted_files)
-        target, store = report.restored, self.store
+        target = Target(report.restored, self.store) if report.restored else None
         if source == "none":
             if self.coordinator.completed and not self.config.restore.force_empty:
                 raise ConfigError(
@@ -162,25 +181,24 @@ class JobDriver:
                     f"restore.force_empty=true to start a new lineage beside them"
                 )
             target = None
-        elif explicit is not None and explicit_store is not None:
-            target, store = explicit, explicit_store
-        self._initial_target, self._initial_store = target, store
-        self._reset_to(target, store)
+        elif explicit is not None:
+            target = explicit
+        self._initial_target = target
+        self._reset_to(target)
         if target is not None:
-            log.info(
-                "restoring job '%s' from checkpoint %d (epoch %d) at %s",
-                self.job,
-                target.checkpoint_id,
-                target.epoch,
-                store.uri,
-            )
+            log.info("restoring job '%s' from %s", self.job, target.describe())
 
-    def _reset_to(self, target: CheckpointMetadata | None, store: ObjectStore) -> None:
+    def _reset_to(self, target: Target | None) -> None:
         """Rewind sources, sinks and the epoch counter to ``target`` (None: the beginning)."""
         positions = self._initial_positions()
         if target is not None:
-            self._check_compatible(target)
-            for uid, splits in target.sources.items():
+            check_compatible(
+                target,
+                self.pipeline.max_parallelism,
+                set(self.parallelism),
+                self.config.restore.allow_non_restored_state,
+            )
+            for uid, splits in target.meta.sources.items():
                 if uid in positions:
                     for split, state in splits.items():
                         restored = SplitState.from_json(state)
@@ -190,37 +208,17 @@ class JobDriver:
                         restored.finished = False
                         positions[uid][split] = restored
         self.positions = positions
-        self.epoch = target.epoch if target else 0
-        self.base, self.base_store = target, store
-        # A checkpoint of another job's storage is restored from, but never referenced by
-        # this job's checkpoints: the next one uploads everything.
-        self._foreign_base = store.uri != self.store.uri
+        self.epoch = self.status.epoch = target.epoch if target else 0
+        self.target = target
+        self._verify_states = target is not None
         self.pending = {}
+        pending = (
+            target.meta.sinks if target and isinstance(target.meta, CheckpointMetadata) else {}
+        )
         for uid, node in self.sinks.items():
             node.sink.discard_after(uid, self.epoch)
-            for commit in target.sinks.get(uid, ()) if target else ():
+            for commit in pending.get(uid, ()):
                 node.sink.commit(uid, commit.epoch, list(commit.parts), [])
-
-    def _check_compatible(self, target: CheckpointMetadata) -> None:
-        if target.max_parallelism != self.pipeline.max_parallelism:
-            raise ConfigError(
-                f"checkpoint {target.checkpoint_id} was taken with maxParallelism="
-                f"{target.max_parallelism}; the pipeline declares {self.pipeline.max_parallelism}. "
-                f"maxParallelism is fixed for the life of the state"
-            )
-        for uid, op in target.operators.items():
-            if uid in self.parallelism and op.parallelism != self.parallelism[uid]:
-                raise ConfigError(
-                    f"operator '{uid}' ran with parallelism {op.parallelism} in checkpoint "
-                    f"{target.checkpoint_id}; this run asks for {self.parallelism[uid]}. Rescale "
-                    f"through a savepoint, or keep the parallelism"
-                )
-        unknown = set(target.operators) - set(self.parallelism)
-        if unknown:
-            raise ConfigError(
-                f"checkpoint {target.checkpoint_id} has state for operator(s) "
-                f"{sorted(unknown)} that this pipeline no longer has"
-            )
 
     def _failover(self, exc: Exception) -> None:
         """1. classify, 2. ask the restart strategy, 3. wait, 4. rewind to the latest
@@ -229,11 +227,12 @@ class JobDriver:
         self.status.last_error = _short(text)
         if isinstance(exc, ConfigError | PipelineError) or "StateCompatibilityError" in text:
             raise JobFailed(f"job '{self.job}' cannot run: {_short(text)}") from exc
-        if RESTORE_ERROR_MARKER in text and self.base is not None:
-            fallback = self.coordinator.fall_back(self.base, _short(text))
+        target = self.target
+        if RESTORE_ERROR_MARKER in text and target and isinstance(target.meta, CheckpointMetadata):
+            fallback = self.coordinator.fall_back(target.meta, _short(text))
             log.warning(
-                "checkpoint %d cannot be restored; next: %s",
-                self.base.checkpoint_id,
+                "%s cannot be restored; next: %s",
+                target.describe(),
                 fallback.checkpoint_id if fallback else "the initial state",
             )
         else:
@@ -248,10 +247,8 @@ class JobDriver:
             self.status.restarts += 1
             time.sleep(delay / 1000)
             try:
-                if self.coordinator.latest is not None:
-                    self._reset_to(self.coordinator.latest, self.store)
-                else:
-                    self._reset_to(self._initial_target, self._initial_store)
+                latest = self.coordinator.latest
+                self._reset_to(Target(latest, self.store) if latest else self._initial_target)
                 return
             except Exception as again:
                 text = f"{type(again).__name__}: {again}"
@@ -302,28 +299,40 @@ class JobDriver:
             return since >= max(cfg.interval_ms, cfg.min_pause_ms)
         return self._epochs_since_checkpoint + 1 >= cfg.every_epochs
 
-    def _spec(self, ranges: dict[str, list[SplitRange]]) -> EpochSpec:
+    def _incremental_base(self) -> dict[tuple[str, int], dict[str, RemoteFile]]:
+        """Files the current state shares with this job's latest completed checkpoint."""
+        t = self.target
+        if (
+            t is None
+            or not self.config.checkpoint.incremental
+            or not isinstance(t.meta, CheckpointMetadata)
+            or t.store.uri != self.store.uri
+        ):
+            return {}  # a savepoint, another job's checkpoint, or nothing: upload everything
+        previous = {}
+        for uid, op in t.meta.operators.items():
+            if op.parallelism == self.parallelism.get(uid):
+                for snap in op.subtasks:
+                    previous[(uid, snap.index)] = {f.name: f for f in snap.files}
+        return previous
+
+    def _spec(
+        self,
+        ranges: dict[str, list[SplitRange]],
+        force_checkpoint: bool = False,
+        savepoint: SavepointTask | None = None,
+    ) -> EpochSpec:
         ck = None
-        if self._checkpoint_due(ranges):
-            base = None if self._foreign_base else self.base
-            previous = {}
-            if base is not None and self.config.checkpoint.incremental:
-                for uid, op in base.operators.items():
-                    if op.parallelism == self.parallelism.get(uid):
-                        for snap in op.subtasks:
-                            previous[(uid, snap.index)] = {f.name: f for f in snap.files}
+        if self._checkpoint_due(ranges) or (force_checkpoint and self.config.checkpoint.enabled):
+            previous = self._incremental_base()
             ck = CheckpointTask(
                 self.coordinator.new_checkpoint_id(),
                 self.store,
                 self.config.checkpoint.incremental,
                 previous,
             )
-        restore = None
-        if self.base is not None:
-            snaps = {
-                (uid, s.index): s for uid, op in self.base.operators.items() for s in op.subtasks
-            }
-            restore = RestoreTask(self.base_store, snaps, self.base.checkpoint_id)
+        restore = restore_task(self.target, self.parallelism) if self.target else None
+        verify, self._verify_states = self._verify_states, False
         return EpochSpec(
             job=self.job,
             epoch=self.epoch + 1,
@@ -341,6 +350,9 @@ class JobDriver:
             },
             checkpoint=ck,
             restore=restore,
+            savepoint=savepoint,
+            verify_states=verify,
+            allow_non_restored_state=self.config.restore.allow_non_restored_state,
         )
 
     # ------------------------------------------------------------------ running
@@ -473,7 +485,7 @@ class JobDriver:
             self.coordinator.abort(ck.checkpoint_id, uploaded, str(exc))
             self.status.failed_checkpoints += 1
             return
-        self.base, self.base_store, self._foreign_base = meta, self.store, False
+        self.target = Target(meta, self.store)
         self.status.checkpoints += 1
         self.status.last_checkpoint = meta
         self._last_checkpoint_ms = now_ms()

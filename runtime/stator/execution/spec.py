@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..api.pipeline import Pipeline
 from ..checkpoint.metadata import RemoteFile, SubtaskSnapshot
+from ..savepoint.metadata import SavepointMetadata
 from ..sources.base import SplitRange
 from ..state.options import RocksDBOptions
 from ..storage import ObjectStore
@@ -24,11 +25,34 @@ class CheckpointTask:
 
 @dataclass(frozen=True)
 class RestoreTask:
-    """The snapshots a task restores from when its local state is not at ``base_epoch``."""
+    """Where a task's state comes from when its local state is not at ``base_epoch``.
+
+    - ``snapshots``: a checkpoint taken at the same parallelism: download the subtask's files;
+    - ``rescale``: a checkpoint taken at another parallelism: copy this subtask's key-groups
+      out of every old subtask's snapshot that overlaps them;
+    - ``savepoint``: the key-group files of a savepoint.
+    An operator in none of them is new and starts empty.
+    """
 
     store: ObjectStore
-    snapshots: dict[tuple[str, int], SubtaskSnapshot]
-    checkpoint_id: int
+    checkpoint_id: int  # 0 for a savepoint
+    snapshots: dict[tuple[str, int], SubtaskSnapshot] = field(default_factory=dict)
+    rescale: dict[str, tuple[SubtaskSnapshot, ...]] = field(default_factory=dict)
+    savepoint: SavepointMetadata | None = None
+
+    def covers(self, uid: str) -> bool:
+        if self.savepoint is not None:
+            return uid in self.savepoint.operators
+        return uid in self.rescale or any(u == uid for u, _ in self.snapshots)
+
+
+@dataclass(frozen=True)
+class SavepointTask:
+    """Write this epoch's committed state as savepoint key-group files under ``prefix``."""
+
+    store: ObjectStore
+    prefix: str
+    compression: str
 
 
 @dataclass(frozen=True)
@@ -46,6 +70,10 @@ class EpochSpec:
     split_max_ts: dict[str, dict[str, int]]  # source uid -> split -> max timestamp so far
     checkpoint: CheckpointTask | None = None
     restore: RestoreTask | None = None
+    savepoint: SavepointTask | None = None
+    # First epoch after a restore: check that the code declares every restored state.
+    verify_states: bool = False
+    allow_non_restored_state: bool = False
     downstream: dict[int, list[int]] = field(default_factory=dict)
 
     @property

@@ -9,18 +9,26 @@ import re
 import shutil
 import time
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from ..api.pipeline import KeyedNode, ProcessNode, ReduceNode, SinkNode, SourceNode
 from ..api.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 from ..checkpoint.metadata import SubtaskSnapshot
 from ..checkpoint.transfer import download_snapshot, upload_snapshot
-from ..errors import StateMismatchError, StatorError
+from ..errors import StateCompatibilityError, StateMismatchError, StatorError
 from ..keygroups import KeyGroupRange, range_for_subtask
+from ..savepoint.transfer import (
+    database_entries,
+    export_key_groups,
+    import_entries,
+    savepoint_entries,
+    state_catalog,
+)
 from ..state.backend import KeyedBackend
 from .keyed import ProcessRunner, ReduceRunner
 from .routing import Batch, Columns, Router
-from .spec import EpochSpec
+from .spec import EpochSpec, RestoreTask
 
 RESTORE_ERROR_MARKER = "StatorRestoreError"
 Header = tuple[tuple[int, int], int, Columns]  # (order key, watermark, kkeys/values/stamps)
@@ -145,6 +153,8 @@ def keyed_task(
         else:
             assert isinstance(node, ReduceNode)
             runner = ReduceRunner(node, backend)
+        if spec.verify_states:
+            _verify_declared(spec, node.uid, backend)
         output = runner.run(batches, new_watermark)
         t_run = time.perf_counter()
         watermark = max(backend.watermark, new_watermark)
@@ -163,6 +173,13 @@ def keyed_task(
         t_route = time.perf_counter()
         backend.commit(spec.epoch, watermark)
         t_commit = time.perf_counter()
+        savepoint = None
+        if spec.savepoint is not None:  # failing here fails the savepoint, through the epoch
+            sp = spec.savepoint
+            savepoint = {
+                "key_groups": export_key_groups(backend, sp.store, f"{node.uid}", sp.compression),
+                "states": state_catalog(backend.registry),
+            }
         snapshot, error = None, None
         if spec.checkpoint is not None:
             try:
@@ -181,6 +198,7 @@ def keyed_task(
                     "records_in": records_in,
                     "records_out": len(output[0]),
                     "watermark": watermark,
+                    "savepoint": savepoint,
                     "warm": backend.warm_hit,
                     "timings": {
                         "fetch": t_fetch - t0,
@@ -203,7 +221,8 @@ def prepare_backend(
     spec: EpochSpec, uid: str, subtask: int, key_groups: KeyGroupRange
 ) -> KeyedBackend:
     """Open the subtask's local state if it is at the expected epoch; otherwise restore it
-    from the checkpoint the driver named, or fail so the driver can fail over."""
+    (from a checkpoint, a rescaled checkpoint or a savepoint, as the driver says), start a new
+    operator empty, or fail so that the driver fails over."""
     path = spec.state_dir(uid, subtask) / "db"
     backend = KeyedBackend(
         path, spec.rocksdb, key_groups, spec.max_parallelism, uid, spec.warm_entries
@@ -215,37 +234,128 @@ def prepare_backend(
         if local_epoch == spec.base_epoch:
             return backend
         backend.close()
-    snapshot = spec.restore.snapshots.get((uid, subtask)) if spec.restore else None
-    if snapshot is not None and snapshot.epoch == spec.base_epoch:
-        assert spec.restore is not None
+    restore = spec.restore
+    if restore is None or not restore.covers(uid):
+        if spec.base_epoch == 0 or restore is not None:  # a new job, or an operator added
+            shutil.rmtree(path, ignore_errors=True)
+            backend.open()
+            if spec.base_epoch:
+                backend.commit(spec.base_epoch, MIN_TIMESTAMP)
+            return backend
+        raise StateMismatchError(
+            f"operator '{uid}' subtask {subtask}: local state is at epoch {local_epoch}, the "
+            f"job expects epoch {spec.base_epoch} and no checkpoint of that epoch was given"
+        )
+    try:
+        restore_into(restore, spec, uid, subtask, key_groups, path)
+        backend.open()
+    except Exception as exc:
+        backend.close()
+        raise RestoreError(
+            restore.checkpoint_id, f"operator '{uid}' subtask {subtask}: {exc}"
+        ) from exc
+    if backend.epoch != spec.base_epoch:
+        backend.close()
+        raise RestoreError(
+            restore.checkpoint_id,
+            f"restored state is at epoch {backend.epoch}, the job expects {spec.base_epoch}",
+        )
+    return backend
+
+
+def restore_into(
+    restore: RestoreTask,
+    spec: EpochSpec,
+    uid: str,
+    subtask: int,
+    key_groups: KeyGroupRange,
+    path: Path,
+) -> None:
+    """Materialize the subtask's restored state in ``path`` (replacing what is there)."""
+    snapshot = restore.snapshots.get((uid, subtask))
+    if snapshot is not None:
         if tuple(snapshot.key_groups) != (key_groups.start, key_groups.end):
             raise StateMismatchError(
-                f"operator '{uid}' subtask {subtask}: the checkpoint holds key-groups "
-                f"{snapshot.key_groups}, this subtask owns {key_groups}"
+                f"the checkpoint holds key-groups {snapshot.key_groups}, "
+                f"subtask {subtask} owns {key_groups}"
             )
-        try:
-            download_snapshot(spec.restore.store, snapshot.files, path)
-            backend.open()
-        except Exception as exc:
-            backend.close()
-            raise RestoreError(
-                spec.restore.checkpoint_id, f"operator '{uid}' subtask {subtask}: {exc}"
-            ) from exc
-        if backend.epoch != spec.base_epoch:
-            backend.close()
-            raise RestoreError(
-                spec.restore.checkpoint_id,
-                f"restored state is at epoch {backend.epoch}, "
-                f"the checkpoint says {spec.base_epoch}",
+        download_snapshot(restore.store, snapshot.files, path)
+        return
+    shutil.rmtree(path, ignore_errors=True)
+    target = KeyedBackend(path, spec.rocksdb, key_groups, spec.max_parallelism, uid).open()
+    try:
+        if restore.savepoint is not None:
+            op = restore.savepoint.operators[uid]
+            names = sorted(op.states)
+            import_entries(
+                target,
+                names,
+                op.states,
+                savepoint_entries(restore.store, op.key_groups, key_groups),
             )
-        return backend
-    if spec.base_epoch == 0 and snapshot is None:
-        shutil.rmtree(path, ignore_errors=True)
-        return backend.open()
-    raise StateMismatchError(
-        f"operator '{uid}' subtask {subtask}: local state is at epoch {local_epoch}, the "
-        f"job expects epoch {spec.base_epoch} and no checkpoint of that epoch was given"
-    )
+            watermark = op.watermark
+        else:
+            watermark = _rescale_from(restore, spec, uid, key_groups, path, target)
+        target.commit(spec.base_epoch, watermark)
+    finally:
+        target.close()
+
+
+def _rescale_from(
+    restore: RestoreTask,
+    spec: EpochSpec,
+    uid: str,
+    key_groups: KeyGroupRange,
+    path: Path,
+    target: KeyedBackend,
+) -> int:
+    """Copy the owned key-groups out of each old subtask's snapshot that overlaps them."""
+    sources = [
+        s for s in restore.rescale[uid] if KeyGroupRange(*s.key_groups).intersect(key_groups)
+    ]
+    catalog: dict[str, dict[str, Any]] = {}
+    watermark = MAX_TIMESTAMP
+    staged = []
+    for old in sources:
+        where = path.parent / f".rescale-{old.index}"
+        download_snapshot(restore.store, old.files, where)
+        staged.append((old, where))
+        with KeyedBackend(
+            where, spec.rocksdb, KeyGroupRange(*old.key_groups), spec.max_parallelism, uid
+        ) as probe:
+            catalog.update(state_catalog(probe.registry))
+            watermark = min(watermark, probe.watermark)
+    names = sorted(catalog)
+    try:
+        import_entries(
+            target,
+            names,
+            catalog,
+            (
+                entry
+                for old, where in staged
+                for entry in database_entries(
+                    where, KeyGroupRange(*old.key_groups).intersect(key_groups), names
+                )
+            ),
+        )
+    finally:
+        for _, where in staged:
+            shutil.rmtree(where, ignore_errors=True)
+    return watermark if sources else MIN_TIMESTAMP
+
+
+def _verify_declared(spec: EpochSpec, uid: str, backend: KeyedBackend) -> None:
+    """After a restore: every restored state must be declared by the code (in ``open``)."""
+    missing = backend.undeclared_states()
+    if not missing:
+        return
+    if not spec.allow_non_restored_state:
+        raise StateCompatibilityError(
+            f"operator '{uid}' restored state {missing} that the code no longer declares; "
+            f"declare it in open(), or set restore.allow_non_restored_state=true to drop it"
+        )
+    backend.drop_states(missing)
 
 
 def take_snapshot(

@@ -18,7 +18,16 @@ from ..api.state import MapStateDescriptor, StateDescriptor
 from ..errors import StateCompatibilityError
 from ..keygroups import KeyGroupRange
 from . import warm
-from .layout import MAX_STATE_ID, META_COMMIT, META_EPOCH, META_INFO, META_STATES, META_WATERMARK
+from .layout import (
+    MAX_STATE_ID,
+    META_COMMIT,
+    META_EPOCH,
+    META_INFO,
+    META_PREFIX,
+    META_STATES,
+    META_WATERMARK,
+    TIMER_MARK,
+)
 from .options import RocksDBOptions
 from .tables import MISSING, MapTable, Table, table_for
 from .timers import TimerStore
@@ -167,6 +176,40 @@ class KeyedBackend:
                 f"{where} was written by serializer version {stored['version']}, newer than "
                 f"this code's version {entry['version']}"
             )
+
+    def mark_registry_changed(self) -> None:
+        self._registry_changed = True
+
+    def undeclared_states(self) -> list[str]:
+        """Stored states that the code did not declare (in ``open``) this epoch."""
+        return sorted(set(self.registry) - set(self.tables))
+
+    def drop_states(self, names: list[str]) -> int:
+        """Forget states the code no longer has (allowNonRestoredState) and delete their
+        entries, so a later state of the same name starts empty."""
+        assert self.db is not None
+        sids = {int(self.registry[n]["sid"]) for n in names}
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        dropped = 0
+        it = self.db.iter()
+        it.seek_to_first()
+        while it.valid():
+            key = it.key()
+            if (
+                isinstance(key, bytes)
+                and not key.startswith(META_PREFIX)
+                and key[2:4] != TIMER_MARK
+            ):
+                n = (key[2] << 8) | key[3]
+                if len(key) > 4 + n and key[4 + n] in sids:
+                    batch.delete(key)
+                    dropped += 1
+            it.next()
+        for name in names:
+            del self.registry[name]
+        self.db.write(batch)
+        self._registry_changed = True
+        return dropped
 
     # ------------------------------------------------------------------ reads
 

@@ -1,0 +1,94 @@
+"""What a job restores from: the latest checkpoint, an explicit checkpoint, or a savepoint;
+whether the pipeline can take it (maxParallelism, operators that no longer exist); and how
+each operator's tasks get their state (same parallelism, rescaled, or from key-group files)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..checkpoint.coordinator import load_checkpoint
+from ..checkpoint.metadata import CheckpointMetadata
+from ..errors import CheckpointNotFoundError, ConfigError, StorageError
+from ..savepoint.metadata import METADATA_NAME as SAVEPOINT_METADATA
+from ..savepoint.metadata import SavepointMetadata
+from ..storage import ObjectStore, S3Options, open_store
+from .spec import RestoreTask
+
+Snapshot = CheckpointMetadata | SavepointMetadata
+
+
+@dataclass(frozen=True)
+class Target:
+    """A checkpoint or savepoint to restore from, and the store its files are in."""
+
+    meta: Snapshot
+    store: ObjectStore
+
+    @property
+    def epoch(self) -> int:
+        return self.meta.epoch
+
+    @property
+    def is_savepoint(self) -> bool:
+        return isinstance(self.meta, SavepointMetadata)
+
+    def describe(self) -> str:
+        if isinstance(self.meta, SavepointMetadata):
+            return f"savepoint {self.store.uri} (epoch {self.meta.epoch})"
+        return f"checkpoint {self.meta.checkpoint_id} (epoch {self.meta.epoch}) at {self.store.uri}"
+
+
+def load_target(uri: str, s3: S3Options) -> Target:
+    """A savepoint directory, or a checkpoint directory (chk-N), by URI."""
+    sp_store = open_store(uri.rstrip("/"), s3)
+    if sp_store.exists(SAVEPOINT_METADATA):
+        meta = SavepointMetadata.from_json(
+            sp_store.get(SAVEPOINT_METADATA), sp_store.url(SAVEPOINT_METADATA)
+        )
+        return Target(meta, sp_store)
+    parent, _, name = uri.rstrip("/").rpartition("/")
+    try:
+        store = open_store(parent, s3)
+        return Target(load_checkpoint(store, name), store)
+    except (CheckpointNotFoundError, StorageError) as exc:
+        raise CheckpointNotFoundError(
+            f"restore.source {uri!r} is neither a savepoint (no {SAVEPOINT_METADATA}) nor a "
+            f"checkpoint directory: {exc}"
+        ) from exc
+
+
+def check_compatible(
+    target: Target, max_parallelism: int, operators: set[str], allow_non_restored: bool
+) -> None:
+    meta = target.meta
+    if meta.max_parallelism != max_parallelism:
+        raise ConfigError(
+            f"{target.describe()} was written with maxParallelism={meta.max_parallelism}; the "
+            f"pipeline declares {max_parallelism}. maxParallelism is fixed for the life of the "
+            f"state: it decides which key-group every key belongs to. Keep "
+            f"max_parallelism={meta.max_parallelism} in Pipeline(...)"
+        )
+    gone = sorted(set(meta.operators) - operators)
+    if gone and not allow_non_restored:
+        raise ConfigError(
+            f"{target.describe()} has state for operator(s) {gone} that this pipeline no longer "
+            f"has; give them back their uid, or set restore.allow_non_restored_state=true to "
+            f"drop that state"
+        )
+
+
+def restore_task(target: Target, parallelism: dict[str, int]) -> RestoreTask:
+    """How tasks get their state from ``target`` at the job's current parallelism."""
+    meta = target.meta
+    if isinstance(meta, SavepointMetadata):
+        return RestoreTask(target.store, 0, savepoint=meta)
+    snapshots = {}
+    rescale = {}
+    for uid, op in meta.operators.items():
+        if uid not in parallelism:
+            continue  # dropped (allow_non_restored_state)
+        if op.parallelism == parallelism[uid]:
+            snapshots.update({(uid, s.index): s for s in op.subtasks})
+        else:
+            rescale[uid] = op.subtasks
+    return RestoreTask(target.store, meta.checkpoint_id, snapshots=snapshots, rescale=rescale)

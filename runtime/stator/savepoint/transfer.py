@@ -1,0 +1,157 @@
+"""Moving keyed state by key-group: export a backend's key-groups to savepoint files, import
+entries (from savepoint files, or from other subtasks' databases when rescaling a checkpoint)
+into a fresh backend, keeping exactly the key-groups of its range."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, cast
+
+import rocksdict
+
+from ..keygroups import KeyGroupRange
+from ..state.backend import KeyedBackend
+from ..state.layout import HEADER, META_STATES, TIMER_MARK, TS, key_group_prefix
+from ..storage import ObjectStore
+from .format import KeyGroupWriter, StateEntry, TimerEntry, read_key_group
+
+_TS_OFFSET = 1 << 63
+IMPORT_BATCH = 50_000
+Entry = StateEntry | TimerEntry
+
+
+def state_catalog(registry: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The savepoint's view of an operator's states: everything but the internal state id."""
+    return {name: {k: v for k, v in meta.items() if k != "sid"} for name, meta in registry.items()}
+
+
+# ------------------------------------------------------------------------------------- export
+
+
+def iter_key_group(db: rocksdict.Rdict, kg: int, sid_to_index: dict[int, int]) -> Iterator[Entry]:
+    """The entries of one key-group of a database, in key order."""
+    prefix = key_group_prefix(kg)
+    it = db.iter()
+    it.seek(prefix)
+    while it.valid():
+        key = cast(bytes, it.key())
+        if not key.startswith(prefix):
+            break
+        if key[2:4] == TIMER_MARK:
+            ts = TS.unpack_from(key, 5)[0] - _TS_OFFSET
+            yield TimerEntry(key[4], ts, key[13:])
+        else:
+            _, n = HEADER.unpack_from(key)
+            sid = key[4 + n]
+            index = sid_to_index.get(sid)
+            if index is not None:  # entries of dropped states are left behind
+                yield StateEntry(index, key[4 : 4 + n], key[5 + n :], cast(bytes, it.value()))
+        it.next()
+
+
+def export_key_groups(
+    backend: KeyedBackend, store: ObjectStore, prefix: str, compression: str
+) -> dict[int, dict[str, Any]]:
+    """Write each non-empty key-group of the backend's range to ``prefix/kg-<kg>.bin``."""
+    assert backend.db is not None
+    names = sorted(backend.registry)
+    sid_to_index = {int(backend.registry[n]["sid"]): i for i, n in enumerate(names)}
+    written: dict[int, dict[str, Any]] = {}
+
+    def put(item: tuple[int, bytes, int]) -> None:
+        kg, data, entries = item
+        name = f"{prefix}/kg-{kg:05d}.bin"
+        store.put(name, data)
+        written[kg] = {"file": name, "bytes": len(data), "entries": entries}
+
+    with ThreadPoolExecutor(4) as pool:
+        pending = []
+        for kg in backend.key_groups:
+            writer = KeyGroupWriter()
+            for entry in iter_key_group(backend.db, kg, sid_to_index):
+                if isinstance(entry, StateEntry):
+                    writer.state(entry.state, entry.key, entry.user_key, entry.value)
+                else:
+                    writer.timer(entry.domain, entry.timestamp, entry.key)
+            if writer.entries:
+                pending.append(pool.submit(put, (kg, writer.finish(compression), writer.entries)))
+        for f in pending:
+            f.result()
+    return written
+
+
+# ------------------------------------------------------------------------------------- import
+
+
+def import_entries(
+    backend: KeyedBackend,
+    names: list[str],
+    catalog: dict[str, dict[str, Any]],
+    entries: Iterable[tuple[int, Entry]],
+) -> int:
+    """Write ``(key-group, entry)`` pairs into a freshly opened, empty backend; entries outside
+    the backend's key-group range are dropped. ``names[i]`` is the state of index ``i``."""
+    assert backend.db is not None
+    db, owned = backend.db, backend.key_groups
+    registry = {name: {**catalog[name], "sid": i} for i, name in enumerate(sorted(catalog))}
+    sid_of = [bytes((registry[n]["sid"],)) for n in names]
+    batch = rocksdict.WriteBatch(raw_mode=True)
+    count = 0
+    for kg, entry in entries:
+        if kg not in owned:
+            continue
+        if isinstance(entry, StateEntry):
+            kkey = HEADER.pack(kg, len(entry.key)) + entry.key
+            batch.put(kkey + sid_of[entry.state] + entry.user_key, entry.value)
+        else:
+            batch.put(
+                key_group_prefix(kg)
+                + TIMER_MARK
+                + bytes((entry.domain,))
+                + TS.pack(entry.timestamp + _TS_OFFSET)
+                + entry.key,
+                b"",
+            )
+        count += 1
+        if len(batch) >= IMPORT_BATCH:
+            db.write(batch)
+            batch = rocksdict.WriteBatch(raw_mode=True)
+    if len(batch):
+        db.write(batch)
+    backend.registry = registry
+    backend.mark_registry_changed()
+    return count
+
+
+def savepoint_entries(
+    store: ObjectStore, key_groups: dict[int, dict[str, Any]], owned: KeyGroupRange
+) -> Iterator[tuple[int, Entry]]:
+    """Entries of the owned key-groups' files, fetched in parallel, in key-group order."""
+    wanted = sorted(kg for kg in key_groups if kg in owned)
+    with ThreadPoolExecutor(4) as pool:
+        blobs = pool.map(lambda kg: (kg, store.get(key_groups[kg]["file"])), wanted)
+        for kg, data in blobs:
+            for entry in read_key_group(data, store.url(key_groups[kg]["file"])):
+                yield kg, entry
+
+
+def database_entries(
+    path: Path, owned: KeyGroupRange, names: list[str]
+) -> Iterator[tuple[int, Entry]]:
+    """Entries of the owned key-groups in another subtask's (restored) database, with its state
+    ids translated to indexes into ``names``."""
+    db = rocksdict.Rdict(
+        str(path), rocksdict.Options(raw_mode=True), access_type=rocksdict.AccessType.read_only()
+    )
+    try:
+        raw = db.get(META_STATES)
+        registry: dict[str, dict[str, Any]] = json.loads(raw) if raw is not None else {}
+        sid_to_index = {int(meta["sid"]): names.index(name) for name, meta in registry.items()}
+        for kg in owned:
+            for entry in iter_key_group(db, kg, sid_to_index):
+                yield kg, entry
+    finally:
+        db.close()

@@ -1,0 +1,132 @@
+"""Rescaling keyed state 2 -> 5 -> 1 -> 3 through savepoints and a checkpoint: the committed
+output equals a run at constant parallelism, record for record (bytewax-style: deterministic
+input, exact expected output)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from stator import BoundedOutOfOrderness, Pipeline
+from stator.config import JobConfig
+from stator.errors import ConfigError
+from stator.execution.driver import JobDriver
+from stator.sinks import FileSink, read_committed
+from stator.sources import GeneratorSource, KeyedEvents
+from stator.windows import Count, Tumbling
+
+from tests.helpers import with_overrides
+
+EVENTS, KEYS, EPOCH = 24_000, 150, 2_000  # 12 epochs of input
+
+
+def pipeline(out: str) -> Pipeline:
+    p = Pipeline("rescale", max_parallelism=64)
+    src = p.source(
+        GeneratorSource(KeyedEvents(KEYS, seed=5, ms_per_record=3), count=EVENTS, splits=3),
+        uid="events",
+        timestamps=lambda e: e[2],
+        watermarks=BoundedOutOfOrderness(500),
+    )
+    src.key_by(lambda e: e[0]).count(uid="count").map(list).sink(
+        FileSink(f"{out}/counts"), uid="counts"
+    )
+    (
+        src.key_by(lambda e: e[0])
+        .window(Tumbling(1_000), Count(), uid="per-second")
+        .map(lambda w: [w.key, w.start, w.value])
+        .sink(FileSink(f"{out}/windows"), uid="windows")
+    )
+    return p
+
+
+def run_phase(
+    spark: Any,
+    cfg: JobConfig,
+    out: str,
+    parallelism: int,
+    restore: str,
+    stop_after_epoch: int | None,
+) -> Any:
+    """Run until ``stop_after_epoch``, then stop with a savepoint (or run to the end)."""
+    driver = JobDriver(
+        pipeline(out),
+        with_overrides(cfg, parallelism=parallelism, restore={"source": restore}),
+        spark,
+    )
+    advance = driver._advance
+
+    def advance_then_maybe_stop(spec: Any, reports: Any, started: float) -> None:
+        advance(spec, reports, started)
+        if (
+            stop_after_epoch is not None
+            and spec.epoch == stop_after_epoch
+            and spec.savepoint is None
+        ):
+            driver.request_savepoint(stop=True)
+
+    driver._advance = advance_then_maybe_stop  # type: ignore[method-assign]
+    status = driver.run()
+    return status
+
+
+def output(out: str) -> dict[str, Any]:
+    counts = [tuple(r) for r in read_committed(f"{out}/counts")]
+    windows = [tuple(r) for r in read_committed(f"{out}/windows")]
+    per_key: dict[str, list[int]] = {}
+    for key, count in counts:
+        per_key.setdefault(key, []).append(count)
+    return {"counts": Counter(counts), "count_order": per_key, "windows": Counter(windows)}
+
+
+def test_rescale_2_5_1_3_equals_constant_parallelism(
+    spark: Any, job_config: JobConfig, tmp_path: Path
+) -> None:
+    base = with_overrides(
+        job_config, epoch={"max_records": EPOCH}, savepoint={"dir": f"file://{tmp_path}/savepoints"}
+    )
+    reference = f"file://{tmp_path}/reference"
+    ref_cfg = with_overrides(
+        base, name="reference", checkpoint={"storage": f"file://{tmp_path}/ref-checkpoints"}
+    )
+    status = JobDriver(pipeline(reference), with_overrides(ref_cfg, parallelism=2), spark).run()
+    assert status.finished
+
+    out = f"file://{tmp_path}/rescaled"
+    s1 = run_phase(spark, base, out, 2, "latest", stop_after_epoch=3)
+    assert s1.state == "STOPPED" and s1.stopped_with_savepoint
+    s2 = run_phase(spark, base, out, 5, s1.stopped_with_savepoint, stop_after_epoch=7)
+    assert s2.state == "STOPPED"
+    # 5 -> 1 from the latest checkpoint (taken with the savepoint), not from the savepoint.
+    s3 = run_phase(spark, base, out, 1, "latest", stop_after_epoch=10)
+    assert s3.state == "STOPPED"
+    s4 = run_phase(spark, base, out, 3, s3.stopped_with_savepoint, stop_after_epoch=None)
+    assert s4.finished
+
+    got, want = output(out), output(reference)
+    assert sum(got["counts"].values()) > 0 and sum(got["windows"].values()) > 0
+    assert got["count_order"] == want["count_order"], "running counts differ per key"
+    assert got["counts"] == want["counts"]
+    assert got["windows"] == want["windows"], "window results differ"
+    total = sum(v for (_, _, v), n in got["windows"].items() for _ in range(n))
+    assert total == EVENTS
+
+
+def test_max_parallelism_change_is_refused(
+    spark: Any, job_config: JobConfig, tmp_path: Path
+) -> None:
+    out = f"file://{tmp_path}/out"
+    cfg = with_overrides(
+        job_config, epoch={"max_records": EPOCH}, savepoint={"dir": f"file://{tmp_path}/sp"}
+    )
+    s1 = run_phase(spark, cfg, out, 2, "latest", stop_after_epoch=2)
+    other = Pipeline("rescale", max_parallelism=32)
+    other.source(GeneratorSource(KeyedEvents(KEYS), count=EVENTS), uid="events").key_by(
+        lambda e: e[0]
+    ).count(uid="count").sink(FileSink(out + "2"), uid="counts")
+    with pytest.raises(ConfigError, match="maxParallelism=64.*declares 32.*fixed for the life"):
+        JobDriver(
+            other, with_overrides(cfg, restore={"source": s1.stopped_with_savepoint}), spark
+        ).run()
