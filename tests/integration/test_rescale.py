@@ -126,7 +126,7 @@ def test_max_parallelism_change_is_refused(
     other.source(GeneratorSource(KeyedEvents(KEYS), count=EVENTS), uid="events").key_by(
         lambda e: e[0]
     ).count(uid="count").sink(FileSink(out + "2"), uid="counts")
-    with pytest.raises(ConfigError, match="maxParallelism=64.*declares 32.*fixed for the life"):
+    with pytest.raises(ConfigError, match=r"maxParallelism=64.*declares 32.*fixed for the life"):
         JobDriver(
             other, with_overrides(cfg, restore={"source": s1.stopped_with_savepoint}), spark
         ).run()
