@@ -25,3 +25,16 @@ def with_overrides(config: JobConfig, **sections: dict[str, Any] | Any) -> JobCo
 
 def run_job(pipeline: Pipeline, config: JobConfig, spark: Any) -> JobStatus:
     return JobDriver(pipeline, config, spark).run()
+
+
+def stop_with_savepoint_after(driver: JobDriver, epoch: int) -> JobDriver:
+    """Make ``driver`` request a stop-with-savepoint right after ``epoch`` completes."""
+    advance = driver._advance
+
+    def advance_then_stop(spec: Any, reports: Any, started: float) -> None:
+        advance(spec, reports, started)
+        if spec.epoch == epoch and spec.savepoint is None:
+            driver.request_savepoint(stop=True)
+
+    driver._advance = advance_then_stop  # type: ignore[method-assign]
+    return driver

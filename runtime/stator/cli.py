@@ -39,6 +39,24 @@ def main(argv: list[str] | None = None) -> int:
     for p in (ck_list, ck_show):
         p.add_argument("--json", action="store_true", help="machine-readable output")
 
+    sp = sub.add_parser("savepoint", help="trigger, list, show and dispose savepoints")
+    sp_sub = sp.add_subparsers(dest="action", required=True)
+    sp_trigger = sp_sub.add_parser("trigger", help="ask a running job's driver for a savepoint")
+    sp_trigger.add_argument("url", help="the driver's control API, e.g. http://driver:8081")
+    sp_trigger.add_argument("--stop", action="store_true", help="stop the job after it")
+    sp_trigger.add_argument("--target", help="savepoint directory URI (default: savepoint.dir)")
+    sp_trigger.add_argument(
+        "--wait", type=float, default=600, help="seconds to wait for the result (0: do not wait)"
+    )
+    sp_list = sp_sub.add_parser("list", help="savepoints under a directory (e.g. savepoint.dir)")
+    sp_list.add_argument("uri")
+    sp_show = sp_sub.add_parser("show", help="one savepoint's metadata")
+    sp_show.add_argument("uri")
+    sp_dispose = sp_sub.add_parser("dispose", help="delete a savepoint (all its files)")
+    sp_dispose.add_argument("uri")
+    for p in (sp_trigger, sp_list, sp_show, sp_dispose):
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -46,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(args)
+        if args.command == "savepoint":
+            from .savepoint.cli import savepoint_command  # noqa: PLC0415
+
+            return savepoint_command(args)
         return _checkpoints(args)
     except StatorError as exc:
         print(f"stator: error: {exc}", file=sys.stderr)
@@ -68,6 +90,8 @@ def _run(args: argparse.Namespace) -> int:
     print(
         json.dumps(
             {
+                "state": status.state,
+                "stopped_with_savepoint": status.stopped_with_savepoint,
                 "job": status.job,
                 "epochs": status.epoch,
                 "records_in": status.records_in,

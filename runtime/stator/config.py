@@ -61,9 +61,10 @@ class SavepointConfig:
 @dataclass(frozen=True)
 class ControlConfig:
     # The driver's HTTP control API (status, checkpoints, savepoints, health, metrics).
-    # port 0 turns it off; in Kubernetes the operator sets host 0.0.0.0 and a fixed port.
+    # port -1 turns it off, 0 picks a free port; in Kubernetes the operator sets host 0.0.0.0
+    # and a fixed port.
     host: str = "127.0.0.1"
-    port: int = 0
+    port: int = -1
 
 
 @dataclass(frozen=True)

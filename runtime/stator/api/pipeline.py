@@ -161,6 +161,25 @@ class Pipeline:
                 except ValueError as exc:
                     raise PipelineError(f"operator '{n.uid}': {exc}") from exc
 
+    def regions(self) -> list[list[str]]:
+        """Failover regions: the weakly connected parts of the graph (names of their nodes).
+        A failure needs to restart only the region it happened in."""
+        parent = list(range(len(self.nodes)))
+
+        def find(i: int) -> int:
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        for n in self.nodes:
+            for j in n.inputs:
+                parent[find(n.id)] = find(j)
+        groups: dict[int, list[str]] = {}
+        for n in self.nodes:
+            groups.setdefault(find(n.id), []).append(getattr(n, "uid", None) or n.name)
+        return [groups[k] for k in sorted(groups)]
+
     def uids(self) -> list[str]:
         return [n.uid for n in self.nodes if isinstance(n, SourceNode | KeyedNode | SinkNode)]
 

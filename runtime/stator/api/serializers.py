@@ -93,3 +93,11 @@ FLOAT64 = FloatSerializer()
 UTF8 = StrSerializer()
 BYTES = BytesSerializer()
 JSON = JsonSerializer()
+
+
+BUILTIN: dict[str, Serializer] = {s.name: s for s in (PICKLE, INT64, FLOAT64, UTF8, BYTES, JSON)}
+
+
+def by_name(name: str) -> Serializer | None:
+    """A built-in serializer by its recorded name (None for a custom one)."""
+    return BUILTIN.get(name)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,6 +104,9 @@ class JobDriver:
         self._verify_states = False
         self._stop = False
         self.savepoints = Savepoints(self)
+        self.history: deque[dict[str, Any]] = deque(maxlen=50)  # recent checkpoint outcomes
+        self.control: Any = None
+        self.control_port: int | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -119,6 +123,19 @@ class JobDriver:
             from .spark import create_session  # noqa: PLC0415
 
             self.spark = create_session(self.config.spark, f"stator-{self.job}")
+        if self.config.control.port >= 0:
+            from ..control.server import ControlServer  # noqa: PLC0415 - aiohttp only if used
+
+            self.control = ControlServer(self, self.config.control.host, self.config.control.port)
+            self.control_port = self.control.start()
+        try:
+            return self._run()
+        finally:
+            if self.control is not None:
+                self.control.stop()
+
+    def _run(self) -> JobStatus:
+        self.status.state = "RECOVERING"
         self._recover_initial()
         self.status.state = "RUNNING"
         while not self._stop:
@@ -450,6 +467,15 @@ class JobDriver:
             reason = errors[0] if errors else f"{got} of {expected} subtasks reported a snapshot"
             self.coordinator.abort(ck.checkpoint_id, uploaded, reason)
             self.status.failed_checkpoints += 1
+            self.history.append(
+                {
+                    "id": ck.checkpoint_id,
+                    "epoch": spec.epoch,
+                    "status": "FAILED",
+                    "error": reason[:500],
+                    "at_ms": now_ms(),
+                }
+            )
             return
         watermark = min((int(r["watermark"]) for r in states), default=MAX_TIMESTAMP)
         meta = CheckpointMetadata(
@@ -484,7 +510,27 @@ class JobDriver:
         except StatorError as exc:
             self.coordinator.abort(ck.checkpoint_id, uploaded, str(exc))
             self.status.failed_checkpoints += 1
+            self.history.append(
+                {
+                    "id": ck.checkpoint_id,
+                    "epoch": spec.epoch,
+                    "status": "FAILED",
+                    "error": str(exc)[:500],
+                    "at_ms": now_ms(),
+                }
+            )
             return
+        self.history.append(
+            {
+                "id": meta.checkpoint_id,
+                "epoch": meta.epoch,
+                "status": "COMPLETED",
+                "bytes": meta.size,
+                "uploaded_bytes": meta.uploaded_bytes,
+                "duration_ms": meta.duration_ms,
+                "at_ms": meta.created_ms,
+            }
+        )
         self.target = Target(meta, self.store)
         self.status.checkpoints += 1
         self.status.last_checkpoint = meta

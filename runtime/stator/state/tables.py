@@ -103,17 +103,22 @@ class ReducingTable(Table):
         self.store(key, value if current is MISSING else self.reduce_fn(current, value))
 
 
+def decode_list(raw: bytes, serializer: Serializer) -> list[Any]:
+    """A stored list: length-prefixed serialized elements."""
+    loads, out, pos, end = serializer.loads, [], 0, len(raw)
+    while pos < end:
+        (n,) = _LEN.unpack_from(raw, pos)
+        pos += 4
+        out.append(loads(raw[pos : pos + n]))
+        pos += n
+    return out
+
+
 class ListTable(Table):
     """A key's whole list is one RocksDB value: length-prefixed serialized elements."""
 
     def decode(self, raw: bytes) -> Any:
-        loads, out, pos, end = self.serializer.loads, [], 0, len(raw)
-        while pos < end:
-            (n,) = _LEN.unpack_from(raw, pos)
-            pos += 4
-            out.append(loads(raw[pos : pos + n]))
-            pos += n
-        return out
+        return decode_list(raw, self.serializer)
 
     def encode(self, value: Any) -> bytes:
         dumps = self.serializer.dumps

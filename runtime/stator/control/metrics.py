@@ -1,0 +1,68 @@
+"""Prometheus metrics of a running job, read from the driver at scrape time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from ..execution.driver import JobDriver
+
+
+class DriverCollector(Collector):
+    def __init__(self, driver: JobDriver) -> None:
+        self.driver = driver
+
+    def collect(self) -> Iterator[Any]:
+        d, st = self.driver, self.driver.status
+        labels = ["job"]
+        job = [d.job]
+
+        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+            m = CounterMetricFamily(name, doc, labels=labels)
+            m.add_metric(job, value)
+            return m
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            m = GaugeMetricFamily(name, doc, labels=labels)
+            m.add_metric(job, value)
+            return m
+
+        yield counter("stator_epochs", "Epochs completed", st.epoch)
+        yield counter("stator_records_in", "Records read from sources", st.records_in)
+        yield counter("stator_records_out", "Records written to sinks", st.records_out)
+        yield counter("stator_checkpoints", "Checkpoints completed", st.checkpoints)
+        yield counter("stator_checkpoints_failed", "Checkpoints that failed", st.failed_checkpoints)
+        yield counter("stator_restarts", "Job restarts after failures", st.restarts)
+        yield gauge("stator_running", "1 while the job runs", 1 if st.state == "RUNNING" else 0)
+        latest = st.last_checkpoint
+        if latest is not None:
+            yield gauge("stator_state_bytes", "State size in the latest checkpoint", latest.size)
+            yield gauge(
+                "stator_checkpoint_uploaded_bytes",
+                "Bytes the latest checkpoint uploaded",
+                latest.uploaded_bytes,
+            )
+            yield gauge(
+                "stator_checkpoint_duration_seconds",
+                "Duration of the latest checkpointed epoch",
+                latest.duration_ms / 1000,
+            )
+            yield gauge("stator_checkpoint_id", "Id of the latest checkpoint", latest.checkpoint_id)
+        parallelism = GaugeMetricFamily(
+            "stator_operator_parallelism", "Subtasks per operator", labels=["job", "operator"]
+        )
+        for uid, p in d.parallelism.items():
+            parallelism.add_metric([d.job, uid], p)
+        yield parallelism
+
+
+def render_metrics(driver: JobDriver) -> tuple[bytes, str]:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DriverCollector(driver))
+    return generate_latest(registry), CONTENT_TYPE_LATEST

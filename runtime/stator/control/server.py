@@ -1,0 +1,191 @@
+"""The driver's HTTP control API (aiohttp, in a thread of the driver process).
+
+Request and response schemas: docs/control-api.md. Everything here reads the driver's state
+under its own locks or from immutable snapshots; the epoch loop is never blocked by a request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from ..execution.savepoints import SavepointConflict, SavepointRequest
+from .metrics import render_metrics
+
+if TYPE_CHECKING:
+    from ..execution.driver import JobDriver
+
+log = logging.getLogger("stator.control")
+API = "/v1"
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status, dumps=lambda d: json.dumps(d, default=str))
+
+
+def _error(status: int, reason: str) -> web.Response:
+    return _json({"error": reason}, status)
+
+
+class ControlServer:
+    def __init__(self, driver: JobDriver, host: str, port: int) -> None:
+        self.driver, self.host, self.port = driver, host, port
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> int:
+        """Start serving; returns the bound port (useful when port 0 picked a free one)."""
+        self._thread = threading.Thread(target=self._serve, name="stator-control", daemon=True)
+        self._thread.start()
+        self._ready.wait(30)
+        if self._error is not None:
+            raise self._error
+        log.info("control API listening on http://%s:%d%s", self.host, self.port, API)
+        return self.port
+
+    def _serve(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        try:
+            self._runner = web.AppRunner(self.app(), access_log=None)
+            loop.run_until_complete(self._runner.setup())
+            site = web.TCPSite(self._runner, self.host, self.port)
+            loop.run_until_complete(site.start())
+            server = getattr(site, "_server", None)
+            if server is not None and server.sockets:
+                self.port = server.sockets[0].getsockname()[1]
+        except BaseException as exc:
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        loop.run_forever()
+
+    def stop(self) -> None:
+        loop, runner = self._loop, self._runner
+        if loop is None or runner is None:
+            return
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+
+    # ------------------------------------------------------------------ routes
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024)
+        app.router.add_get("/healthz", self.health)
+        app.router.add_get("/readyz", self.ready)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get(f"{API}/job", self.job)
+        app.router.add_get(f"{API}/checkpoints", self.checkpoints)
+        app.router.add_get(f"{API}/savepoints", self.list_savepoints)
+        app.router.add_post(f"{API}/savepoints", self.trigger_savepoint)
+        app.router.add_get(f"{API}/savepoints/{{id}}", self.get_savepoint)
+        return app
+
+    async def health(self, _: web.Request) -> web.Response:
+        return _json({"status": "ok"})
+
+    async def ready(self, _: web.Request) -> web.Response:
+        state = self.driver.status.state
+        return _json(
+            {"ready": state == "RUNNING", "state": state}, 200 if state == "RUNNING" else 503
+        )
+
+    async def metrics(self, _: web.Request) -> web.Response:
+        body, content_type = render_metrics(self.driver)
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    async def job(self, _: web.Request) -> web.Response:
+        d, st = self.driver, self.driver.status
+        latest = st.last_checkpoint
+        return _json(
+            {
+                "job": d.job,
+                "state": st.state,
+                "epoch": st.epoch,
+                "max_parallelism": d.pipeline.max_parallelism,
+                "parallelism": d.parallelism,
+                "regions": d.pipeline.regions(),
+                "records_in": st.records_in,
+                "records_out": st.records_out,
+                "restarts": st.restarts,
+                "checkpoints": {"completed": st.checkpoints, "failed": st.failed_checkpoints},
+                "latest_checkpoint": _checkpoint(latest) if latest else None,
+                "last_error": st.last_error,
+                "started_ms": st.started_ms,
+                "stopped_with_savepoint": st.stopped_with_savepoint,
+            }
+        )
+
+    async def checkpoints(self, _: web.Request) -> web.Response:
+        d = self.driver
+        retained = [_checkpoint(m) for m in list(d.coordinator.completed)]
+        return _json(
+            {
+                "storage": d.store.uri,
+                "latest": retained[-1] if retained else None,
+                "retained": retained,
+                "history": list(d.history),
+                "counts": {
+                    "completed": d.status.checkpoints,
+                    "failed": d.status.failed_checkpoints,
+                },
+            }
+        )
+
+    async def list_savepoints(self, _: web.Request) -> web.Response:
+        return _json({"savepoints": [r.to_json() for r in self.driver.savepoints.all()]})
+
+    async def get_savepoint(self, request: web.Request) -> web.Response:
+        found = self.driver.savepoints.find(request.match_info["id"])
+        if found is None:
+            return _error(404, f"no savepoint request with id {request.match_info['id']!r}")
+        return _json(found.to_json())
+
+    async def trigger_savepoint(self, request: web.Request) -> web.Response:  # noqa: PLR0911
+        try:
+            body = await request.json() if request.can_read_body else {}
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return _error(400, 'the body must be JSON, e.g. {"stop": true}')
+        if not isinstance(body, dict):
+            return _error(400, "the body must be a JSON object")
+        unknown = sorted(set(body) - {"target", "stop"})
+        if unknown:
+            return _error(400, f"unknown field(s) {unknown}; allowed: target, stop")
+        stop, target = body.get("stop", False), body.get("target")
+        if not isinstance(stop, bool):
+            return _error(400, "'stop' must be true or false")
+        if target is not None and (
+            not isinstance(target, str) or not target.startswith(("file:///", "s3://", "s3a://"))
+        ):
+            return _error(400, "'target' must be a file:/// or s3:// URI")
+        try:
+            created: SavepointRequest = self.driver.request_savepoint(target, stop)
+        except SavepointConflict as exc:
+            return _error(409, str(exc))
+        return _json(created.to_json(), 202)
+
+
+def _checkpoint(meta: Any) -> dict[str, Any]:
+    return {
+        "id": meta.checkpoint_id,
+        "epoch": meta.epoch,
+        "created_ms": meta.created_ms,
+        "bytes": meta.size,
+        "uploaded_bytes": meta.uploaded_bytes,
+        "duration_ms": meta.duration_ms,
+        "incremental": meta.incremental,
+    }

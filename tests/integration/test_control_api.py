@@ -1,0 +1,143 @@
+"""The driver's control API, every endpoint, against a running job."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from stator import Pipeline
+from stator.config import JobConfig
+from stator.execution.driver import JobDriver
+from stator.savepoint.metadata import SavepointMetadata
+from stator.sinks import CollectSink
+from stator.sources import GeneratorSource, KeyedEvents
+from stator.storage import open_store
+
+from tests.helpers import with_overrides
+
+
+def call(
+    base: str, path: str, method: str = "GET", body: Any = None, raw: bytes | None = None
+) -> tuple[int, Any]:
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(
+        base + path, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            text = resp.read().decode()
+            status = resp.status
+    except urllib.error.HTTPError as err:
+        text, status = err.read().decode(), err.code
+    try:
+        return status, json.loads(text)
+    except json.JSONDecodeError:
+        return status, text
+
+
+def wait_until(what: str, check: Any, timeout: float = 120) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise TimeoutError(what)
+
+
+@pytest.fixture
+def running_job(spark: Any, job_config: JobConfig, tmp_path: Path) -> Any:
+    p = Pipeline("control")
+    (
+        p.source(GeneratorSource(KeyedEvents(50), count=None, splits=2), uid="events")
+        .key_by(lambda e: e[0])
+        .count(uid="count")
+        .sink(CollectSink(), uid="out")
+    )
+    cfg = with_overrides(
+        job_config,
+        epoch={"max_records": 500},
+        control={"port": 0},
+        savepoint={"dir": f"file://{tmp_path}/savepoints"},
+    )
+    driver = JobDriver(p, cfg, spark)
+    result: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: result.setdefault("status", driver.run()), daemon=True)
+    thread.start()
+    wait_until("control API up", lambda: driver.control_port)
+    base = f"http://127.0.0.1:{driver.control_port}"
+    wait_until("job running", lambda: call(base, "/readyz")[0] == 200)
+    yield driver, base, thread, result
+    driver.stop()
+    thread.join(120)
+
+
+def test_every_endpoint(running_job: Any, tmp_path: Path) -> None:
+    driver, base, thread, result = running_job
+    assert call(base, "/healthz") == (200, {"status": "ok"})
+    assert call(base, "/readyz") == (200, {"ready": True, "state": "RUNNING"})
+
+    wait_until("two checkpoints", lambda: driver.status.checkpoints >= 2)
+    status, job = call(base, "/v1/job")
+    assert status == 200 and job["job"] == "control" and job["state"] == "RUNNING"
+    assert job["parallelism"] == {"count": 2} and job["max_parallelism"] == 128
+    assert job["regions"] == [["events", "count", "out"]]
+    assert job["epoch"] >= 2 and job["records_in"] > 0 and job["latest_checkpoint"]["id"] >= 2
+
+    status, cks = call(base, "/v1/checkpoints")
+    assert status == 200 and cks["latest"]["id"] == cks["retained"][-1]["id"]
+    assert len(cks["retained"]) <= 3 and cks["counts"]["completed"] >= 2
+    assert all(h["status"] == "COMPLETED" for h in cks["history"])
+    assert cks["latest"]["bytes"] > 0 and cks["latest"]["duration_ms"] > 0
+
+    status, text = call(base, "/metrics")
+    assert status == 200 and 'stator_epochs_total{job="control"}' in text
+    assert 'stator_operator_parallelism{job="control",operator="count"} 2.0' in text
+
+    # Bad requests are refused with a reason.
+    assert call(base, "/v1/savepoints", "POST", raw=b"{not json")[0] == 400
+    code, err = call(base, "/v1/savepoints", "POST", {"stop": "yes"})
+    assert code == 400 and "'stop' must be true or false" in err["error"]
+    code, err = call(base, "/v1/savepoints", "POST", {"stpo": True})
+    assert code == 400 and "unknown field(s) ['stpo']" in err["error"]
+    code, err = call(base, "/v1/savepoints", "POST", {"target": "relative/path"})
+    assert code == 400 and "file:/// or s3://" in err["error"]
+    assert call(base, "/v1/savepoints/nope")[0] == 404
+    assert call(base, "/v1/nothing")[0] == 404
+
+    # A savepoint that keeps the job running.
+    code, created = call(base, "/v1/savepoints", "POST", {})
+    assert code == 202 and created["status"] in ("PENDING", "IN_PROGRESS")
+
+    def finished() -> dict[str, Any] | None:
+        got: dict[str, Any] = call(base, f"/v1/savepoints/{created['id']}")[1]
+        return got if got["status"] in ("COMPLETED", "FAILED") else None
+
+    done = wait_until("savepoint", finished)
+    assert done["status"] == "COMPLETED", done
+    location = done["location"]
+    meta = SavepointMetadata.from_json(open_store(location).get("_savepoint.json"))
+    assert meta.epoch == done["epoch"] and set(meta.operators) == {"count"}
+    assert call(base, "/readyz")[0] == 200
+    code, listed = call(base, "/v1/savepoints")
+    assert code == 200 and [r["id"] for r in listed["savepoints"]] == [created["id"]]
+
+    # Stop with savepoint: only one at a time.
+    target = f"file://{tmp_path}/final-savepoint"
+    code, stopping = call(base, "/v1/savepoints", "POST", {"stop": True, "target": target})
+    assert code == 202
+    code, err = call(base, "/v1/savepoints", "POST", {"stop": True})
+    assert code == 409 and "already in progress" in err["error"]
+    thread.join(120)
+    assert not thread.is_alive()
+    final = result["status"]
+    assert final.state == "STOPPED" and final.stopped_with_savepoint == target
+    assert driver.savepoints.find(stopping["id"]).status == "COMPLETED"
+    assert open_store(target).exists("_savepoint.json")
+    assert [r.id for r in driver.savepoints.all()] == [created["id"], stopping["id"]]
