@@ -70,8 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tws-keys", type=int, default=40_000)
     parser.add_argument("--churn-keys", type=int, default=400_000)
     parser.add_argument("--churn-checkpoints", type=int, default=20)
+    parser.add_argument("--sp-keys", type=int, default=1_000_000, help="savepoint state keys")
+    parser.add_argument("--sp-value-bytes", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=2, help="runs per case (best is kept)")
-    parser.add_argument("--only", nargs="*", default=["count", "tws", "overhead", "churn"])
+    parser.add_argument(
+        "--only", nargs="*", default=["count", "tws", "overhead", "churn", "savepoint"]
+    )
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument(
         "--no-minio",
@@ -194,6 +198,32 @@ def _run(args: argparse.Namespace, s3: str) -> int:
                 f"{inc['mean_uploaded'] / full['mean_uploaded']:.1%} (target <= 5%)",
             )
         )
+
+    if "savepoint" in args.only and s3:
+        size_bytes = args.sp_keys * args.sp_value_bytes
+        results["raw"] = run_case("raw_bandwidth", total_bytes=size_bytes)
+        results["savepoint"] = run_case(
+            "savepoint_rescale", keys=args.sp_keys, value_bytes=args.sp_value_bytes, storage=s3
+        )
+        raw, sp = results["raw"], results["savepoint"]
+        gb = sp["state_bytes"] / 1e9
+        rows.append(
+            (
+                f"savepoint of {gb:.2f} GB (p=2) to MinIO",
+                f"{sp['savepoint_s']:.1f} s = {sp['savepoint_mb_s']:.0f} MB/s",
+                f"raw upload {raw['upload_mb_s']:.0f} MB/s",
+                f"{sp['savepoint_mb_s'] / raw['upload_mb_s']:.0%} (target >= 50%)",
+            )
+        )
+        rows.append(
+            (
+                f"restore of {gb:.2f} GB at p=3 (rescale 2 -> 3), first epoch",
+                f"{sp['restore_s']:.1f} s = {sp['restore_mb_s']:.0f} MB/s",
+                f"raw download {raw['download_mb_s']:.0f} MB/s",
+                f"{sp['restore_mb_s'] / raw['download_mb_s']:.0%} (target >= 50%)",
+            )
+        )
+        rows.append(("rescale downtime (savepoint + restore)", f"{sp['downtime_s']:.1f} s", "", ""))
 
     print("\n| benchmark | Stator | peer | ratio |\n|---|---|---|---|")
     for row in rows:

@@ -12,6 +12,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -286,4 +287,161 @@ def incremental_bytes(
     }
 
 
-CASES = {f.__name__: f for f in (stator_count, native_count, tws_pandas_count, incremental_bytes)}
+CASES: dict[str, Callable[..., dict[str, Any]]] = {
+    f.__name__: f for f in (stator_count, native_count, tws_pandas_count, incremental_bytes)
+}
+
+
+class _Payloads:
+    """``(key, payload)`` with incompressible payloads: one distinct key per record."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def make(self, start: int, stop: int, step: int) -> list[Any]:
+        return [(f"k{i}", os.urandom(self.size)) for i in range(start, stop, step)]
+
+
+def raw_bandwidth(total_bytes: int, files: int = 8) -> dict[str, Any]:
+    """Raw MinIO upload and download throughput with the same client settings Stator uses
+    (boto3, multipart, 4 threads), for ``total_bytes`` in ``files`` objects."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from stator.storage import S3Options, open_store
+
+    store = open_store(f"s3://bench/raw-{uuid.uuid4().hex[:8]}", S3Options())
+    work = _workdir("raw")
+    size = total_bytes // files
+    paths = []
+    for i in range(files):
+        path = work / f"f{i}"
+        path.write_bytes(os.urandom(size))
+        paths.append(path)
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda p: store.put_file(p.name, p), paths))
+    up = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda p: store.get_file(p.name, work / (p.name + ".back")), paths))
+    down = time.perf_counter() - t0
+    shutil.rmtree(work, ignore_errors=True)
+    return {
+        "bytes": size * files,
+        "upload_mb_s": size * files / up / 1e6,
+        "download_mb_s": size * files / down / 1e6,
+    }
+
+
+def savepoint_rescale(
+    keys: int,
+    value_bytes: int,
+    storage: str,
+    p_from: int = 2,
+    p_to: int = 3,
+    compression: str = "none",
+) -> dict[str, Any]:
+    """Build ``keys * value_bytes`` of keyed state, stop it with a savepoint on MinIO, and
+    restore it at another parallelism; time each step."""
+    from stator import BYTES, KeyedProcessFunction, ValueStateDescriptor
+
+    class Keep(KeyedProcessFunction):
+        def open(self, ctx: Any) -> None:
+            self.payload = ctx.get_state(ValueStateDescriptor("payload", BYTES))
+
+        def process_element(self, value: Any, ctx: Any) -> Any:
+            self.payload.update(value[1])
+            return None
+
+    work = _workdir("savepoint")
+    spark = _spark()
+    sp_dir = f"{storage}/savepoints-{work.name}"
+
+    def job(parallelism: int, restore: str, count: int) -> JobDriver:
+        p = Pipeline("bench-savepoint")
+        (
+            p.source(GeneratorSource(_Payloads(value_bytes), count=count, splits=2), uid="gen")
+            .key_by(lambda e: e[0])
+            .process(Keep(), uid="keep")
+            .filter(lambda _: False)
+            .sink(NoopSink(), uid="out")
+        )
+        cfg = load_config(
+            None,
+            [
+                f"checkpoint.storage={storage}/{work.name}",
+                f"state.local_dir={work}/state",
+                "epoch.max_records=50000",
+                f"parallelism={parallelism}",
+                f"restore.source={restore}",
+                f"savepoint.dir={sp_dir}",
+                f"savepoint.compression={compression}",
+                "state.warm_cache_entries=0",
+            ],
+        )
+        return JobDriver(p, cfg, spark)
+
+    # Twice as many records as keys: the job is stopped with a savepoint when half the input
+    # (every key once) is read, so the savepoint epoch itself reads nothing.
+    build = job(p_from, "latest", 2 * keys)
+    timings: dict[str, float] = {}
+    original = build.savepoints.take
+
+    def timed_take(request: Any) -> None:
+        t0 = time.perf_counter()
+        original(request)
+        timings["savepoint_s"] = time.perf_counter() - t0
+
+    build.savepoints.take = timed_take  # type: ignore[method-assign]
+    advance = build._advance
+
+    def stop_at_end(spec: Any, reports: Any, started: float) -> None:
+        advance(spec, reports, started)
+        if (
+            spec.savepoint is None
+            and build.positions
+            and all(st.position >= keys // 2 for st in build.positions["gen"].values())
+        ):
+            build.request_savepoint(stop=True)
+
+    build._advance = stop_at_end  # type: ignore[method-assign]
+    status = build.run()
+    location = str(status.stopped_with_savepoint)
+    from stator.savepoint.metadata import SavepointMetadata
+    from stator.storage import open_store
+
+    meta = SavepointMetadata.from_json(open_store(location).get("_savepoint.json"))
+    state_bytes = meta.size
+
+    restore = job(p_to, location, 2 * keys)
+    first: dict[str, float] = {}
+    run_epoch = restore._run_epoch
+
+    def timed_epoch(spec: Any) -> Any:
+        t0 = time.perf_counter()
+        result = run_epoch(spec)
+        first["restore_epoch_s"] = time.perf_counter() - t0
+        restore.stop()  # the first epoch restores every subtask: that is what is measured
+        return result
+
+    restore._run_epoch = timed_epoch  # type: ignore[method-assign]
+    t0 = time.perf_counter()
+    restore.run()
+    timings["restored_job_s"] = time.perf_counter() - t0
+    spark.stop()
+    shutil.rmtree(work, ignore_errors=True)
+    restore_s = first["restore_epoch_s"]
+    return {
+        "state_bytes": state_bytes,
+        "keys": keys,
+        "savepoint_s": timings["savepoint_s"],
+        "restore_s": restore_s,
+        "downtime_s": timings["savepoint_s"] + restore_s,
+        "savepoint_mb_s": state_bytes / timings["savepoint_s"] / 1e6,
+        "restore_mb_s": state_bytes / restore_s / 1e6,
+        "p_from": p_from,
+        "p_to": p_to,
+    }
+
+
+CASES.update({f.__name__: f for f in (raw_bandwidth, savepoint_rescale)})
