@@ -126,14 +126,19 @@ def import_entries(
     return count
 
 
-def savepoint_entries(
-    store: ObjectStore, key_groups: dict[int, dict[str, Any]], owned: KeyGroupRange
-) -> Iterator[tuple[int, Entry]]:
-    """Entries of the owned key-groups' files, fetched in parallel, in key-group order."""
+def savepoint_entries(store: ObjectStore, key_groups: dict[int, dict[str, Any]],
+                      owned: KeyGroupRange) -> Iterator[tuple[int, Entry]]:
+    """Entries of the owned key-groups' files in key-group order, fetched in parallel a few
+    files ahead (so memory holds a window of files, not the whole state)."""
     wanted = sorted(kg for kg in key_groups if kg in owned)
+    ahead = 8
     with ThreadPoolExecutor(4) as pool:
-        blobs = pool.map(lambda kg: (kg, store.get(key_groups[kg]["file"])), wanted)
-        for kg, data in blobs:
+        futures = [pool.submit(store.get, key_groups[kg]["file"]) for kg in wanted[:ahead]]
+        for i, kg in enumerate(wanted):
+            data = futures[i].result()
+            futures[i] = None  # type: ignore[call-overload]
+            if i + ahead < len(wanted):
+                futures.append(pool.submit(store.get, key_groups[wanted[i + ahead]]["file"]))
             for entry in read_key_group(data, store.url(key_groups[kg]["file"])):
                 yield kg, entry
 
