@@ -142,3 +142,35 @@ def test_state_reader_reads_savepoints_and_checkpoints(
         "user_key",
         "value",
     ]
+
+
+def test_savepoint_cli_list_show_dispose(savepoint: tuple[JobConfig, str], tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    _, location = savepoint
+
+    def stator(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "stator", "savepoint", *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+
+    root = location.rsplit("/", 2)[0]
+    listed = stator("list", root, "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [r["location"] for r in rows] == [location] and rows[0]["epoch"] == 3
+    shown = json.loads(stator("show", location).stdout)
+    assert shown["operators"]["counts"]["states"]["seen"]["serializer"] == "int64"
+    not_a_savepoint = stator("dispose", f"file://{tmp_path}")
+    assert not_a_savepoint.returncode == 2 and "is not a savepoint" in not_a_savepoint.stderr
+    bad_url = stator("trigger", "driver:8081")
+    assert bad_url.returncode == 2 and "must start with http://" in bad_url.stderr
+    disposed = stator("dispose", location)
+    assert disposed.returncode == 0, disposed.stderr
+    assert json.loads(stator("list", root, "--json").stdout) == []
