@@ -126,8 +126,9 @@ def import_entries(
     return count
 
 
-def savepoint_entries(store: ObjectStore, key_groups: dict[int, dict[str, Any]],
-                      owned: KeyGroupRange) -> Iterator[tuple[int, Entry]]:
+def savepoint_entries(
+    store: ObjectStore, key_groups: dict[int, dict[str, Any]], owned: KeyGroupRange
+) -> Iterator[tuple[int, Entry]]:
     """Entries of the owned key-groups' files in key-group order, fetched in parallel a few
     files ahead (so memory holds a window of files, not the whole state)."""
     wanted = sorted(kg for kg in key_groups if kg in owned)
