@@ -65,6 +65,9 @@ class ControlConfig:
     # and a fixed port.
     host: str = "127.0.0.1"
     port: int = -1
+    # After a stop-with-savepoint, keep answering until a client has read the result (the
+    # operator polls for it), at most this long.
+    linger_ms: int = 30_000
 
 
 @dataclass(frozen=True)

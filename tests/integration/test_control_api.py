@@ -134,7 +134,11 @@ def test_every_endpoint(running_job: Any, tmp_path: Path) -> None:
     assert code == 202
     code, err = call(base, "/v1/savepoints", "POST", {"stop": True})
     assert code == 409 and "already in progress" in err["error"]
-    thread.join(120)
+    wait_until(
+        "stop-with-savepoint",
+        lambda: call(base, f"/v1/savepoints/{stopping['id']}")[1]["status"] == "COMPLETED",
+    )
+    thread.join(120)  # the driver serves until its requester has read the result
     assert not thread.is_alive()
     final = result["status"]
     assert final.state == "STOPPED" and final.stopped_with_savepoint == target

@@ -153,6 +153,8 @@ class ControlServer:
         found = self.driver.savepoints.find(request.match_info["id"])
         if found is None:
             return _error(404, f"no savepoint request with id {request.match_info['id']!r}")
+        if found.status in ("COMPLETED", "FAILED"):
+            found.fetched = True
         return _json(found.to_json())
 
     async def trigger_savepoint(self, request: web.Request) -> web.Response:  # noqa: PLR0911

@@ -132,7 +132,18 @@ class JobDriver:
             return self._run()
         finally:
             if self.control is not None:
+                self._linger()
                 self.control.stop()
+
+    def _linger(self) -> None:
+        """Stopped with a savepoint: wait until its requester has read the result."""
+        if self.status.state != "STOPPED":
+            return
+        deadline = time.monotonic() + self.config.control.linger_ms / 1000
+        while time.monotonic() < deadline:
+            if all(r.fetched for r in self.savepoints.all() if r.stop):
+                return
+            time.sleep(0.1)
 
     def _run(self) -> JobStatus:
         self.status.state = "RECOVERING"

@@ -53,6 +53,7 @@ class SavepointRequest:
     error: str | None = None
     created_ms: int = field(default_factory=now_ms)
     completed_ms: int | None = None
+    fetched: bool = False  # a client read the final result (the driver may exit then)
 
     def to_json(self) -> dict[str, Any]:
         return {

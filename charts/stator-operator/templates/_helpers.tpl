@@ -1,0 +1,32 @@
+{{- define "stator.name" -}}{{ .Release.Name }}-stator-operator{{- end -}}
+{{- define "stator.labels" -}}
+app.kubernetes.io/name: stator-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+{{- define "stator.rules" -}}
+- apiGroups: [stator.dev]
+  resources: [statefulpipelines]
+  verbs: [get, list, watch, patch, update]
+- apiGroups: [stator.dev]
+  resources: [statefulpipelines/status]
+  verbs: [get, patch, update]
+# Driver pods, and what a driver's own Role grants (RBAC forbids granting more than one holds).
+- apiGroups: [""]
+  resources: [pods, services, configmaps, persistentvolumeclaims]
+  verbs: [get, list, watch, create, update, delete, deletecollection]
+- apiGroups: [""]
+  resources: [serviceaccounts]
+  verbs: [get, create]
+# Checkpoint credentials, read to inspect checkpoints and dispose savepoints.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [get, create]
+- apiGroups: ["", events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- end -}}

@@ -1,0 +1,134 @@
+"""The Kubernetes calls the operator makes (through the kubernetes client, synchronously:
+status is written before a step is taken, not when a handler returns)."""
+
+from __future__ import annotations
+
+import base64
+import logging
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from .spec import get
+
+log = logging.getLogger("stator.operator")
+GROUP, VERSION, PLURAL = "stator.dev", "v1alpha1", "statefulpipelines"
+
+
+class Kube:
+    def __init__(self, api_client: client.ApiClient | None = None) -> None:
+        self.client = api_client or client.ApiClient()
+        self.core = client.CoreV1Api(self.client)
+        self.rbac = client.RbacAuthorizationV1Api(self.client)
+        self.custom = client.CustomObjectsApi(self.client)
+
+    def patch_status(self, namespace: str, name: str, fields: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURAL, name, {"status": fields}
+        )
+
+    def get_pipeline(self, namespace: str, name: str) -> dict[str, Any]:
+        obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name
+        )
+        return obj
+
+    def driver_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        pods = self.core.list_namespaced_pod(
+            namespace, label_selector=f"stator.dev/pipeline={name},stator.dev/component=driver"
+        )
+        live = [p for p in pods.items]
+        if not live:
+            return None
+        live.sort(key=lambda p: p.metadata.creation_timestamp)
+        out: dict[str, Any] = self.client.sanitize_for_serialization(live[-1])
+        return out
+
+    def delete_driver(self, namespace: str, pod: str) -> None:
+        try:
+            self.core.delete_namespaced_pod(pod, namespace, grace_period_seconds=30)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def ensure(self, obj: dict[str, Any]) -> None:
+        """Create ``obj`` unless it exists (owned objects are never adopted from others)."""
+        kind, ns = obj["kind"], obj["metadata"].get("namespace")
+        create = {
+            "ServiceAccount": lambda: self.core.create_namespaced_service_account(ns, obj),
+            "Service": lambda: self.core.create_namespaced_service(ns, obj),
+            "Pod": lambda: self.core.create_namespaced_pod(ns, obj),
+            "Role": lambda: self.rbac.create_namespaced_role(ns, obj),
+            "RoleBinding": lambda: self.rbac.create_namespaced_role_binding(ns, obj),
+        }[kind]
+        try:
+            create()  # type: ignore[no-untyped-call]
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    def apply_config(self, obj: dict[str, Any]) -> None:
+        ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+        try:
+            self.core.create_namespaced_config_map(ns, obj)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            self.core.replace_namespaced_config_map(name, ns, obj)
+
+    def s3_options(self, namespace: str, spec: dict[str, Any]) -> Any:
+        from stator.storage import S3Options  # noqa: PLC0415
+
+        secret = get(spec, "checkpointing", "credentialsSecret")
+        creds: dict[str, str] = {}
+        if secret:
+            data = self.core.read_namespaced_secret(secret, namespace).data or {}
+            creds = {k: base64.b64decode(v).decode() for k, v in data.items()}
+        return S3Options(
+            endpoint_url=get(spec, "checkpointing", "endpoint"),
+            access_key_id=creds.get("AWS_ACCESS_KEY_ID"),
+            secret_access_key=creds.get("AWS_SECRET_ACCESS_KEY"),
+        )
+
+    def check_restore_source(self, namespace: str, spec: dict[str, Any], uri: str) -> str | None:
+        """Why ``uri`` cannot be restored from (None if it can): read, never written."""
+        from stator.errors import StatorError  # noqa: PLC0415
+        from stator.execution.restore import load_target  # noqa: PLC0415
+
+        try:
+            load_target(uri, self.s3_options(namespace, spec))
+        except (StatorError, ApiException) as exc:
+            return str(exc)
+        return None
+
+    def find_savepoint(self, namespace: str, spec: dict[str, Any], request_id: str) -> str | None:
+        """A completed savepoint of request ``request_id`` in storage (the driver is gone)."""
+        from stator.savepoint.metadata import METADATA_NAME  # noqa: PLC0415
+        from stator.storage import open_store  # noqa: PLC0415
+
+        storage = str(get(spec, "checkpointing", "storage", default="")).rstrip("/")
+        root = get(spec, "savepoints", "directory") or f"{storage}/savepoints"
+        try:
+            store = open_store(root, self.s3_options(namespace, spec))
+            for key, _ in store.listing():
+                if key.endswith(f"-{request_id}/{METADATA_NAME}"):
+                    return store.url(key[: -len(METADATA_NAME) - 1])
+        except Exception as exc:
+            log.warning("could not search savepoints under %s: %s", root, exc)
+        return None
+
+    def dispose_savepoint(self, namespace: str, spec: dict[str, Any], path: str) -> None:
+        """Delete a savepoint's files, metadata first. Failures are logged, not raised."""
+        from stator.savepoint.metadata import METADATA_NAME  # noqa: PLC0415
+        from stator.storage import open_store  # noqa: PLC0415
+
+        try:
+            store = open_store(path, self.s3_options(namespace, spec))
+            keys = [k for k, _ in store.listing()]
+            if METADATA_NAME not in keys:
+                return
+            store.delete([METADATA_NAME])
+            store.delete([k for k in keys if k != METADATA_NAME])
+        except Exception as exc:
+            log.warning("could not dispose savepoint %s: %s", path, exc)

@@ -1,0 +1,259 @@
+"""The objects the operator creates for a StatefulPipeline, all owned by it: a service account
+that may manage pods only in its namespace, the job's config, a Service for the driver's
+control API, and the driver pod. No spec field reaches a shell: commands are argument lists."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from .spec import CONTROL_PORT, get
+
+RUNTIME_UID = 185
+STATE_MOUNT = "/var/lib/stator"
+CONFIG_MOUNT = "/etc/stator"
+
+
+def owner(body: dict[str, Any]) -> dict[str, Any]:
+    meta = body["metadata"]
+    return {
+        "apiVersion": "stator.dev/v1alpha1",
+        "kind": "StatefulPipeline",
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def labels(name: str, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "stator",
+        "app.kubernetes.io/managed-by": "stator-operator",
+        "stator.dev/pipeline": name,
+        "stator.dev/component": component,
+    }
+
+
+def _meta(body: dict[str, Any], name: str, component: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": body["metadata"]["namespace"],
+        "labels": labels(body["metadata"]["name"], component),
+        "ownerReferences": [owner(body)],
+    }
+
+
+def service_account(body: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _meta(body, f"{body['metadata']['name']}-stator", "rbac"),
+        "automountServiceAccountToken": True,
+    }
+
+
+def role(body: dict[str, Any]) -> dict[str, Any]:
+    """What Spark's Kubernetes backend needs for executors, in this namespace only."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": _meta(body, f"{body['metadata']['name']}-stator", "rbac"),
+        "rules": [
+            {
+                "apiGroups": [""],
+                "resources": ["pods"],
+                "verbs": ["get", "list", "watch", "create", "delete", "deletecollection"],
+            },
+            {
+                "apiGroups": [""],
+                "resources": ["services", "configmaps", "persistentvolumeclaims"],
+                "verbs": ["get", "list", "watch", "create", "delete", "deletecollection"],
+            },
+        ],
+    }
+
+
+def role_binding(body: dict[str, Any]) -> dict[str, Any]:
+    name = f"{body['metadata']['name']}-stator"
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _meta(body, name, "rbac"),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [
+            {"kind": "ServiceAccount", "name": name, "namespace": body["metadata"]["namespace"]}
+        ],
+    }
+
+
+def job_config(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any]:
+    """The Stator job configuration (stator config keys) for this spec."""
+    ck = spec.get("checkpointing", {})
+    cfg: dict[str, Any] = {
+        "name": f"{namespace}.{name}",
+        "parallelism": int(spec.get("replicas", 2)),
+        "checkpoint": {
+            "storage": ck["storage"],
+            "retained": int(ck.get("retained", 3)),
+            "incremental": bool(ck.get("incremental", True)),
+            "every_epochs": int(ck.get("intervalEpochs", 1)),
+            "interval_ms": int(ck.get("intervalSeconds", 0)) * 1000,
+        },
+        "state": {"local_dir": f"{STATE_MOUNT}/state"},
+        "control": {"port": CONTROL_PORT},
+        "restart": {
+            "strategy": get(spec, "failover", "restartStrategy", default="exponential-backoff"),
+            "attempts": int(get(spec, "failover", "maxRestarts", default=10)),
+        },
+        "spark": {"master": "local[*]", "conf": dict(spec.get("sparkConf") or {})},
+        "savepoint": {
+            "dir": get(spec, "savepoints", "directory") or f"{ck['storage'].rstrip('/')}/savepoints"
+        },
+    }
+    if ck.get("endpoint"):
+        cfg["s3"] = {"endpoint_url": ck["endpoint"]}
+    for key, value in (spec.get("config") or {}).items():  # dotted keys, YAML values
+        node = cfg
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = yaml.safe_load(value)
+    return cfg
+
+
+def config_map(body: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    meta = body["metadata"]
+    cfg = job_config(spec, meta["name"], meta["namespace"])
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(body, f"{meta['name']}-config", "config"),
+        "data": {"job.yaml": yaml.safe_dump(cfg, sort_keys=True)},
+    }
+
+
+def service(body: dict[str, Any]) -> dict[str, Any]:
+    name = body["metadata"]["name"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(body, f"{name}-driver", "driver"),
+        "spec": {
+            "selector": labels(name, "driver"),
+            "clusterIP": "None",
+            "ports": [{"name": "control", "port": CONTROL_PORT}],
+        },
+    }
+
+
+def driver_pod(
+    body: dict[str, Any],
+    spec: dict[str, Any],
+    deployment: str,
+    restore: str,
+    allow_non_restored: bool,
+) -> dict[str, Any]:
+    meta = body["metadata"]
+    name = meta["name"]
+    env: list[dict[str, Any]] = [
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "HOME", "value": f"{STATE_MOUNT}/home"},
+    ]
+    secret = get(spec, "checkpointing", "credentialsSecret")
+    if secret:
+        env += [
+            {"name": k, "valueFrom": {"secretKeyRef": {"name": secret, "key": k}}}
+            for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+        ]
+    reserved = {e["name"] for e in env}
+    env += [
+        e for e in (get(spec, "driver", "env", default=None) or []) if e.get("name") not in reserved
+    ]
+    args = [
+        "run",
+        spec["entrypoint"],
+        "--config",
+        f"{CONFIG_MOUNT}/job.yaml",
+        "--restore",
+        restore,
+        "--set",
+        "control.host=$(POD_IP)",
+    ]
+    if restore == "none":
+        args += ["--set", "restore.force_empty=true"]
+    if allow_non_restored:
+        args += ["--set", "restore.allow_non_restored_state=true"]
+    resources = get(spec, "driver", "resources", default=None) or {
+        "requests": {"cpu": "500m", "memory": "1Gi"}
+    }
+    pod_labels = {**labels(name, "driver"), "stator.dev/deployment": deployment}
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {**_meta(body, f"{name}-driver-{deployment}", "driver"), "labels": pod_labels},
+        "spec": {
+            "serviceAccountName": f"{name}-stator",
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 30,
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": RUNTIME_UID,
+                "fsGroup": RUNTIME_UID,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "driver",
+                    "image": spec["image"],
+                    "imagePullPolicy": spec.get("imagePullPolicy", "IfNotPresent"),
+                    "command": ["stator"],
+                    "args": args,
+                    "env": env,
+                    "ports": [{"name": "control", "containerPort": CONTROL_PORT}],
+                    "readinessProbe": {
+                        "httpGet": {"path": "/readyz", "port": CONTROL_PORT},
+                        "periodSeconds": 5,
+                    },
+                    "livenessProbe": {
+                        "httpGet": {"path": "/healthz", "port": CONTROL_PORT},
+                        "initialDelaySeconds": 60,
+                        "periodSeconds": 10,
+                    },
+                    "resources": resources,
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "readOnlyRootFilesystem": True,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                    "volumeMounts": [
+                        {"name": "config", "mountPath": CONFIG_MOUNT},
+                        {"name": "state", "mountPath": STATE_MOUNT},
+                        {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - an emptyDir,
+                    ],
+                }
+            ],
+            "volumes": [
+                {"name": "config", "configMap": {"name": f"{name}-config"}},
+                {"name": "state", "emptyDir": {}},
+                {"name": "tmp", "emptyDir": {}},
+            ],
+        },
+    }
+    template = get(spec, "driver", "podTemplate", default=None)
+    if template:
+        _merge(pod, template)
+    return pod
+
+
+def _merge(base: dict[str, Any], overlay: dict[str, Any]) -> None:
+    """Strategic enough merge of a pod template: dicts merge, other values replace; the
+    command, args and service account stay the operator's."""
+    for key, value in overlay.items():
+        if key in ("command", "args", "serviceAccountName", "ownerReferences", "containers"):
+            continue
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value

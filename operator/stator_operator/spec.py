@@ -1,0 +1,92 @@
+"""The StatefulPipeline spec as the operator reads it, and how a spec change is classified."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from typing import Any
+
+# Fields whose change needs no redeploy: handled by their own flows or read when needed.
+NO_REDEPLOY = (
+    ("state",),
+    ("savepoints",),
+    ("deletion",),
+    ("restore", "initialSavepoint"),
+    ("failover", "readinessTimeoutSeconds"),
+)
+CONTROL_PORT = 8081
+
+
+class SpecError(ValueError):
+    """A spec the CRD schema accepts but the operator cannot run; the message names the
+    field and the fix."""
+
+
+@dataclass(frozen=True)
+class Change:
+    kind: str  # none | rescale | upgrade
+    fields: tuple[str, ...]
+
+
+def get(spec: dict[str, Any], *path: str, default: Any = None) -> Any:
+    node: Any = spec
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def comparable(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec without the fields whose change needs no redeploy."""
+    out = copy.deepcopy(spec)
+    for path in NO_REDEPLOY:
+        node = out
+        for part in path[:-1]:
+            node = node.get(part, {}) if isinstance(node, dict) else {}
+        if isinstance(node, dict):
+            node.pop(path[-1], None)
+    return out
+
+
+def _diff(a: Any, b: Any, prefix: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[str] = []
+        for key in sorted(set(a) | set(b)):
+            out += _diff(a.get(key), b.get(key), f"{prefix}.{key}" if prefix else key)
+        return out
+    return [] if a == b else [prefix]
+
+
+def classify(running: dict[str, Any] | None, desired: dict[str, Any]) -> Change:
+    """ignore / rescale / upgrade, from the spec that runs to the one that is wanted."""
+    if running is None:
+        return Change("upgrade", ("*",))
+    changed = tuple(_diff(comparable(running), comparable(desired)))
+    if not changed:
+        return Change("none", ())
+    if changed == ("replicas",):
+        return Change("rescale", changed)
+    return Change("upgrade", changed)
+
+
+def validate(spec: dict[str, Any]) -> None:
+    """Checks the schema cannot express."""
+    if get(spec, "checkpointing", "storage", default="").startswith("s3") and not get(
+        spec, "checkpointing", "credentialsSecret"
+    ):
+        raise SpecError(
+            "spec.checkpointing.credentialsSecret is required for s3:// storage: "
+            "name a Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+        )
+    for key in get(spec, "config", default={}) or {}:
+        if key.split(".")[0] in ("control", "restore") or key in ("parallelism", "name"):
+            raise SpecError(
+                f"spec.config.{key} is set by the operator; use the dedicated field "
+                f"(replicas, restore, ...) instead"
+            )
+
+
+def fingerprint(spec: dict[str, Any]) -> str:
+    return json.dumps(comparable(spec), sort_keys=True)

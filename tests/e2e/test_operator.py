@@ -1,0 +1,123 @@
+"""The operator end to end, on the real API server with pods run by the node agent."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from stator.sinks import read_committed
+from stator.storage import S3Options
+
+from tests.e2e.conftest import Space
+
+COUNT = 24_000
+
+
+def expected_counts(count: int) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for i in range(count):
+        key = f"k{((i * 2654435761 + 9) & 0xFFFFFFFF) % 200}"
+        totals[key] = totals.get(key, 0) + 1
+    return totals
+
+
+def committed(space: Space, name: str) -> list[Any]:
+    opts = S3Options(
+        endpoint_url=space.s3.endpoint_url,
+        access_key_id=space.s3.access_key,
+        secret_access_key=space.s3.secret_key,
+    )
+    return read_committed(f"s3://{space.bucket}/{name}/out", opts)
+
+
+def assert_exact(records: list[Any], count: int) -> None:
+    """Every key's running count rises by whole epochs and ends at its exact total: nothing
+    lost, nothing counted twice across restarts and rescales."""
+    per_key: dict[str, list[int]] = {}
+    for key, value in records:
+        per_key.setdefault(key, []).append(value)
+    assert all(v == sorted(set(v)) for v in per_key.values()), "a count repeated or went back"
+    assert {k: v[-1] for k, v in per_key.items()} == expected_counts(count)
+
+
+def test_apply_run_checkpoint_scale(space: Space) -> None:
+    name = "counts"
+    manifest = space.manifest(name, env={"COUNT": COUNT, "RATE": 600})
+    t0 = time.monotonic()
+    space.apply(manifest)
+    while not space.driver_pods(name):
+        assert time.monotonic() - t0 < 30, "no driver pod"
+        time.sleep(0.05)
+    print(f"apply -> driver pod created: {time.monotonic() - t0:.2f}s")
+
+    status = space.wait(
+        name,
+        "running with a checkpoint",
+        lambda s: s.get("phase") == "Running" and s.get("latestCheckpoint", {}).get("id", 0) >= 2,
+    )
+    assert status["replicas"] == 2 and status["latestCheckpoint"]["bytes"] > 0
+    table = space.kube.kubectl("get", "spl", name, "-n", space.name).stdout
+    assert "Running" in table and "PHASE" in table.upper()
+
+    space.kube.kubectl("scale", "statefulpipeline", name, "-n", space.name, "--replicas=4")
+    status = space.wait(
+        name,
+        "rescaled to 4",
+        lambda s: (
+            s.get("replicas") == 4
+            and s.get("phase") in ("Running", "Finished")
+            and not s.get("operation")
+        ),
+    )
+    restored = status["deployment"]["restoredFrom"]
+    assert restored.startswith(f"s3://{space.bucket}/{name}/savepoints/"), restored
+    assert status["savepoints"][-1]["path"] == restored
+    space.wait(name, "finished", lambda s: s.get("phase") == "Finished")
+    reasons = space.events()
+    for reason in ("SpecChanged", "SavepointCompleted", "DriverCreated", "RescaleCompleted"):
+        assert reason in reasons, reasons
+    assert_exact(committed(space, name), COUNT)
+
+
+def test_bad_manifests_are_rejected(space: Space) -> None:
+    good = space.manifest("bad")
+    cases = {
+        "image": (
+            {**good, "spec": {k: v for k, v in good["spec"].items() if k != "image"}},
+            "spec.image: Required value",
+        ),
+        "replicas": (
+            {**good, "spec": {**good["spec"], "replicas": -1}},
+            "spec.replicas: Invalid value: -1",
+        ),
+        "upgradeMode": (
+            {**good, "spec": {**good["spec"], "upgradeMode": "yolo"}},
+            'spec.upgradeMode: Unsupported value: "yolo"',
+        ),
+        "entrypoint": (
+            {**good, "spec": {**good["spec"], "entrypoint": "rm -rf /"}},
+            "spec.entrypoint: Invalid value",
+        ),
+    }
+    for field, (manifest, message) in cases.items():
+        result = space.apply(manifest, check=False)
+        assert result.returncode != 0, field
+        assert message in result.stderr, (field, result.stderr)
+    assert space.kube.kubectl("get", "spl", "-n", space.name, "-o", "name").stdout == ""
+
+
+def test_max_parallelism_is_immutable_and_unreadable_savepoint_is_reported(space: Space) -> None:
+    name = "immutable"
+    missing = f"s3://{space.bucket}/nothing-here"
+    space.apply(space.manifest(name, restore={"initialSavepoint": missing}))
+    status = space.wait(name, "spec reported invalid", lambda s: s.get("phase") == "Failed")
+    assert "spec.restore.initialSavepoint" in status["lastError"] and missing in status["lastError"]
+    assert not space.driver_pods(name), "nothing is deployed from an unreadable savepoint"
+    patch = json.dumps({"spec": {"maxParallelism": 128}})
+    result = space.kube.kubectl(
+        "patch", "spl", name, "-n", space.name, "--type=merge", "-p", patch, check=False
+    )
+    assert result.returncode != 0 and "maxParallelism is fixed for the life of the state" in (
+        result.stderr
+    )

@@ -1,0 +1,27 @@
+"""Rate-limited generator -> running count per key -> exactly-once file sink, configured by
+environment variables (set through a StatefulPipeline's spec.driver.env)."""
+
+from __future__ import annotations
+
+import os
+
+from stator import Pipeline
+from stator.sinks import FileSink
+from stator.sources import GeneratorSource, KeyedEvents
+
+
+def build() -> Pipeline:
+    count = int(os.environ.get("COUNT", "60000"))
+    rate = float(os.environ.get("RATE", "1500"))
+    p = Pipeline("e2e-counts", max_parallelism=64)
+    (
+        p.source(
+            GeneratorSource(KeyedEvents(200, seed=9), count=count, splits=2, rate_per_second=rate),
+            uid="events",
+        )
+        .key_by(lambda e: e[0])
+        .count(uid="count")
+        .map(list)
+        .sink(FileSink(os.environ["COUNTS_OUT"]), uid="out")
+    )
+    return p
