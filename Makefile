@@ -13,7 +13,7 @@ export STATOR_CACHE
 export PYSPARK_PYTHON := $(abspath $(PY))
 export UV_CACHE_DIR ?= $(STATOR_CACHE)/uv
 
-.PHONY: help install testbed test unit integration lint fmt demo bench clean
+.PHONY: help install testbed test unit integration lint fmt demo demo-local bench clean kind-e2e
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -54,7 +54,10 @@ test: testbed lint  ## every test, against the real test bed
 unit: install  ## fast tests that need no test bed
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-demo: testbed  ## install and run the main job on embedded defaults
+demo: testbed  ## the main job: operator + pipeline on the local control plane, crash, rescale
+	$(PY) -m examples.operator_demo
+
+demo-local: testbed  ## the runtime alone: a pipeline killed and restarted, output compared
 	$(PY) -m examples.demo
 
 bench: testbed  ## benchmarks; ratios against peers measured in the same run

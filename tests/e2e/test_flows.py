@@ -1,0 +1,186 @@
+"""Every operator flow end to end: upgrades by mode, suspend/resume, a killed driver, a killed
+operator at each flow step, a failed upgrade that rolls back, and deletion."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from typing import Any
+
+from tests.e2e.conftest import Operator, Space
+from tests.e2e.test_operator import assert_exact, committed
+from tests.testbed.nodeagent import NodeAgent
+
+COUNT = 30_000
+
+
+def patch(space: Space, name: str, spec: dict[str, Any]) -> None:
+    space.kube.kubectl(
+        "patch", "spl", name, "-n", space.name, "--type=merge", "-p", json.dumps({"spec": spec})
+    )
+
+
+def running(s: dict[str, Any]) -> bool:
+    return s.get("phase") == "Running" and not s.get("operation")
+
+
+def start(space: Space, name: str, count: int = COUNT, rate: int = 500, **spec: Any) -> None:
+    space.apply(space.manifest(name, env={"COUNT": count, "RATE": rate}, **spec))
+    space.wait(
+        name,
+        "running with a checkpoint",
+        lambda s: running(s) and s.get("latestCheckpoint", {}).get("id", 0) >= 1,
+    )
+
+
+def test_upgrade_by_savepoint_then_last_state_then_stateless(space: Space) -> None:
+    name = "upgrades"
+    start(space, name)
+    first = space.status(name)["deployment"]["id"]
+    patch(space, name, {"config": {"epoch.max_records": "2500", "restart.delay_ms": "500"}})
+    s = space.wait(
+        name, "savepoint upgrade", lambda s: running(s) and s["deployment"]["id"] != first
+    )
+    assert s["deployment"]["restoredFrom"].startswith(f"s3://{space.bucket}/{name}/savepoints/")
+    assert s["lastReconciledSpec"]["config"]["epoch.max_records"] == "2500"
+
+    second = s["deployment"]["id"]
+    patch(
+        space,
+        name,
+        {
+            "upgradeMode": "last-state",
+            "config": {"epoch.max_records": "2000", "restart.delay_ms": "500"},
+        },
+    )
+    s = space.wait(
+        name, "last-state upgrade", lambda s: running(s) and s["deployment"]["id"] != second
+    )
+    assert s["deployment"]["restoredFrom"] == "latest"
+    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=300)
+    assert_exact(committed(space, name), COUNT)  # both stateful upgrades kept every count
+
+    third = s["deployment"]["id"]
+    patch(
+        space,
+        name,
+        {
+            "upgradeMode": "stateless",
+            "config": {"epoch.max_records": "3000", "restart.delay_ms": "500"},
+        },
+    )
+    s = space.wait(
+        name,
+        "stateless upgrade",
+        lambda s: s.get("deployment", {}).get("id") != third and not s.get("operation"),
+    )
+    assert s["deployment"]["restoredFrom"] == "none"
+    pod = space.driver_pods(name)[-1]
+    args = pod["spec"]["containers"][0]["args"]
+    assert args[args.index("--restore") + 1] == "none" and "restore.force_empty=true" in args
+
+
+def test_suspend_and_resume(space: Space) -> None:
+    name = "pausable"
+    start(space, name)
+    patch(space, name, {"state": "suspended"})
+    s = space.wait(name, "suspended", lambda s: s.get("phase") == "Suspended")
+    assert not [
+        p for p in space.driver_pods(name) if p["status"].get("phase") in ("Pending", "Running")
+    ]
+    savepoint = s["suspendedWith"]
+    assert savepoint.startswith(f"s3://{space.bucket}/{name}/savepoints/")
+    patch(space, name, {"state": "running"})
+    s = space.wait(name, "resumed", running)
+    assert s["deployment"]["restoredFrom"] == savepoint
+    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=300)
+    assert_exact(committed(space, name), COUNT)
+
+
+def test_killed_driver_restarts_from_the_latest_checkpoint(space: Space, agent: NodeAgent) -> None:
+    name = "crashy"
+    start(space, name)
+    pod = space.driver_pods(name)[-1]["metadata"]["name"]
+    process = agent.pods[f"{space.name}/{pod}"]
+    os.killpg(process.proc.pid, signal.SIGKILL)
+    s = space.wait(
+        name,
+        "restarted",
+        lambda s: running(s) and s.get("restarts") == 1 and s["deployment"]["driverPod"] != pod,
+    )
+    assert s["deployment"]["restoredFrom"] == "latest"
+    assert "DriverFailed" in space.events()
+    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=300)
+    assert_exact(committed(space, name), COUNT)
+
+
+def test_operator_killed_at_every_step_of_a_rescale(space: Space, operator: Operator) -> None:
+    name = "resilient"
+    start(space, name, count=60_000, rate=500)
+    for replicas, kill_at in ((3, 1), (4, 2), (2, 3), (3, 4), (4, 5)):
+        before = space.status(name)["deployment"]["id"]
+        space.kube.kubectl("scale", "spl", name, "-n", space.name, f"--replicas={replicas}")
+        space.wait(
+            name,
+            f"step {kill_at}",
+            lambda s, k=kill_at, b=before: (
+                int((s.get("operation") or {}).get("step", 0)) >= k
+                or (s.get("deployment", {}).get("id") != b and not s.get("operation"))
+            ),
+        )
+        operator.kill()
+        time.sleep(1)
+        operator.start()
+        s = space.wait(
+            name,
+            f"rescale to {replicas}",
+            lambda s, r=replicas: running(s) and s.get("replicas") == r,
+            timeout=300,
+        )
+        assert s["deployment"]["id"] != before
+    creates = [
+        e
+        for e in space.kube.kubectl_json("get", "events", "-n", space.name)["items"]
+        if e["reason"] == "DriverCreated"
+    ]
+    # One driver for the first deployment and one per rescale: no step ran twice.
+    assert len({e["message"] for e in creates}) == 6, [e["message"] for e in creates]
+    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=400)
+    assert_exact(committed(space, name), 60_000)
+
+
+def test_failed_upgrade_rolls_back(space: Space) -> None:
+    name = "rollback"
+    start(space, name)
+    stable = space.status(name)["lastStableSpec"]
+    patch(space, name, {"entrypoint": "tests.pipelines.e2e_counts:missing_function"})
+    s = space.wait(
+        name,
+        "rolled back",
+        lambda s: (
+            running(s) and s.get("lastError") is not None and "UpgradeFailed" in space.events()
+        ),
+    )
+    assert s["lastReconciledSpec"]["entrypoint"] == stable["entrypoint"]
+    assert s["deployment"]["restoredFrom"].startswith(f"s3://{space.bucket}/{name}/savepoints/")
+    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=300)
+    assert_exact(committed(space, name), COUNT)
+
+
+def _savepoints(space: Space, name: str) -> list[str]:
+    listed = space.s3.client().list_objects_v2(Bucket=space.bucket, Prefix=f"{name}/savepoints/")
+    return [o["Key"] for o in listed.get("Contents", []) if o["Key"].endswith("_savepoint.json")]
+
+
+def test_delete_with_and_without_final_savepoint(space: Space) -> None:
+    for name, final in (("keep", True), ("drop", False)):
+        start(space, name, count=200_000, deletion={"finalSavepoint": final, "timeoutSeconds": 60})
+        space.kube.kubectl("delete", "spl", name, "-n", space.name, "--timeout=120s")
+        assert space.kube.kubectl("get", "spl", name, "-n", space.name, check=False).returncode != 0
+        deadline = time.monotonic() + 60
+        while space.driver_pods(name) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not space.driver_pods(name), "the driver goes with its pipeline"
+        assert len(_savepoints(space, name)) == (1 if final else 0)
