@@ -36,7 +36,7 @@ from typing import Any
 from . import driver_api
 from .k8s import Kube
 from .resources import config_map, driver_pod, role, role_binding, service, service_account
-from .spec import classify, get, validate
+from .spec import classify, fingerprint, get, validate
 
 log = logging.getLogger("stator.operator")
 
@@ -164,6 +164,8 @@ class Reconciler:
         if status.get("phase") == "Finished" and classify(running, spec).kind == "none":
             return 10.0
         change = classify(running, spec)
+        if change.kind != "none" and status.get("failedSpec") == fingerprint(spec):
+            return self._observe()  # this spec failed and was rolled back: wait for a new one
         if change.kind != "none":
             mode = spec.get("upgradeMode", "savepoint")
             kind = "rescale" if change.kind == "rescale" else "upgrade"
@@ -209,7 +211,16 @@ class Reconciler:
         return self._await_ready(op)
 
     def driver(self) -> dict[str, Any] | None:
-        return self.kube.driver_pod(self.namespace, self.name)
+        """The driver pod of the deployment that is current: the one being brought up while an
+        operation awaits readiness, else the one that was last ready."""
+        op = self.status.get("operation") or {}
+        if int(op.get("step", 0)) == AWAIT_READY:
+            deployment = op["id"]
+        else:
+            deployment = (self.status.get("deployment") or {}).get("id")
+        if not deployment:
+            return None
+        return self.kube.driver_pod(self.namespace, self.name, deployment)
 
     def _fallback(self, op: dict[str, Any], reason: str) -> float:
         """No savepoint: continue from the latest checkpoint instead of blocking."""
@@ -298,9 +309,11 @@ class Reconciler:
         wait = float(op.get("notBefore", 0)) - time.time()
         if wait > 0:  # restart backoff
             return min(wait, 5.0)
-        pod = self.driver()
-        if pod is not None:
-            self.kube.delete_driver(self.namespace, pod["metadata"]["name"])
+        pods = self.kube.driver_pods(self.namespace, self.name)  # every deployment's
+        if pods:
+            for pod in pods:
+                if not pod["metadata"].get("deletionTimestamp"):
+                    self.kube.delete_driver(self.namespace, pod["metadata"]["name"])
             return 1.0
         if op["kind"] == "suspend":
             self.write(operation=None, phase="Suspended", suspendedWith=op.get("restore"))
@@ -356,8 +369,11 @@ class Reconciler:
                     "restoredFrom": op.get("restore"),
                     "driverPod": f"{self.name}-driver-{op['id']}",
                 },
-                lastError=None,
             )
+            if op["kind"] != "rollback":  # a rollback keeps the error that caused it in view
+                self.write(lastError=None, failedSpec=None)
+            if op["kind"] in ("upgrade", "rescale"):
+                self.condition("UpgradeSucceeded", True, "Completed", f"running {op['id']}")
             self.condition("Ready", True, "DriverReady", f"driver {op['id']} is running")
             self.event(
                 "Normal",
@@ -381,7 +397,13 @@ class Reconciler:
         self.write(lastError=reason)
         if op["kind"] in ("upgrade", "rescale") and stable is not None:
             self.event("Warning", "UpgradeFailed", f"{reason}; rolling back")
-            self.condition("Ready", False, "RollingBack", reason)
+            self.condition(
+                "UpgradeSucceeded",
+                False,
+                "RolledBack",
+                f"{reason}; rolled back to the last stable spec. Change the spec to try again",
+            )
+            self.write(failedSpec=fingerprint(op["target"]))
             self._start(
                 "rollback", REMOVE_DRIVER, target=stable, restore=op.get("savepoint") or "latest"
             )
@@ -424,6 +446,8 @@ class Reconciler:
         url = driver_api.base_url(pod)
         if url is None:
             return 2.0
+        if phase == "Running" and self.status.get("phase") != "Running":
+            self.write(phase="Running")  # the phase follows the driver that runs now
         try:
             _, job = driver_api.call(url, "/v1/job", timeout=3)
         except driver_api.DriverUnreachable:

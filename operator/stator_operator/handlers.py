@@ -129,8 +129,7 @@ def _delete(body: Any) -> None:
                 "DeleteTimedOut",
                 f"final savepoint not done after {timeout:.0f}s; removing the driver",
             )
-            pod = r.driver()
-            if pod is not None:
+            for pod in kube().driver_pods(r.namespace, r.name):
                 kube().delete_driver(r.namespace, pod["metadata"]["name"])
             break
         delay = r.advance()

@@ -34,16 +34,19 @@ class Kube:
         )
         return obj
 
-    def driver_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        pods = self.core.list_namespaced_pod(
-            namespace, label_selector=f"stator.dev/pipeline={name},stator.dev/component=driver"
-        )
-        live = [p for p in pods.items]
-        if not live:
-            return None
-        live.sort(key=lambda p: p.metadata.creation_timestamp)
-        out: dict[str, Any] = self.client.sanitize_for_serialization(live[-1])
+    def driver_pods(
+        self, namespace: str, name: str, deployment: str | None = None
+    ) -> list[dict[str, Any]]:
+        selector = f"stator.dev/pipeline={name},stator.dev/component=driver"
+        if deployment:
+            selector += f",stator.dev/deployment={deployment}"
+        pods = self.core.list_namespaced_pod(namespace, label_selector=selector)
+        out: list[dict[str, Any]] = [self.client.sanitize_for_serialization(p) for p in pods.items]
         return out
+
+    def driver_pod(self, namespace: str, name: str, deployment: str) -> dict[str, Any] | None:
+        pods = self.driver_pods(namespace, name, deployment)
+        return pods[0] if pods else None
 
     def delete_driver(self, namespace: str, pod: str) -> None:
         try:

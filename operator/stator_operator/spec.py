@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -89,4 +90,5 @@ def validate(spec: dict[str, Any]) -> None:
 
 
 def fingerprint(spec: dict[str, Any]) -> str:
-    return json.dumps(comparable(spec), sort_keys=True)
+    """A short digest of the fields that matter, to recognise a spec seen before."""
+    return hashlib.sha256(json.dumps(comparable(spec), sort_keys=True).encode()).hexdigest()[:16]

@@ -208,7 +208,12 @@ class Space:
             "custom-columns=REASON:.reason,MESSAGE:.message",
             check=False,
         ).stdout
-        raise TimeoutError(f"{name}: {what}; status: {json.dumps(status)[:3000]}\n{events[-3000:]}")
+        brief = {
+            k: v
+            for k, v in status.items()
+            if k not in ("lastReconciledSpec", "lastStableSpec", "conditions")
+        }
+        raise TimeoutError(f"{name}: {what}; status: {json.dumps(brief)[:3000]}\n{events[-3000:]}")
 
     def events(self) -> list[str]:
         out = self.kube.kubectl_json("get", "events", "-n", self.name)

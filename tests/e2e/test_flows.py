@@ -154,18 +154,30 @@ def test_operator_killed_at_every_step_of_a_rescale(space: Space, operator: Oper
 def test_failed_upgrade_rolls_back(space: Space) -> None:
     name = "rollback"
     start(space, name)
+    first = space.status(name)["deployment"]["id"]
     stable = space.status(name)["lastStableSpec"]
     patch(space, name, {"entrypoint": "tests.pipelines.e2e_counts:missing_function"})
     s = space.wait(
         name,
         "rolled back",
         lambda s: (
-            running(s) and s.get("lastError") is not None and "UpgradeFailed" in space.events()
+            s.get("phase") in ("Running", "Finished")
+            and not s.get("operation")
+            and s.get("failedSpec")
+            and s["deployment"]["id"] != first
         ),
     )
+    assert "UpgradeFailed" in space.events()
+    assert "driver pod Failed" in s["lastError"], s["lastError"]
     assert s["lastReconciledSpec"]["entrypoint"] == stable["entrypoint"]
     assert s["deployment"]["restoredFrom"].startswith(f"s3://{space.bucket}/{name}/savepoints/")
+    upgrade = {c["type"]: c for c in s["conditions"]}["UpgradeSucceeded"]
+    assert (upgrade["status"], upgrade["reason"]) == ("False", "RolledBack")
+    rolled_back_to = s["deployment"]["id"]
     space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=300)
+    s = space.status(name)
+    assert s["deployment"]["id"] == rolled_back_to, "the failed spec is not retried"
+    assert "missing_function" in json.dumps(space.get(name)["spec"]), "the user's spec is kept"
     assert_exact(committed(space, name), COUNT)
 
 

@@ -231,7 +231,9 @@ class KubeCluster:
                 f"--bind-address={LOOPBACK}",
                 f"--secure-port={port}",
                 f"--cert-dir={self.workdir / 'kcm-certs'}",
-                "--controllers=*",
+                # Pods run as local processes with loopback IPs, which Endpoints and
+                # EndpointSlices reject; those controllers would only emit failure events.
+                "--controllers=*,-endpoint,-endpointslice,-endpointslicemirroring",
                 f"--service-account-private-key-file={sa.key}",
                 f"--root-ca-file={self.ca.cert}",
                 "--use-service-account-credentials=true",
