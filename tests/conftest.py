@@ -77,7 +77,6 @@ def spark() -> Iterator[object]:
     bed's Kafka connector on its classpath."""
     from stator.config import SparkConfig
     from stator.execution.spark import create_session
-
     from tests.testbed.spark import kafka_connector_jars
 
     jars = ",".join(str(j) for j in kafka_connector_jars())

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from stator.sinks import read_committed
 
+from stator.sinks import read_committed
 from tests.testbed.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

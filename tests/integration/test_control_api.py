@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from stator import Pipeline
 from stator.config import JobConfig
 from stator.execution.driver import JobDriver
@@ -18,7 +19,6 @@ from stator.savepoint.metadata import SavepointMetadata
 from stator.sinks import CollectSink
 from stator.sources import GeneratorSource, KeyedEvents
 from stator.storage import open_store
-
 from tests.helpers import with_overrides
 
 

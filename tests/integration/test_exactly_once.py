@@ -25,9 +25,9 @@ import psutil
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+
 from stator.sinks import read_committed
 from stator.storage import S3Options
-
 from tests.testbed.kafka import KafkaBroker
 from tests.testbed.minio import MinioServer, S3Endpoint
 

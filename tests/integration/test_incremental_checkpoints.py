@@ -13,7 +13,6 @@ from stator.execution.driver import JobDriver
 from stator.sinks import CollectSink
 from stator.sources import GeneratorSource, SweepEvents
 from stator.storage import S3Options, open_store
-
 from tests.helpers import with_overrides
 from tests.testbed.minio import S3Endpoint
 

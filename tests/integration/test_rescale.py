@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from stator import BoundedOutOfOrderness, Pipeline
 from stator.config import JobConfig
 from stator.errors import ConfigError
@@ -16,7 +17,6 @@ from stator.execution.driver import JobDriver
 from stator.sinks import FileSink, read_committed
 from stator.sources import GeneratorSource, KeyedEvents
 from stator.windows import Count, Tumbling
-
 from tests.helpers import with_overrides
 
 EVENTS, KEYS, EPOCH = 24_000, 150, 2_000  # 12 epochs of input

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from stator import INT64, JSON, Context, KeyedProcessFunction, Pipeline, RuntimeContext
 from stator import ValueStateDescriptor as Value
 from stator.config import JobConfig
@@ -15,7 +16,6 @@ from stator.errors import ConfigError
 from stator.execution.driver import JobDriver, JobFailed
 from stator.sinks import CollectSink
 from stator.sources import list_source
-
 from tests.helpers import stop_with_savepoint_after, with_overrides
 
 WORDS = ["a", "b", "a", "c", "a", "b"] * 4  # 24 records, 4 per epoch: 6 epochs

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from stator.checkpoint.coordinator import CheckpointCoordinator
 from stator.checkpoint.metadata import (
     CheckpointMetadata,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from stator import Pipeline
 from stator.config import load_config, to_dict
 from stator.errors import ConfigError, PipelineError, StorageError

@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from stator.keygroups import (
     KeyGroupRange,
     decode_key,

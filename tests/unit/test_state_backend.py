@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from stator.api.functions import KeyCursor, RuntimeContext
 from stator.api.serializers import INT64, JSON, UTF8
 from stator.api.state import (
