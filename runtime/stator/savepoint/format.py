@@ -17,7 +17,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 MAGIC = b"STKG"
 VERSION = 1
@@ -29,16 +29,14 @@ _TIMER = struct.Struct(">BBqI")  # tag, domain, timestamp, key length
 STATE_ENTRY, TIMER_ENTRY = 0, 1
 
 
-@dataclass(frozen=True)
-class StateEntry:
+class StateEntry(NamedTuple):  # named tuples: a savepoint moves millions of these
     state: int
     key: bytes
     user_key: bytes
     value: bytes
 
 
-@dataclass(frozen=True)
-class TimerEntry:
+class TimerEntry(NamedTuple):
     domain: int
     timestamp: int
     key: bytes
@@ -52,13 +50,17 @@ class KeyGroupWriter:
         self.entries = 0
 
     def state(self, state: int, key: bytes, user_key: bytes, value: bytes) -> None:
-        self.parts += (
-            _STATE.pack(STATE_ENTRY, state, len(key)),
-            key,
-            _LEN.pack(len(user_key)),
-            user_key,
-            _LEN.pack(len(value)),
-            value,
+        self.parts.append(
+            b"".join(
+                (
+                    _STATE.pack(STATE_ENTRY, state, len(key)),
+                    key,
+                    _LEN.pack(len(user_key)),
+                    user_key,
+                    _LEN.pack(len(value)),
+                    value,
+                )
+            )
         )
         self.entries += 1
 
@@ -79,7 +81,7 @@ class FormatError(ValueError):
     """A key-group file is not in a format this version can read."""
 
 
-def read_key_group(data: bytes, where: str = "") -> Iterator[StateEntry | TimerEntry]:
+def _body(data: bytes, where: str) -> bytes:
     if len(data) < _HEAD.size:
         raise FormatError(f"{where}: truncated key-group file ({len(data)} bytes)")
     magic, version, compression = _HEAD.unpack_from(data)
@@ -90,32 +92,42 @@ def read_key_group(data: bytes, where: str = "") -> Iterator[StateEntry | TimerE
     body = data[_HEAD.size :]
     if compression == COMPRESSIONS["zlib"]:
         try:
-            body = zlib.decompress(body)
+            return zlib.decompress(body)
         except zlib.error as exc:
             raise FormatError(f"{where}: corrupt compressed data: {exc}") from exc
-    elif compression != COMPRESSIONS["none"]:
+    if compression != COMPRESSIONS["none"]:
         raise FormatError(f"{where}: unknown compression {compression}")
+    return body
+
+
+def read_key_group(data: bytes, where: str = "") -> Iterator[StateEntry | TimerEntry]:
+    body = _body(data, where)
     pos, end = 0, len(body)
+    state_head, timer_head, length = _STATE.unpack_from, _TIMER.unpack_from, _LEN.unpack_from
+    state_size, timer_size = _STATE.size, _TIMER.size
     try:
         while pos < end:
             tag = body[pos]
             if tag == STATE_ENTRY:
-                _, state, n = _STATE.unpack_from(body, pos)
-                pos += _STATE.size
+                _, state, n = state_head(body, pos)
+                pos += state_size
                 key = body[pos : pos + n]
                 pos += n
-                (n,) = _LEN.unpack_from(body, pos)
+                n = length(body, pos)[0]
                 user_key = body[pos + 4 : pos + 4 + n]
                 pos += 4 + n
-                (n,) = _LEN.unpack_from(body, pos)
+                n = length(body, pos)[0]
                 value = body[pos + 4 : pos + 4 + n]
                 pos += 4 + n
+                if pos > end:
+                    break
                 yield StateEntry(state, key, user_key, value)
             elif tag == TIMER_ENTRY:
-                _, domain, ts, n = _TIMER.unpack_from(body, pos)
-                pos += _TIMER.size
-                yield TimerEntry(domain, ts, body[pos : pos + n])
-                pos += n
+                _, domain, ts, n = timer_head(body, pos)
+                pos += timer_size + n
+                if pos > end:
+                    break
+                yield TimerEntry(domain, ts, body[pos - n : pos])
             else:
                 raise FormatError(f"{where}: unknown entry tag {tag} at byte {pos}")
     except struct.error as exc:

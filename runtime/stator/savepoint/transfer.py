@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
@@ -16,11 +16,12 @@ from ..keygroups import KeyGroupRange
 from ..state.backend import KeyedBackend
 from ..state.layout import HEADER, META_STATES, TIMER_MARK, TS, key_group_prefix
 from ..storage import ObjectStore
-from .format import KeyGroupWriter, StateEntry, TimerEntry, read_key_group
+from .format import FormatError, KeyGroupWriter, StateEntry, TimerEntry, read_key_group
 
 _TS_OFFSET = 1 << 63
 IMPORT_BATCH = 50_000
 Entry = StateEntry | TimerEntry
+UPLOAD_WINDOW = 8  # key-group files built ahead of their upload
 
 
 def state_catalog(registry: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -34,22 +35,18 @@ def state_catalog(registry: dict[str, dict[str, Any]]) -> dict[str, dict[str, An
 def iter_key_group(db: rocksdict.Rdict, kg: int, sid_to_index: dict[int, int]) -> Iterator[Entry]:
     """The entries of one key-group of a database, in key order."""
     prefix = key_group_prefix(kg)
-    it = db.iter()
-    it.seek(prefix)
-    while it.valid():
-        key = cast(bytes, it.key())
-        if not key.startswith(prefix):
+    ts_of = TS.unpack_from
+    for raw_key, raw_value in db.items(from_key=prefix):
+        key, value = cast(bytes, raw_key), cast(bytes, raw_value)
+        if key[:2] != prefix:
             break
         if key[2:4] == TIMER_MARK:
-            ts = TS.unpack_from(key, 5)[0] - _TS_OFFSET
-            yield TimerEntry(key[4], ts, key[13:])
+            yield TimerEntry(key[4], ts_of(key, 5)[0] - _TS_OFFSET, key[13:])
         else:
-            _, n = HEADER.unpack_from(key)
-            sid = key[4 + n]
-            index = sid_to_index.get(sid)
+            n = (key[2] << 8) | key[3]
+            index = sid_to_index.get(key[4 + n])
             if index is not None:  # entries of dropped states are left behind
-                yield StateEntry(index, key[4 : 4 + n], key[5 + n :], cast(bytes, it.value()))
-        it.next()
+                yield StateEntry(index, key[4 : 4 + n], key[5 + n :], value)
 
 
 def export_key_groups(
@@ -68,15 +65,18 @@ def export_key_groups(
         written[kg] = {"file": name, "bytes": len(data), "entries": entries}
 
     with ThreadPoolExecutor(4) as pool:
-        pending = []
+        pending: list[Future[None]] = []
         for kg in backend.key_groups:
             writer = KeyGroupWriter()
+            state, timer = writer.state, writer.timer
             for entry in iter_key_group(backend.db, kg, sid_to_index):
-                if isinstance(entry, StateEntry):
-                    writer.state(entry.state, entry.key, entry.user_key, entry.value)
+                if len(entry) == 4:
+                    state(*entry)
                 else:
-                    writer.timer(entry.domain, entry.timestamp, entry.key)
+                    timer(*entry)
             if writer.entries:
+                while len(pending) >= UPLOAD_WINDOW:  # bound the bytes held for upload
+                    pending.pop(0).result()
                 pending.append(pool.submit(put, (kg, writer.finish(compression), writer.entries)))
         for f in pending:
             f.result()
@@ -99,26 +99,34 @@ def import_entries(
     registry = {name: {**catalog[name], "sid": i} for i, name in enumerate(sorted(catalog))}
     sid_of = [bytes((registry[n]["sid"],)) for n in names]
     batch = rocksdict.WriteBatch(raw_mode=True)
-    count = 0
+    put, header, ts = batch.put, HEADER.pack, TS.pack
+    count = pending = 0
     for kg, entry in entries:
         if kg not in owned:
             continue
-        if isinstance(entry, StateEntry):
-            kkey = HEADER.pack(kg, len(entry.key)) + entry.key
-            batch.put(kkey + sid_of[entry.state] + entry.user_key, entry.value)
+        if len(entry) == 4:  # a StateEntry
+            state, key, user_key, value = entry
+            put(b"".join((header(kg, len(key)), key, sid_of[state], user_key)), value)
         else:
-            batch.put(
-                key_group_prefix(kg)
-                + TIMER_MARK
-                + bytes((entry.domain,))
-                + TS.pack(entry.timestamp + _TS_OFFSET)
-                + entry.key,
+            domain, timestamp, key = entry
+            put(
+                b"".join(
+                    (
+                        key_group_prefix(kg),
+                        TIMER_MARK,
+                        bytes((domain,)),
+                        ts(timestamp + _TS_OFFSET),
+                        key,
+                    )
+                ),
                 b"",
             )
         count += 1
-        if len(batch) >= IMPORT_BATCH:
+        pending += 1
+        if pending >= IMPORT_BATCH:
             db.write(batch)
             batch = rocksdict.WriteBatch(raw_mode=True)
+            put, pending = batch.put, 0
     if len(batch):
         db.write(batch)
     backend.registry = registry
@@ -140,7 +148,14 @@ def savepoint_entries(
             futures[i] = None  # type: ignore[call-overload]
             if i + ahead < len(wanted):
                 futures.append(pool.submit(store.get, key_groups[wanted[i + ahead]]["file"]))
-            for entry in read_key_group(data, store.url(key_groups[kg]["file"])):
+            where = store.url(key_groups[kg]["file"])
+            expected = key_groups[kg].get("bytes")
+            if expected is not None and len(data) != expected:  # caught before any entry
+                raise FormatError(
+                    f"{where}: {len(data)} bytes, the savepoint's metadata says {expected}; "
+                    f"the file is truncated or was replaced"
+                )
+            for entry in read_key_group(data, where):
                 yield kg, entry
 
 
