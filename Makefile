@@ -10,6 +10,7 @@ UV          := $(UV_HOME)/bin/uv
 VENV        := .venv
 PY          := $(VENV)/bin/python
 export STATOR_CACHE
+export STATOR_UV := $(UV)
 export PYSPARK_PYTHON := $(abspath $(PY))
 export UV_CACHE_DIR ?= $(STATOR_CACHE)/uv
 
@@ -42,7 +43,8 @@ lint: install  ## ruff and mypy
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 	$(VENV)/bin/hadolint images/*/Dockerfile
-	$(VENV)/bin/shellcheck images/runtime/entrypoint.sh .ci/run
+	$(VENV)/bin/hadolint tests/e2e/kind/Dockerfile.runtime-test
+	$(VENV)/bin/shellcheck images/runtime/entrypoint.sh .ci/run tests/e2e/kind/run.sh
 
 fmt: install
 	$(PY) -m ruff check --fix .
@@ -62,6 +64,12 @@ demo-local: testbed  ## the runtime alone: a pipeline killed and restarted, outp
 
 bench: testbed  ## benchmarks; ratios against peers measured in the same run
 	$(PY) -m bench
+
+KIND_VERSION := v0.29.0
+KIND_HOME   := $(STATOR_CACHE)/tools/kind-$(KIND_VERSION)
+kind-e2e: install  ## needs Docker: the e2e suite on a kind cluster with the images from images/
+	GOBIN=$(KIND_HOME) go install sigs.k8s.io/kind@$(KIND_VERSION)
+	PATH="$(KIND_HOME):$$($(PY) -m tests.testbed path):$$PATH" tests/e2e/kind/run.sh $(PYTEST_ARGS)
 
 clean:  ## remove the virtualenv and build litter (the tool cache stays)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -32,8 +32,7 @@ COUNT, RATE = 40_000, 800
 def main() -> int:
     from stator.sinks import read_committed
     from stator.storage import S3Options
-
-    from tests.e2e.conftest import CHART, OPERATOR_NS, Operator, Space, _token_kubeconfig
+    from tests.e2e.conftest import Operator, Space, _render_and_apply, _token_kubeconfig
     from tests.e2e.test_operator import expected_counts
     from tests.testbed.bed import running
     from tests.testbed.nodeagent import NodeAgent
@@ -62,18 +61,7 @@ def main() -> int:
             },
         ).start()
         try:
-            kube.kubectl("create", "namespace", OPERATOR_NS)
-            rendered = kube.helm(
-                "template",
-                "stator",
-                str(CHART),
-                "--namespace",
-                OPERATOR_NS,
-                "--include-crds",
-                "--set",
-                "replicaCount=0",
-            ).stdout
-            kube.kubectl("apply", "-f", "-", input=rendered)
+            _render_and_apply(kube)  # CRD and RBAC from the Helm chart, as the tests do
             kube.kubectl(
                 "wait",
                 "--for=condition=Established",

@@ -35,7 +35,15 @@ from typing import Any
 
 from . import driver_api
 from .k8s import Kube
-from .resources import config_map, driver_pod, role, role_binding, service, service_account
+from .resources import (
+    check_job_config,
+    config_map,
+    driver_pod,
+    role,
+    role_binding,
+    service,
+    service_account,
+)
 from .spec import classify, fingerprint, get, validate
 
 log = logging.getLogger("stator.operator")
@@ -122,6 +130,28 @@ class Reconciler:
         )
         self.write(conditions=conditions)
 
+    def _spec_valid(self) -> bool:
+        """The checks the CRD schema cannot express, reported as the SpecValid condition."""
+        try:
+            validate(self.spec)
+            check_job_config(self.spec, self.name, self.namespace)
+        except ValueError as exc:
+            if self.status.get("lastError") != str(exc):
+                self.event("Warning", "InvalidSpec", str(exc))
+            self.condition("SpecValid", False, "InvalidSpec", str(exc))
+            if self.status.get("lastReconciledSpec") is None:
+                self.write(phase="Failed")
+            self.write(lastError=str(exc))
+            return False
+        return True
+
+    def _spec_accepted(self) -> None:
+        """A spec that was reported invalid has been fixed: say so once."""
+        conditions = {c.get("type"): c for c in self.status.get("conditions", [])}
+        if conditions.get("SpecValid", {}).get("status") == "False":
+            self.condition("SpecValid", True, "Valid", "the spec is accepted")
+            self.write(lastError=None)
+
     # ------------------------------------------------------------------ entry point
 
     def advance(self) -> float:
@@ -134,25 +164,15 @@ class Reconciler:
     def _plan(self) -> float:
         """No flow in progress: start one if the spec asks for it, else watch the driver."""
         spec, status = self.spec, self.status
-        try:
-            validate(spec)
-        except ValueError as exc:
-            self.condition("SpecValid", False, "InvalidSpec", str(exc))
-            self.write(phase="Failed", lastError=str(exc))
+        if not self._spec_valid():
+            if status.get("lastReconciledSpec") is not None:
+                self._observe()  # the last good spec keeps running meanwhile
             return 30.0
         running = status.get("lastReconciledSpec")
         suspended = status.get("phase") == "Suspended"
         if running is None:
-            restore = get(spec, "restore", "initialSavepoint") or "latest"
-            if restore != "latest":
-                problem = self.kube.check_restore_source(self.namespace, spec, restore)
-                if problem:
-                    message = f"spec.restore.initialSavepoint: {problem}"
-                    self.condition("SpecValid", False, "UnreadableSavepoint", message)
-                    self.write(phase="Failed", lastError=message)
-                    self.event("Warning", "InvalidSpec", message)
-                    return 30.0
-            return self._start("deploy", DEPLOY, restore=restore, target=spec)
+            return self._first_deploy(spec)
+        self._spec_accepted()
         if spec.get("state") == "suspended" and not suspended:
             return self._start("suspend", SAVEPOINT, target=running)
         if spec.get("state", "running") == "running" and suspended:
@@ -177,7 +197,24 @@ class Reconciler:
         nonce = get(spec, "savepoints", "triggerNonce")
         if nonce is not None and nonce != status.get("savepointNonce"):
             return self._start("savepoint", SAVEPOINT, target=running, nonce=nonce)
+        if self._periodic_due():
+            self.write(periodicSavepointAt=now())
+            return self._start("savepoint", SAVEPOINT, target=running, trigger="periodic")
         return self._observe()
+
+    def _first_deploy(self, spec: dict[str, Any]) -> float:
+        """Step 1 of the first deployment, once the initial savepoint is known readable."""
+        restore = get(spec, "restore", "initialSavepoint") or "latest"
+        if restore != "latest":
+            problem = self.kube.check_restore_source(self.namespace, spec, restore)
+            if problem:
+                message = f"spec.restore.initialSavepoint: {problem}"
+                self.condition("SpecValid", False, "UnreadableSavepoint", message)
+                self.write(phase="Failed", lastError=message)
+                self.event("Warning", "InvalidSpec", message)
+                return 30.0
+        self._spec_accepted()
+        return self._start("deploy", DEPLOY, restore=restore, target=spec)
 
     def _start(self, kind: str, step: int, **fields: Any) -> float:
         op = {"kind": kind, "startedAt": now(), "id": uuid.uuid4().hex[:8], **fields}
@@ -230,13 +267,30 @@ class Reconciler:
             f"{reason}; continuing from the latest completed checkpoint",
         )
         self.condition("SavepointSucceeded", False, "FellBackToCheckpoint", reason)
-        if op["kind"] == "savepoint":  # a user-requested savepoint only: nothing to redeploy
-            self.write(
-                operation=None, savepointNonce=op.get("nonce"), phase="Running", lastError=reason
-            )
+        if op["kind"] == "savepoint":  # a savepoint on its own: nothing to redeploy
+            self._end_savepoint(op, lastError=reason)
             return 5.0
         self.set_step(op, REMOVE_DRIVER, restore="latest")
         return 0.0
+
+    def _end_savepoint(self, op: dict[str, Any], **fields: Any) -> None:
+        if op.get("nonce") is not None:  # answered, even if it failed: not retried
+            fields["savepointNonce"] = op["nonce"]
+        self.write(operation=None, phase="Running", **fields)
+
+    def _periodic_due(self) -> bool:
+        """``savepoints.periodicSeconds`` since the last savepoint, periodic attempt or
+        deployment, whichever is latest."""
+        every = int(get(self.spec, "savepoints", "periodicSeconds", default=0) or 0)
+        if not every or self.status.get("phase") != "Running":
+            return False
+        stamps = [h.get("time") or "" for h in self.status.get("savepoints", [])]
+        stamps += [
+            (self.status.get("deployment") or {}).get("readyAt") or "",
+            self.status.get("periodicSavepointAt") or "",
+        ]
+        latest = max(stamps)
+        return bool(latest) and _age_s(latest) >= every
 
     def _request_savepoint(self, op: dict[str, Any]) -> float:
         url = driver_api.base_url(self.driver())
@@ -280,13 +334,18 @@ class Reconciler:
             path = body["location"]
             history = [
                 *self.status.get("savepoints", []),
-                {"path": path, "time": now(), "trigger": op["kind"], "epoch": body.get("epoch")},
+                {
+                    "path": path,
+                    "time": now(),
+                    "trigger": op.get("trigger", op["kind"]),
+                    "epoch": body.get("epoch"),
+                },
             ]
             self.write(savepoints=self._prune(history))
             self.event("Normal", "SavepointCompleted", f"savepoint at {path}")
             self.condition("SavepointSucceeded", True, "Completed", path)
             if op["kind"] == "savepoint":
-                self.write(operation=None, savepointNonce=op.get("nonce"), phase="Running")
+                self._end_savepoint(op)
                 return 5.0
             self.set_step(op, REMOVE_DRIVER, restore=path, savepoint=path)
             return 0.0
@@ -368,6 +427,7 @@ class Reconciler:
                     "id": op["id"],
                     "restoredFrom": op.get("restore"),
                     "driverPod": f"{self.name}-driver-{op['id']}",
+                    "readyAt": now(),
                 },
             )
             if op["kind"] != "rollback":  # a rollback keeps the error that caused it in view

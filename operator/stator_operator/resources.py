@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from .spec import CONTROL_PORT, get
+from .spec import CONTROL_PORT, SpecError, get
 
 RUNTIME_UID = 185
 STATE_MOUNT = "/var/lib/stator"
@@ -123,6 +123,18 @@ def job_config(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any
     return cfg
 
 
+def check_job_config(spec: dict[str, Any], name: str, namespace: str) -> None:
+    """The runtime's own config check, before a driver runs with it: an unknown or ill-typed
+    spec.config key is reported with its name, not found later in a crash-looping pod."""
+    from stator.config import JobConfig, build  # noqa: PLC0415
+    from stator.errors import ConfigError  # noqa: PLC0415
+
+    try:
+        build(JobConfig, job_config(spec, name, namespace), "")
+    except (ConfigError, yaml.YAMLError, AttributeError, TypeError) as exc:
+        raise SpecError(f"spec.config: {exc}") from exc
+
+
 def config_map(body: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
     meta = body["metadata"]
     cfg = job_config(spec, meta["name"], meta["namespace"])
@@ -171,7 +183,10 @@ def driver_pod(
     env += [
         e for e in (get(spec, "driver", "env", default=None) or []) if e.get("name") not in reserved
     ]
+    # No "command": the image's entrypoint (tini -> entrypoint.sh) stays PID 1, reaps Spark's
+    # children and passes these arguments through.
     args = [
+        "stator",
         "run",
         spec["entrypoint"],
         "--config",
@@ -208,7 +223,6 @@ def driver_pod(
                     "name": "driver",
                     "image": spec["image"],
                     "imagePullPolicy": spec.get("imagePullPolicy", "IfNotPresent"),
-                    "command": ["stator"],
                     "args": args,
                     "env": env,
                     "ports": [{"name": "control", "containerPort": CONTROL_PORT}],

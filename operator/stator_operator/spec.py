@@ -52,6 +52,8 @@ def comparable(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _diff(a: Any, b: Any, prefix: str = "") -> list[str]:
+    if isinstance(a, dict) or isinstance(b, dict):  # an absent section equals an empty one
+        a, b = ({} if a is None else a), ({} if b is None else b)
     if isinstance(a, dict) and isinstance(b, dict):
         out: list[str] = []
         for key in sorted(set(a) | set(b)):
@@ -81,6 +83,19 @@ def validate(spec: dict[str, Any]) -> None:
             "spec.checkpointing.credentialsSecret is required for s3:// storage: "
             "name a Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
         )
+    for role in ("driver", "executor"):
+        pod_spec = get(spec, role, "podTemplate", "spec", default={}) or {}
+        context = pod_spec.get("securityContext") or {}
+        if context.get("runAsNonRoot") is False or context.get("runAsUser") == 0:
+            raise SpecError(
+                f"spec.{role}.podTemplate.spec.securityContext: Stator pods run as non-root; "
+                f"remove runAsNonRoot: false and runAsUser: 0"
+            )
+        for key in ("hostNetwork", "hostPID", "hostIPC"):
+            if pod_spec.get(key):
+                raise SpecError(
+                    f"spec.{role}.podTemplate.spec.{key}: not allowed for Stator pods; remove it"
+                )
     for key in get(spec, "config", default={}) or {}:
         if key.split(".")[0] in ("control", "restore") or key in ("parallelism", "name"):
             raise SpecError(

@@ -1,14 +1,18 @@
 """End-to-end fixtures: the real control plane, the node agent (pods as processes), MinIO,
 and the operator running with exactly the RBAC its Helm chart grants.
 
-The suite needs only a kubeconfig and an S3 endpoint; on a machine with Docker the same tests
-run against a kind cluster (make kind-e2e), where real kubelets run the images instead."""
+The suite needs only a kubeconfig and an S3 endpoint. With ``STATOR_E2E_KUBECONFIG`` set it
+uses that cluster instead of the test bed: the operator is the one installed there by Helm,
+pods are run by real kubelets, and S3 is ``STATOR_E2E_S3_ENDPOINT`` (as the tests reach it)
+and ``STATOR_E2E_S3_POD_ENDPOINT`` (as pods reach it), with ``STATOR_E2E_S3_ACCESS_KEY`` and
+``STATOR_E2E_S3_SECRET_KEY``. ``make kind-e2e`` (tests/e2e/kind/run.sh) sets these up."""
 
 from __future__ import annotations
 
 import base64
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -17,7 +21,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 import yaml
@@ -31,6 +35,59 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "stator-operator"
 CRD = ROOT / "crds" / "statefulpipelines.stator.dev.yaml"
 OPERATOR_NS = "stator-system"
+OPERATOR_DEPLOYMENT = "stator-stator-operator"  # release "stator" of the chart
+EXTERNAL = os.environ.get("STATOR_E2E_KUBECONFIG")
+
+
+class Kubectl(Protocol):
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]: ...
+
+    def kubectl_json(self, *args: str) -> Any: ...
+
+
+@dataclass
+class ExternalCluster:
+    """A cluster the suite did not start, driven with the kubectl on PATH."""
+
+    kubeconfig: Path
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        argv = ["kubectl", f"--kubeconfig={self.kubeconfig}", *args]
+        proc = subprocess.run(
+            argv, input=input, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if check and proc.returncode != 0:
+            raise subprocess.CalledProcessError(proc.returncode, argv, proc.stdout, proc.stderr)
+        return proc
+
+    def kubectl_json(self, *args: str) -> Any:
+        return json.loads(self.kubectl(*args, "-o", "json").stdout)
+
+
+@pytest.fixture(scope="session")
+def cluster(request: pytest.FixtureRequest) -> Kubectl:
+    if EXTERNAL:
+        return ExternalCluster(Path(EXTERNAL))
+    local: KubeCluster = request.getfixturevalue("kube")
+    return local
+
+
+@pytest.fixture(scope="session")
+def e2e_s3(request: pytest.FixtureRequest) -> tuple[S3Endpoint, str]:
+    """The S3 endpoint as the tests reach it, and its URL as pods reach it."""
+    if EXTERNAL:
+        endpoint = S3Endpoint(
+            os.environ["STATOR_E2E_S3_ENDPOINT"],
+            os.environ["STATOR_E2E_S3_ACCESS_KEY"],
+            os.environ["STATOR_E2E_S3_SECRET_KEY"],
+        )
+        return endpoint, os.environ.get("STATOR_E2E_S3_POD_ENDPOINT", endpoint.endpoint_url)
+    local: S3Endpoint = request.getfixturevalue("s3")
+    return local, local.endpoint_url
 
 
 @pytest.fixture(scope="session")
@@ -50,8 +107,17 @@ def agent(kube: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 @pytest.fixture(scope="session")
-def installed(kube: KubeCluster) -> str:
-    """CRD and operator RBAC from the Helm chart, applied to the API server."""
+def installed(request: pytest.FixtureRequest, cluster: Kubectl) -> None:
+    """CRD and operator RBAC from the Helm chart, applied to the API server (on an external
+    cluster, ``helm install`` did this)."""
+    if not EXTERNAL:
+        _render_and_apply(request.getfixturevalue("kube"))
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "crd/statefulpipelines.stator.dev", "--timeout=60s"
+    )
+
+
+def _render_and_apply(kube: KubeCluster) -> None:
     kube.kubectl("create", "namespace", OPERATOR_NS, check=False)
     rendered = kube.helm(
         "template",
@@ -64,10 +130,6 @@ def installed(kube: KubeCluster) -> str:
         "replicaCount=0",
     ).stdout
     kube.kubectl("apply", "-f", "-", input=rendered)
-    kube.kubectl(
-        "wait", "--for=condition=Established", "crd/statefulpipelines.stator.dev", "--timeout=60s"
-    )
-    return rendered
 
 
 def _token_kubeconfig(kube: KubeCluster, path: Path) -> Path:
@@ -118,10 +180,68 @@ class Operator:
         self.proc.stop()
 
 
+class OperatorControl(Protocol):
+    def kill(self) -> None: ...
+
+    def start(self) -> None: ...
+
+
+@dataclass
+class InClusterOperator:
+    """The operator Deployment installed by Helm: killed by force-deleting its pod with the
+    Deployment scaled to zero, started by scaling it back."""
+
+    cluster: Kubectl
+
+    def kill(self) -> None:
+        self._scale(0)
+        self.cluster.kubectl(
+            "delete",
+            "pods",
+            "-n",
+            OPERATOR_NS,
+            "-l",
+            "app.kubernetes.io/name=stator-operator",
+            "--grace-period=0",
+            "--force",
+        )
+
+    def start(self) -> None:
+        self._scale(1)
+        self.cluster.kubectl(
+            "rollout",
+            "status",
+            f"deployment/{OPERATOR_DEPLOYMENT}",
+            "-n",
+            OPERATOR_NS,
+            "--timeout=120s",
+            timeout=130,
+        )
+
+    def _scale(self, replicas: int) -> None:
+        self.cluster.kubectl(
+            "scale",
+            f"deployment/{OPERATOR_DEPLOYMENT}",
+            "-n",
+            OPERATOR_NS,
+            f"--replicas={replicas}",
+        )
+
+
 @pytest.fixture(scope="session")
 def operator(
-    kube: KubeCluster, installed: str, agent: NodeAgent, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Operator]:
+    request: pytest.FixtureRequest,
+    cluster: Kubectl,
+    installed: None,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[OperatorControl]:
+    if EXTERNAL:
+        in_cluster = InClusterOperator(cluster)
+        in_cluster.start()
+        yield in_cluster
+        return
+    kube: KubeCluster = request.getfixturevalue("kube")
+    request.getfixturevalue("agent")  # pods need a node agent to run
     work = tmp_path_factory.mktemp("operator")
     kubeconfig = _token_kubeconfig(kube, work / "kubeconfig")
     health = f"http://{LOOPBACK}:{free_port()}/healthz"
@@ -141,6 +261,24 @@ def operator(
     op.stop()
 
 
+@pytest.fixture(scope="session")
+def kill_driver(request: pytest.FixtureRequest, cluster: Kubectl) -> Any:
+    """SIGKILL a driver pod's process: the pod fails as it would when the JVM or Python dies."""
+    if EXTERNAL:
+
+        def kill_in_pod(namespace: str, pod: str) -> None:
+            # tini is PID 1 and survives; it exits with the killed driver's status.
+            cluster.kubectl("exec", "-n", namespace, pod, "--", "kill", "-9", "-1", check=False)
+
+        return kill_in_pod
+    agent: NodeAgent = request.getfixturevalue("agent")
+
+    def kill_process(namespace: str, pod: str) -> None:
+        os.killpg(agent.pods[f"{namespace}/{pod}"].proc.pid, signal.SIGKILL)
+
+    return kill_process
+
+
 @dataclass
 class Space:
     """A namespace with a checkpoint bucket and its credentials Secret."""
@@ -148,12 +286,16 @@ class Space:
     name: str
     bucket: str
     s3: S3Endpoint
-    kube: KubeCluster
+    kube: Kubectl
+    pod_s3: str = ""  # the S3 endpoint as pods reach it
+
+    def __post_init__(self) -> None:
+        self.pod_s3 = self.pod_s3 or self.s3.endpoint_url
 
     def manifest(self, name: str, **spec: Any) -> dict[str, Any]:
         env = [
             {"name": "COUNTS_OUT", "value": f"s3://{self.bucket}/{name}/out"},
-            {"name": "AWS_ENDPOINT_URL_S3", "value": self.s3.endpoint_url},
+            {"name": "AWS_ENDPOINT_URL_S3", "value": self.pod_s3},
         ]
         for key, value in spec.pop("env", {}).items():
             env.append({"name": key, "value": str(value)})
@@ -164,7 +306,7 @@ class Space:
             "maxParallelism": 64,
             "checkpointing": {
                 "storage": f"s3://{self.bucket}/{name}/checkpoints",
-                "endpoint": self.s3.endpoint_url,
+                "endpoint": self.pod_s3,
                 "credentialsSecret": "s3-credentials",
             },
             "savepoints": {"directory": f"s3://{self.bucket}/{name}/savepoints"},
@@ -227,12 +369,15 @@ class Space:
 
 
 @pytest.fixture
-def space(kube: KubeCluster, s3: S3Endpoint, operator: Operator) -> Iterator[Space]:
+def space(
+    cluster: Kubectl, e2e_s3: tuple[S3Endpoint, str], operator: OperatorControl
+) -> Iterator[Space]:
+    s3, pod_s3 = e2e_s3
     name = f"e2e-{uuid.uuid4().hex[:6]}"
     bucket = name
     s3.client().create_bucket(Bucket=bucket)
-    kube.kubectl("create", "namespace", name)
-    kube.kubectl(
+    cluster.kubectl("create", "namespace", name)
+    cluster.kubectl(
         "create",
         "secret",
         "generic",
@@ -242,19 +387,5 @@ def space(kube: KubeCluster, s3: S3Endpoint, operator: Operator) -> Iterator[Spa
         f"--from-literal=AWS_ACCESS_KEY_ID={s3.access_key}",
         f"--from-literal=AWS_SECRET_ACCESS_KEY={s3.secret_key}",
     )
-    yield Space(name, bucket, s3, kube)
-    subprocess.run(
-        [
-            str(kube.bin_dir / "kubectl"),
-            f"--kubeconfig={kube.kubeconfig}",
-            "delete",
-            "statefulpipelines",
-            "--all",
-            "-n",
-            name,
-            "--wait=false",
-        ],
-        capture_output=True,
-        check=False,
-        env={**os.environ},
-    )
+    yield Space(name, bucket, s3, cluster, pod_s3)
+    cluster.kubectl("delete", "statefulpipelines", "--all", "-n", name, "--wait=false", check=False)

@@ -4,14 +4,11 @@ operator at each flow step, a failed upgrade that rolls back, and deletion."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
 from typing import Any
 
-from tests.e2e.conftest import Operator, Space
+from tests.e2e.conftest import OperatorControl, Space
 from tests.e2e.test_operator import assert_exact, committed
-from tests.testbed.nodeagent import NodeAgent
 
 COUNT = 30_000
 
@@ -99,12 +96,11 @@ def test_suspend_and_resume(space: Space) -> None:
     assert_exact(committed(space, name), COUNT)
 
 
-def test_killed_driver_restarts_from_the_latest_checkpoint(space: Space, agent: NodeAgent) -> None:
+def test_killed_driver_restarts_from_the_latest_checkpoint(space: Space, kill_driver: Any) -> None:
     name = "crashy"
     start(space, name)
     pod = space.driver_pods(name)[-1]["metadata"]["name"]
-    process = agent.pods[f"{space.name}/{pod}"]
-    os.killpg(process.proc.pid, signal.SIGKILL)
+    kill_driver(space.name, pod)
     s = space.wait(
         name,
         "restarted",
@@ -116,7 +112,9 @@ def test_killed_driver_restarts_from_the_latest_checkpoint(space: Space, agent: 
     assert_exact(committed(space, name), COUNT)
 
 
-def test_operator_killed_at_every_step_of_a_rescale(space: Space, operator: Operator) -> None:
+def test_operator_killed_at_every_step_of_a_rescale(
+    space: Space, operator: OperatorControl
+) -> None:
     name = "resilient"
     start(space, name, count=60_000, rate=500)
     for replicas, kill_at in ((3, 1), (4, 2), (2, 3), (3, 4), (4, 5)):
@@ -196,3 +194,29 @@ def test_delete_with_and_without_final_savepoint(space: Space) -> None:
             time.sleep(0.5)
         assert not space.driver_pods(name), "the driver goes with its pipeline"
         assert len(_savepoints(space, name)) == (1 if final else 0)
+
+
+def test_savepoints_on_demand_and_periodic_with_a_bounded_history(space: Space) -> None:
+    name = "snapshots"
+    directory = f"s3://{space.bucket}/{name}/savepoints"
+    start(space, name, count=400_000, savepoints={"directory": directory, "historyMaxCount": 2})
+    patch(space, name, {"savepoints": {"triggerNonce": 1}})
+    s = space.wait(name, "savepoint on demand", lambda s: s.get("savepointNonce") == 1)
+    assert [h["trigger"] for h in s["savepoints"]] == ["savepoint"]
+    assert s["deployment"]["id"], "a savepoint on demand does not redeploy"
+    deployment = s["deployment"]["id"]
+
+    patch(space, name, {"savepoints": {"periodicSeconds": 2}})
+    s = space.wait(
+        name,
+        "three periodic savepoints",
+        lambda s: space.events().count("SavepointCompleted") >= 4 and not s.get("operation"),
+        timeout=300,
+    )
+    history = s["savepoints"]
+    assert len(history) == 2 and {h["trigger"] for h in history} == {"periodic"}, history
+    assert s["deployment"]["id"] == deployment and s.get("phase") == "Running"
+    on_s3 = sorted(
+        f"s3://{space.bucket}/{key.rsplit('/', 1)[0]}" for key in _savepoints(space, name)
+    )
+    assert on_s3 == sorted(h["path"] for h in history), "pruned savepoints are disposed"

@@ -8,7 +8,6 @@ from typing import Any
 
 from stator.sinks import read_committed
 from stator.storage import S3Options
-
 from tests.e2e.conftest import Space
 
 COUNT = 24_000
@@ -121,3 +120,26 @@ def test_max_parallelism_is_immutable_and_unreadable_savepoint_is_reported(space
     assert result.returncode != 0 and "maxParallelism is fixed for the life of the state" in (
         result.stderr
     )
+
+
+def test_misspelled_config_key_is_reported_before_anything_runs(space: Space) -> None:
+    name = "typo"
+    space.apply(space.manifest(name, config={"epoch.max_recods": "3000"}))
+    status = space.wait(name, "spec reported invalid", lambda s: s.get("phase") == "Failed")
+    assert "spec.config: unknown config key 'epoch.max_recods'" in status["lastError"]
+    assert "did you mean 'epoch.max_records'" in status["lastError"]
+    condition = {c["type"]: c for c in status["conditions"]}["SpecValid"]
+    assert (condition["status"], condition["reason"]) == ("False", "InvalidSpec")
+    assert not space.driver_pods(name), "nothing is deployed from an invalid spec"
+    # Fixing the key deploys it.
+    space.kube.kubectl(
+        "patch",
+        "spl",
+        name,
+        "-n",
+        space.name,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"config": {"epoch.max_recods": None, "epoch.max_records": "3000"}}}),
+    )
+    space.wait(name, "deployed after the fix", lambda s: s.get("phase") == "Running")

@@ -1,4 +1,4 @@
-"""``python -m tests.testbed build|up|versions``: the test bed from the command line."""
+"""``python -m tests.testbed build|up|versions|path``: the test bed from the command line."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .bed import running
-from .build import COMPONENTS, BuildError, ensure_all
+from .build import COMPONENTS, BuildError, ensure, ensure_all
 from .versions import PINS
 
 
@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--no-kafka", action="store_true")
     up.add_argument("--root", type=Path, help="directory for the components' data and logs")
     sub.add_parser("versions", help="print the pinned versions and cache directories")
+    sub.add_parser("path", help="print a PATH prefix with the test bed's kubectl and helm")
     args = parser.parse_args(argv)
 
     if args.cmd == "build":
@@ -43,6 +44,14 @@ def main(argv: list[str] | None = None) -> int:
         except BuildError as exc:
             print(exc, file=sys.stderr)
             return 1
+        return 0
+    if args.cmd == "path":
+        try:
+            tools = [ensure("kubernetes").path("bin"), ensure("helm").path("bin")]
+        except BuildError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        print(":".join(str(t) for t in tools))
         return 0
     if args.cmd == "versions":
         dirs = {name: str(c.directory) for name, c in COMPONENTS.items()}

@@ -2,11 +2,12 @@
 
 It registers Node objects with capacity and a Ready condition and keeps their leases fresh,
 lets the real scheduler bind pods, and runs each bound pod's first container as a process:
-its command and args (with ``$(VAR)`` expanded), its env (values, Secret and ConfigMap keys,
-pod fields), volumes mapped to per-node (hostPath, PVC) or per-pod (emptyDir) directories and
-mount paths rewritten to them. Every pod gets its own loopback address as pod IP. Phases and
-exit codes are reported in the pod status; deleted pods are stopped with SIGTERM and then
-SIGKILL; a "lost" node kills all its processes and stops heartbeating.
+its command and args with ``$(VAR)`` expanded (without a command, the image's entrypoint is
+taken to pass its arguments through, as images/runtime's does), its env (values, Secret and
+ConfigMap keys, pod fields), volumes mapped to per-node (hostPath, PVC) or per-pod (emptyDir)
+directories and mount paths rewritten to them. Every pod gets its own loopback address as pod
+IP. Phases and exit codes are reported in the pod status; deleted pods are stopped with SIGTERM
+and then SIGKILL; a "lost" node kills all its processes and stops heartbeating.
 """
 
 from __future__ import annotations

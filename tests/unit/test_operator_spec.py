@@ -1,0 +1,136 @@
+"""The operator's pure logic: how a spec change is classified, what it refuses, and the
+pods it writes (no shell, no credentials in values, non-root)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from stator_operator.resources import check_job_config, driver_pod, job_config
+from stator_operator.spec import SpecError, classify, fingerprint, validate
+
+SPEC: dict[str, Any] = {
+    "image": "stator-runtime:1",
+    "entrypoint": "pipelines.counts:build",
+    "replicas": 2,
+    "maxParallelism": 64,
+    "checkpointing": {"storage": "s3://bucket/ck", "credentialsSecret": "s3"},
+    "savepoints": {"directory": "s3://bucket/sp"},
+    "config": {"epoch.max_records": "3000"},
+}
+BODY = {"metadata": {"name": "counts", "namespace": "team", "uid": "u-1"}}
+
+
+def changed(**fields: Any) -> dict[str, Any]:
+    spec = copy.deepcopy(SPEC)
+    spec.update(fields)
+    return spec
+
+
+def test_classify_ignores_fields_with_their_own_flows() -> None:
+    assert classify(SPEC, changed(state="suspended")).kind == "none"
+    assert classify(SPEC, changed(savepoints={"triggerNonce": 3})).kind == "none"
+    assert classify(SPEC, changed(restore={"initialSavepoint": "s3://b/x"})).kind == "none"
+
+
+def test_classify_rescale_and_upgrade() -> None:
+    assert classify(SPEC, changed(replicas=4)) == classify(SPEC, changed(replicas=4))
+    assert classify(SPEC, changed(replicas=4)).kind == "rescale"
+    assert classify(SPEC, changed(replicas=4)).fields == ("replicas",)
+    both = classify(SPEC, changed(replicas=4, image="stator-runtime:2"))
+    assert (both.kind, both.fields) == ("upgrade", ("image", "replicas"))
+    config = classify(SPEC, changed(config={"epoch.max_records": "10"}))
+    assert (config.kind, config.fields) == ("upgrade", ("config.epoch.max_records",))
+    assert classify(None, SPEC).kind == "upgrade"
+
+
+def test_fingerprint_recognises_a_spec_but_not_its_flow_fields() -> None:
+    assert fingerprint(SPEC) == fingerprint(changed(state="suspended"))
+    assert fingerprint(SPEC) != fingerprint(changed(image="stator-runtime:2"))
+    assert len(fingerprint(SPEC)) == 16
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (
+            changed(checkpointing={"storage": "s3://b/ck"}),
+            "spec.checkpointing.credentialsSecret is required for s3:// storage",
+        ),
+        (changed(config={"control.port": "1"}), "spec.config.control.port is set by the operator"),
+        (changed(config={"parallelism": "3"}), "spec.config.parallelism is set by the operator"),
+        (
+            changed(driver={"podTemplate": {"spec": {"securityContext": {"runAsUser": 0}}}}),
+            "spec.driver.podTemplate.spec.securityContext: Stator pods run as non-root",
+        ),
+        (
+            changed(executor={"podTemplate": {"spec": {"hostNetwork": True}}}),
+            "spec.executor.podTemplate.spec.hostNetwork: not allowed",
+        ),
+    ],
+)
+def test_validate_names_the_field_and_the_fix(spec: dict[str, Any], message: str) -> None:
+    with pytest.raises(SpecError) as info:
+        validate(spec)
+    assert message in str(info.value)
+
+
+def test_job_config_is_checked_by_the_runtime_rules() -> None:
+    check_job_config(SPEC, "counts", "team")
+    with pytest.raises(SpecError) as info:
+        check_job_config(changed(config={"epoch.max_recods": "5"}), "counts", "team")
+    assert "unknown config key 'epoch.max_recods'" in str(info.value)
+    assert "did you mean 'epoch.max_records'" in str(info.value)
+    with pytest.raises(SpecError) as info:
+        check_job_config(changed(config={"epoch.max_records": "many"}), "counts", "team")
+    assert "epoch.max_records" in str(info.value)
+    with pytest.raises(SpecError) as info:
+        check_job_config(changed(config={"epoch.max_records": "0"}), "counts", "team")
+    assert "epoch.max_records must be >= 1" in str(info.value)
+    cfg = job_config(SPEC, "counts", "team")
+    assert (cfg["name"], cfg["parallelism"], cfg["epoch"]) == (
+        "team.counts",
+        2,
+        {"max_records": 3000},
+    )
+
+
+def test_driver_pod_is_non_root_with_argument_lists_and_secret_references() -> None:
+    hostile = changed(
+        entrypoint="pipelines.counts:build; rm -rf /",  # the CRD refuses this; never a shell
+        driver={
+            "env": [
+                {"name": "AWS_ACCESS_KEY_ID", "value": "stolen"},
+                {"name": "COUNT", "value": "5"},
+            ],
+            "podTemplate": {
+                "metadata": {"labels": {"team": "a"}},
+                "spec": {
+                    "serviceAccountName": "cluster-admin",
+                    "containers": [{"name": "driver", "command": ["sh"]}],
+                    "nodeSelector": {"disk": "ssd"},
+                },
+            },
+        },
+    )
+    pod = driver_pod(BODY, hostile, "d1", "latest", allow_non_restored=False)
+    spec = pod["spec"]
+    (container,) = spec["containers"]
+    assert "command" not in container, "the image's entrypoint (tini) stays PID 1"
+    assert container["args"][:3] == ["stator", "run", "pipelines.counts:build; rm -rf /"]
+    assert spec["serviceAccountName"] == "counts-stator"
+    assert spec["nodeSelector"] == {"disk": "ssd"}
+    assert pod["metadata"]["labels"]["team"] == "a"
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    env = {e["name"]: e for e in container["env"]}
+    assert env["AWS_ACCESS_KEY_ID"] == {
+        "name": "AWS_ACCESS_KEY_ID",
+        "valueFrom": {"secretKeyRef": {"name": "s3", "key": "AWS_ACCESS_KEY_ID"}},
+    }
+    assert env["COUNT"]["value"] == "5"
+    assert "stolen" not in json.dumps(pod)
+    assert pod["metadata"]["ownerReferences"][0]["uid"] == "u-1"
