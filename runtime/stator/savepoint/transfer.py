@@ -17,9 +17,9 @@ from ..state.backend import KeyedBackend
 from ..state.layout import HEADER, META_STATES, TIMER_MARK, TS, key_group_prefix
 from ..storage import ObjectStore
 from .format import FormatError, KeyGroupWriter, StateEntry, TimerEntry, read_key_group
+from .ingest import SstIngest
 
 _TS_OFFSET = 1 << 63
-IMPORT_BATCH = 50_000
 Entry = StateEntry | TimerEntry
 UPLOAD_WINDOW = 8  # key-group files built ahead of their upload
 
@@ -95,21 +95,24 @@ def import_entries(
     """Write ``(key-group, entry)`` pairs into a freshly opened, empty backend; entries outside
     the backend's key-group range are dropped. ``names[i]`` is the state of index ``i``."""
     assert backend.db is not None
-    db, owned = backend.db, backend.key_groups
+    owned = backend.key_groups
     registry = {name: {**catalog[name], "sid": i} for i, name in enumerate(sorted(catalog))}
     sid_of = [bytes((registry[n]["sid"],)) for n in names]
-    batch = rocksdict.WriteBatch(raw_mode=True)
-    put, header, ts = batch.put, HEADER.pack, TS.pack
-    count = pending = 0
+    ingest = SstIngest(
+        backend.db, backend.options.build(), backend.path.parent / f".ingest-{backend.path.name}"
+    )
+    add, header, ts = ingest.add, HEADER.pack, TS.pack
+    count = 0
     for kg, entry in entries:
         if kg not in owned:
             continue
         if len(entry) == 4:  # a StateEntry
             state, key, user_key, value = entry
-            put(b"".join((header(kg, len(key)), key, sid_of[state], user_key)), value)
+            add(kg, b"".join((header(kg, len(key)), key, sid_of[state], user_key)), value)
         else:
             domain, timestamp, key = entry
-            put(
+            add(
+                kg,
                 b"".join(
                     (
                         key_group_prefix(kg),
@@ -122,13 +125,7 @@ def import_entries(
                 b"",
             )
         count += 1
-        pending += 1
-        if pending >= IMPORT_BATCH:
-            db.write(batch)
-            batch = rocksdict.WriteBatch(raw_mode=True)
-            put, pending = batch.put, 0
-    if len(batch):
-        db.write(batch)
+    ingest.finish()
     backend.registry = registry
     backend.mark_registry_changed()
     return count

@@ -1,0 +1,47 @@
+"""Restored state ingested as SST files: any arrival order gives the same database."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import rocksdict
+
+from stator.savepoint.ingest import SstIngest
+from stator.state.options import RocksDBOptions
+
+
+def _ingest(path: Path, rows: list[tuple[int, bytes, bytes]]) -> dict[bytes, bytes]:
+    options = RocksDBOptions().build()
+    db = rocksdict.Rdict(str(path / "db"), options)
+    try:
+        ingest = SstIngest(db, options, path / ".ingest")
+        for kg, key, value in rows:
+            ingest.add(kg, key, value)
+        ingest.finish()
+        assert not (path / ".ingest").exists(), "the staged files are moved or removed"
+        return {bytes(k): bytes(v) for k, v in db.items()}  # type: ignore[arg-type]
+    finally:
+        db.close()
+
+
+def test_unsorted_key_groups_and_keys_give_the_same_database(tmp_path: Path) -> None:
+    rows = [
+        (kg, kg.to_bytes(2, "big") + f"key-{i:04d}".encode(), f"v{kg}-{i}".encode())
+        for kg in range(20)
+        for i in range(50)
+    ]
+    expected = {key: value for _, key, value in rows}
+    in_order = _ingest(tmp_path / "a", rows)
+    shuffled_within = sorted(rows, key=lambda r: (r[0], random.Random(r[1]).random()))
+    by_group: dict[int, list[tuple[int, bytes, bytes]]] = {}
+    for row in rows:
+        by_group.setdefault(row[0], []).append(row)
+    groups_backwards = [row for kg in reversed(range(20)) for row in by_group[kg]]
+    assert in_order == expected
+    assert _ingest(tmp_path / "b", shuffled_within) == expected
+    assert _ingest(tmp_path / "c", groups_backwards) == expected
+
+
+def test_nothing_to_ingest(tmp_path: Path) -> None:
+    assert _ingest(tmp_path, []) == {}
