@@ -42,6 +42,22 @@ class TimerEntry(NamedTuple):
     key: bytes
 
 
+STATE_HEAD, LENGTH = _STATE, _LEN
+
+
+def encode_state(state: int, key: bytes, user_key: bytes, value: bytes) -> bytes:
+    return b"".join(
+        (
+            _STATE.pack(STATE_ENTRY, state, len(key)),
+            key,
+            _LEN.pack(len(user_key)),
+            user_key,
+            _LEN.pack(len(value)),
+            value,
+        )
+    )
+
+
 class KeyGroupWriter:
     """Accumulates one key-group's entries and produces the file's bytes."""
 
@@ -50,19 +66,13 @@ class KeyGroupWriter:
         self.entries = 0
 
     def state(self, state: int, key: bytes, user_key: bytes, value: bytes) -> None:
-        self.parts.append(
-            b"".join(
-                (
-                    _STATE.pack(STATE_ENTRY, state, len(key)),
-                    key,
-                    _LEN.pack(len(user_key)),
-                    user_key,
-                    _LEN.pack(len(value)),
-                    value,
-                )
-            )
-        )
+        self.parts.append(encode_state(state, key, user_key, value))
         self.entries += 1
+
+    def encoded(self, entries: list[bytes]) -> None:
+        """Entries already encoded (by ``encode_state`` or an inlined copy of it)."""
+        self.parts += entries
+        self.entries += len(entries)
 
     def timer(self, domain: int, timestamp: int, key: bytes) -> None:
         self.parts += (_TIMER.pack(TIMER_ENTRY, domain, timestamp, len(key)), key)
