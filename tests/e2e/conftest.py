@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import pytest
 import yaml
 
-from tests.testbed.kube import KubeCluster
+from tests.testbed.kube import KubeCluster, run_kubectl
 from tests.testbed.minio import S3Endpoint
 from tests.testbed.nodeagent import NodeAgent
 from tests.testbed.procs import LOOPBACK, ManagedProcess, free_port
@@ -56,13 +56,7 @@ class ExternalCluster:
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
-        argv = ["kubectl", f"--kubeconfig={self.kubeconfig}", *args]
-        proc = subprocess.run(
-            argv, input=input, capture_output=True, text=True, timeout=timeout, check=False
-        )
-        if check and proc.returncode != 0:
-            raise subprocess.CalledProcessError(proc.returncode, argv, proc.stdout, proc.stderr)
-        return proc
+        return run_kubectl("kubectl", self.kubeconfig, args, input, check, timeout)
 
     def kubectl_json(self, *args: str) -> Any:
         return json.loads(self.kubectl(*args, "-o", "json").stdout)

@@ -14,6 +14,7 @@ import ssl
 import subprocess
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,24 @@ def write_kubeconfig(path: Path, server: str, ca: Path, client: pki.Pair, user: 
     path.write_text(yaml.safe_dump(doc))
     path.chmod(0o600)
     return path
+
+
+def run_kubectl(
+    binary: str | Path,
+    kubeconfig: Path,
+    args: Sequence[str],
+    input: str | None = None,
+    check: bool = True,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    """kubectl with output captured; a failure raises with kubectl's stderr attached."""
+    argv = [str(binary), f"--kubeconfig={kubeconfig}", *args]
+    proc = subprocess.run(
+        argv, input=input, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if check and proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, argv, proc.stdout, proc.stderr)
+    return proc
 
 
 @dataclass
@@ -297,13 +316,7 @@ class KubeCluster:
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
         """Run the test bed's kubectl against this cluster."""
-        argv = [str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args]
-        proc = subprocess.run(
-            argv, input=input, capture_output=True, text=True, timeout=timeout, check=False
-        )
-        if check and proc.returncode != 0:
-            raise subprocess.CalledProcessError(proc.returncode, argv, proc.stdout, proc.stderr)
-        return proc
+        return run_kubectl(self.bin_dir / "kubectl", self.kubeconfig, args, input, check, timeout)
 
     def kubectl_json(self, *args: str) -> Any:
         return json.loads(self.kubectl(*args, "-o", "json").stdout)
