@@ -124,10 +124,10 @@ def _events_frame(spark: Any, events: int, keys: int, epoch: int, work: Path) ->
     return df.schema, path
 
 
-def native_count(events: int, keys: int, epoch: int) -> dict[str, Any]:
-    """Spark's own streaming groupBy().count(), RocksDB state store, update mode, noop sink,
-    one micro-batch per ``epoch`` events, checkpointing every micro-batch (Spark always does)."""
-    work = _workdir("native-count")
+def _peer_stream(name: str, events: int, keys: int, epoch: int) -> tuple[Any, Any, Path]:
+    """The events as a stream for Spark's own stateful operators: one parquet batch per
+    trigger, RocksDB state store, two shuffle partitions (one per core)."""
+    work = _workdir(name)
     spark = _spark(
         {
             "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
@@ -141,10 +141,14 @@ def native_count(events: int, keys: int, epoch: int) -> dict[str, Any]:
         .option("basePath", path)
         .parquet(path + "/batch=*")
     )
+    return spark, stream, work
+
+
+def _run_peer(spark: Any, frame: Any, work: Path, what: str, events: int) -> dict[str, Any]:
+    """Run ``frame`` to the end of its input into a noop sink (update mode, a checkpoint per
+    micro-batch, as Spark always does) and time it."""
     query = (
-        stream.groupBy("key")
-        .count()
-        .writeStream.format("noop")
+        frame.writeStream.format("noop")
         .outputMode("update")
         .option("checkpointLocation", str(work / "checkpoint"))
         .trigger(availableNow=True)
@@ -156,15 +160,21 @@ def native_count(events: int, keys: int, epoch: int) -> dict[str, Any]:
     batches = len([p for p in handle.recentProgress if p["numInputRows"] > 0])
     rows = sum(p["numInputRows"] for p in handle.recentProgress)
     spark.stop()
-    assert rows == events, f"native query read {rows} of {events} rows"
+    assert rows == events, f"{what} read {rows} of {events} rows"
     return {
         "events": events,
-        "keys": keys,
         "seconds": seconds,
         "events_per_s": events / seconds,
         "batches": batches,
         "cpu_busy": (c1[0] - c0[0]) / (c1[1] - c0[1]),
     }
+
+
+def native_count(events: int, keys: int, epoch: int) -> dict[str, Any]:
+    """Spark's own streaming groupBy().count()."""
+    spark, stream, work = _peer_stream("native-count", events, keys, epoch)
+    result = _run_peer(spark, stream.groupBy("key").count(), work, "native query", events)
+    return {**result, "keys": keys}
 
 
 def tws_pandas_count(events: int, keys: int, epoch: int) -> dict[str, Any]:
@@ -192,45 +202,13 @@ def tws_pandas_count(events: int, keys: int, epoch: int) -> dict[str, Any]:
         def close(self) -> None:
             pass
 
-    work = _workdir("tws-count")
-    spark = _spark(
-        {
-            "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
-            "spark.sql.shuffle.partitions": "2",
-        }
-    )
-    schema, path = _events_frame(spark, events, keys, epoch, work)
-    stream = (
-        spark.readStream.schema(schema)
-        .option("maxFilesPerTrigger", 1)
-        .option("basePath", path)
-        .parquet(path + "/batch=*")
-    )
+    spark, stream, work = _peer_stream("tws-count", events, keys, epoch)
     out = StructType([StructField("key", StringType()), StructField("count", LongType())])
-    query = (
-        stream.groupBy("key")
-        .transformWithStateInPandas(
-            statefulProcessor=Count(), outputStructType=out, outputMode="Update", timeMode="None"
-        )
-        .writeStream.format("noop")
-        .outputMode("update")
-        .option("checkpointLocation", str(work / "checkpoint"))
-        .trigger(availableNow=True)
+    frame = stream.groupBy("key").transformWithStateInPandas(
+        statefulProcessor=Count(), outputStructType=out, outputMode="Update", timeMode="None"
     )
-    c0, t0 = _cpu(), time.perf_counter()
-    handle = query.start()
-    handle.awaitTermination()
-    seconds, c1 = time.perf_counter() - t0, _cpu()
-    rows = sum(p["numInputRows"] for p in handle.recentProgress)
-    spark.stop()
-    assert rows == events, f"transformWithStateInPandas read {rows} of {events} rows"
-    return {
-        "events": events,
-        "keys": keys,
-        "seconds": seconds,
-        "events_per_s": events / seconds,
-        "cpu_busy": (c1[0] - c0[0]) / (c1[1] - c0[1]),
-    }
+    result = _run_peer(spark, frame, work, "transformWithStateInPandas", events)
+    return {**result, "keys": keys}
 
 
 def incremental_bytes(
