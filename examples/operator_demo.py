@@ -32,7 +32,13 @@ COUNT, RATE = 40_000, 800
 def main() -> int:
     from stator.sinks import read_committed
     from stator.storage import S3Options
-    from tests.e2e.conftest import Operator, Space, _render_and_apply, _token_kubeconfig
+    from tests.e2e.conftest import (
+        Operator,
+        Space,
+        _render_and_apply,
+        _token_kubeconfig,
+        wait_for_crd,
+    )
     from tests.e2e.test_operator import expected_counts
     from tests.testbed.bed import running
     from tests.testbed.nodeagent import NodeAgent
@@ -62,12 +68,7 @@ def main() -> int:
         ).start()
         try:
             _render_and_apply(kube)  # CRD and RBAC from the Helm chart, as the tests do
-            kube.kubectl(
-                "wait",
-                "--for=condition=Established",
-                "crd/statefulpipelines.stator.dev",
-                "--timeout=60s",
-            )
+            wait_for_crd(kube)
             health = f"http://{LOOPBACK}:{free_port()}/healthz"
             op = Operator(
                 ManagedProcess(

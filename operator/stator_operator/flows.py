@@ -136,14 +136,19 @@ class Reconciler:
             validate(self.spec)
             check_job_config(self.spec, self.name, self.namespace)
         except ValueError as exc:
-            if self.status.get("lastError") != str(exc):
-                self.event("Warning", "InvalidSpec", str(exc))
-            self.condition("SpecValid", False, "InvalidSpec", str(exc))
-            if self.status.get("lastReconciledSpec") is None:
-                self.write(phase="Failed")
-            self.write(lastError=str(exc))
+            self._spec_invalid("InvalidSpec", str(exc))
             return False
         return True
+
+    def _spec_invalid(self, reason: str, message: str) -> None:
+        """Report a spec that cannot run: condition, lastError, one event per new message;
+        ``phase: Failed`` only if nothing runs (a running job keeps its last good spec)."""
+        if self.status.get("lastError") != message:
+            self.event("Warning", "InvalidSpec", message)
+        self.condition("SpecValid", False, reason, message)
+        if self.status.get("lastReconciledSpec") is None:
+            self.write(phase="Failed")
+        self.write(lastError=message)
 
     def _spec_accepted(self) -> None:
         """A spec that was reported invalid has been fixed: say so once."""
@@ -181,9 +186,9 @@ class Reconciler:
             )
         if suspended:
             return 30.0
-        if status.get("phase") == "Finished" and classify(running, spec).kind == "none":
-            return 10.0
         change = classify(running, spec)
+        if status.get("phase") == "Finished" and change.kind == "none":
+            return 10.0
         if change.kind != "none" and status.get("failedSpec") == fingerprint(spec):
             return self._observe()  # this spec failed and was rolled back: wait for a new one
         if change.kind != "none":
@@ -208,10 +213,9 @@ class Reconciler:
         if restore != "latest":
             problem = self.kube.check_restore_source(self.namespace, spec, restore)
             if problem:
-                message = f"spec.restore.initialSavepoint: {problem}"
-                self.condition("SpecValid", False, "UnreadableSavepoint", message)
-                self.write(phase="Failed", lastError=message)
-                self.event("Warning", "InvalidSpec", message)
+                self._spec_invalid(
+                    "UnreadableSavepoint", f"spec.restore.initialSavepoint: {problem}"
+                )
                 return 30.0
         self._spec_accepted()
         return self._start("deploy", DEPLOY, restore=restore, target=spec)
@@ -368,11 +372,7 @@ class Reconciler:
         wait = float(op.get("notBefore", 0)) - time.time()
         if wait > 0:  # restart backoff
             return min(wait, 5.0)
-        pods = self.kube.driver_pods(self.namespace, self.name)  # every deployment's
-        if pods:
-            for pod in pods:
-                if not pod["metadata"].get("deletionTimestamp"):
-                    self.kube.delete_driver(self.namespace, pod["metadata"]["name"])
+        if self.kube.delete_drivers(self.namespace, self.name):  # every deployment's
             return 1.0
         if op["kind"] == "suspend":
             self.write(operation=None, phase="Suspended", suspendedWith=op.get("restore"))

@@ -129,8 +129,7 @@ def _delete(body: Any) -> None:
                 "DeleteTimedOut",
                 f"final savepoint not done after {timeout:.0f}s; removing the driver",
             )
-            for pod in kube().driver_pods(r.namespace, r.name):
-                kube().delete_driver(r.namespace, pod["metadata"]["name"])
+            kube().delete_drivers(r.namespace, r.name)
             break
         delay = r.advance()
         if delay:

@@ -48,6 +48,14 @@ class Kube:
         pods = self.driver_pods(namespace, name, deployment)
         return pods[0] if pods else None
 
+    def delete_drivers(self, namespace: str, name: str) -> bool:
+        """Delete every driver pod of the pipeline (of any deployment); whether any is left."""
+        pods = self.driver_pods(namespace, name)
+        for pod in pods:
+            if not pod["metadata"].get("deletionTimestamp"):
+                self.delete_driver(namespace, pod["metadata"]["name"])
+        return bool(pods)
+
     def delete_driver(self, namespace: str, pod: str) -> None:
         try:
             self.core.delete_namespaced_pod(pod, namespace, grace_period_seconds=30)

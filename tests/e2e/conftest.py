@@ -106,6 +106,10 @@ def installed(request: pytest.FixtureRequest, cluster: Kubectl) -> None:
     cluster, ``helm install`` did this)."""
     if not EXTERNAL:
         _render_and_apply(request.getfixturevalue("kube"))
+    wait_for_crd(cluster)
+
+
+def wait_for_crd(cluster: Kubectl) -> None:
     cluster.kubectl(
         "wait", "--for=condition=Established", "crd/statefulpipelines.stator.dev", "--timeout=60s"
     )

@@ -21,6 +21,7 @@ class SstIngest:
         self.db, self.options, self.workdir = db, options, workdir
         self.files: list[Path] = []
         self.writer: rocksdict.SstFileWriter | None = None
+        self.writing = workdir / "00000.sst"  # the file ``writer`` writes
         self.rows: list[tuple[bytes, bytes]] = []
         self.kg = -1
         shutil.rmtree(workdir, ignore_errors=True)
@@ -50,8 +51,9 @@ class SstIngest:
             return
         self.rows.sort()
         if self.writer is None:
+            self.writing = self.workdir / f"{len(self.files):05d}.sst"
             self.writer = rocksdict.SstFileWriter(options=self.options)
-            self.writer.open(str(self.workdir / f"{len(self.files):05d}.sst"))
+            self.writer.open(str(self.writing))
         writer = self.writer
         for key, value in self.rows:
             writer[key] = value
@@ -61,5 +63,5 @@ class SstIngest:
         self._write_rows()
         if self.writer is not None:
             self.writer.finish()
-            self.files.append(self.workdir / f"{len(self.files):05d}.sst")
+            self.files.append(self.writing)
             self.writer = None

@@ -14,7 +14,15 @@ import rocksdict
 
 from ..keygroups import KeyGroupRange
 from ..state.backend import KeyedBackend
-from ..state.layout import HEADER, META_STATES, TIMER_MARK, TS, key_group_prefix
+from ..state.layout import (
+    HEADER,
+    META_STATES,
+    is_timer_key,
+    key_group_prefix,
+    kkey_bytes,
+    split_timer,
+    timer_key,
+)
 from ..storage import ObjectStore
 from .format import (
     LENGTH,
@@ -28,7 +36,6 @@ from .format import (
 )
 from .ingest import SstIngest
 
-_TS_OFFSET = 1 << 63
 Entry = StateEntry | TimerEntry
 UPLOAD_WINDOW = 8  # key-group files built ahead of their upload
 
@@ -44,13 +51,13 @@ def state_catalog(registry: dict[str, dict[str, Any]]) -> dict[str, dict[str, An
 def iter_key_group(db: rocksdict.Rdict, kg: int, sid_to_index: dict[int, int]) -> Iterator[Entry]:
     """The entries of one key-group of a database, in key order."""
     prefix = key_group_prefix(kg)
-    ts_of = TS.unpack_from
     for raw_key, raw_value in db.items(from_key=prefix):
         key, value = cast(bytes, raw_key), cast(bytes, raw_value)
         if key[:2] != prefix:
             break
-        if key[2:4] == TIMER_MARK:
-            yield TimerEntry(key[4], ts_of(key, 5)[0] - _TS_OFFSET, key[13:])
+        if is_timer_key(key):
+            ts, domain, kkey = split_timer(key)
+            yield TimerEntry(domain, ts, kkey_bytes(kkey))
         else:
             n = (key[2] << 8) | key[3]
             index = sid_to_index.get(key[4 + n])
@@ -64,17 +71,18 @@ def _encode_key_group(
     """``iter_key_group`` into ``writer``, with ``encode_state`` inlined: a savepoint spends
     most of its time here, once per entry."""
     prefix = key_group_prefix(kg)
-    head, length, ts_of = STATE_HEAD.pack, LENGTH.pack, TS.unpack_from
+    head, length = STATE_HEAD.pack, LENGTH.pack
     encoded: list[bytes] = []
     append = encoded.append
     for raw_key, raw_value in db.items(from_key=prefix):
         key, value = cast(bytes, raw_key), cast(bytes, raw_value)
         if key[:2] != prefix:
             break
-        if key[2:4] == TIMER_MARK:  # after every state entry of the key-group
+        if is_timer_key(key):  # after every state entry of the key-group
             writer.encoded(encoded)
             encoded.clear()
-            writer.timer(key[4], ts_of(key, 5)[0] - _TS_OFFSET, key[13:])
+            ts, domain, kkey = split_timer(key)
+            writer.timer(domain, ts, kkey_bytes(kkey))
             continue
         n = (key[2] << 8) | key[3]
         index = sid_to_index.get(key[4 + n])
@@ -143,7 +151,7 @@ def import_entries(
     ingest = SstIngest(
         backend.db, backend.options.build(), backend.path.parent / f".ingest-{backend.path.name}"
     )
-    add, header, ts = ingest.add, HEADER.pack, TS.pack
+    add, header = ingest.add, HEADER.pack
     count = 0
     for kg, entry in entries:
         if kg not in owned:
@@ -153,19 +161,7 @@ def import_entries(
             add(kg, b"".join((header(kg, len(key)), key, sid_of[state], user_key)), value)
         else:
             domain, timestamp, key = entry
-            add(
-                kg,
-                b"".join(
-                    (
-                        key_group_prefix(kg),
-                        TIMER_MARK,
-                        bytes((domain,)),
-                        ts(timestamp + _TS_OFFSET),
-                        key,
-                    )
-                ),
-                b"",
-            )
+            add(kg, timer_key(header(kg, len(key)) + key, domain, timestamp), b"")
         count += 1
     ingest.finish()
     backend.registry = registry
