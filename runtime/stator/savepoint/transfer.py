@@ -188,7 +188,8 @@ def savepoint_entries(
             if expected is not None and len(data) != expected:  # caught before any entry
                 raise FormatError(
                     f"{where}: {len(data)} bytes, the savepoint's metadata says {expected}; "
-                    f"the file is truncated or was replaced"
+                    f"the file is truncated or was replaced; restore from another savepoint or "
+                    f"a retained checkpoint (nothing was written to the job's state)"
                 )
             for entry in read_key_group(data, where):
                 yield kg, entry
