@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
+import pytest
 import rocksdict
 
 from stator.savepoint.ingest import SstIngest
@@ -45,3 +47,25 @@ def test_unsorted_key_groups_and_keys_give_the_same_database(tmp_path: Path) -> 
 
 def test_nothing_to_ingest(tmp_path: Path) -> None:
     assert _ingest(tmp_path, []) == {}
+
+
+def test_a_restore_that_fails_part_way_leaves_nothing_staged(tmp_path: Path) -> None:
+    from stator.keygroups import KeyGroupRange
+    from stator.savepoint.format import StateEntry
+    from stator.savepoint.transfer import import_entries
+    from stator.state.backend import KeyedBackend
+
+    def entries() -> Any:
+        yield 1, StateEntry(0, b"k", b"", b"v")
+        raise OSError("connection reset while reading kg-00002.bin")
+
+    backend = KeyedBackend(tmp_path / "db", RocksDBOptions(), KeyGroupRange(0, 4), 4, "op").open()
+    try:
+        with pytest.raises(OSError, match="kg-00002"):
+            import_entries(backend, ["count"], {"count": {"kind": "value"}}, entries())
+        assert not (tmp_path / ".ingest-db").exists()
+        assert backend.db is not None
+        state = [k for k, _ in backend.db.items() if bytes(k)[:2] != b"\xff\xff"]  # type: ignore[arg-type]
+        assert state == [], "nothing reached the database"
+    finally:
+        backend.close()

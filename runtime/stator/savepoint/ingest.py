@@ -46,6 +46,12 @@ class SstIngest:
         finally:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
+    def discard(self) -> None:
+        """Drop what was staged (a restore that failed part-way)."""
+        self.rows = []
+        self.writer = None
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
     def _write_rows(self) -> None:
         if not self.rows:
             return

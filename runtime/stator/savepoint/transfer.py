@@ -153,16 +153,20 @@ def import_entries(
     )
     add, header = ingest.add, HEADER.pack
     count = 0
-    for kg, entry in entries:
-        if kg not in owned:
-            continue
-        if len(entry) == 4:  # a StateEntry
-            state, key, user_key, value = entry
-            add(kg, b"".join((header(kg, len(key)), key, sid_of[state], user_key)), value)
-        else:
-            domain, timestamp, key = entry
-            add(kg, timer_key(header(kg, len(key)) + key, domain, timestamp), b"")
-        count += 1
+    try:
+        for kg, entry in entries:
+            if kg not in owned:
+                continue
+            if len(entry) == 4:  # a StateEntry
+                state, key, user_key, value = entry
+                add(kg, b"".join((header(kg, len(key)), key, sid_of[state], user_key)), value)
+            else:
+                domain, timestamp, key = entry
+                add(kg, timer_key(header(kg, len(key)) + key, domain, timestamp), b"")
+            count += 1
+    except BaseException:
+        ingest.discard()  # staged files only: the database has not been touched
+        raise
     ingest.finish()
     backend.registry = registry
     backend.mark_registry_changed()
