@@ -121,8 +121,14 @@ class RestoreConfig:
 class JobConfig:
     # Defaults to the pipeline's name. Checkpoints and local state are kept per job name.
     name: str | None = None
-    # Subtasks of each keyed operator (the pipeline may fix it per operator).
+    # Subtasks of each keyed operator, unless the pipeline pins an operator's parallelism
+    # explicitly (``.process(..., parallelism=N)``). The operator sets it from spec.replicas.
     parallelism: int = 2
+    # Key-groups of every keyed operator: the upper bound of parallelism, fixed for the life
+    # of the state. None: the pipeline's Pipeline(max_parallelism=...), else 128. If both the
+    # config and the pipeline set it, they must agree. The operator sets it from
+    # spec.maxParallelism.
+    max_parallelism: int | None = None
     epoch: EpochConfig = field(default_factory=EpochConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     s3: S3Options = field(default_factory=S3Options)
