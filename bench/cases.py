@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from stator import Pipeline
+from stator.cluster.session import create_session
 from stator.config import SparkConfig, load_config
-from stator.execution.driver import JobDriver
-from stator.execution.spark import create_session
+from stator.execution.driver import EpochResult, JobDriver
 from stator.sinks.base import Sink, SinkWriter
 from stator.sources import GeneratorSource, KeyedEvents, SweepEvents
 
@@ -102,7 +102,7 @@ def stator_count(
         "events_per_s": events / seconds,
         "epochs": status.epoch,
         "checkpoints": status.checkpoints,
-        "state_bytes": last.size if last else 0,
+        "state_bytes": last.state_bytes if last else 0,
         "cpu_busy": (c1[0] - c0[0]) / (c1[1] - c0[1]),
     }
 
@@ -244,14 +244,13 @@ def incremental_bytes(
     churn_job = job(keys + checkpoints * step, step)
     uploads: list[int] = []
     sizes: list[int] = []
-    original = churn_job.coordinator.complete
 
-    def record(meta: Any, on_complete: Any) -> None:
-        uploads.append(meta.uploaded_bytes)
-        sizes.append(meta.size)
-        original(meta, on_complete)
+    def record(result: EpochResult) -> None:
+        if result.checkpoint is not None:
+            uploads.append(result.checkpoint.incremental_bytes)
+            sizes.append(result.checkpoint.state_bytes)
 
-    churn_job.coordinator.complete = record  # type: ignore[method-assign]
+    churn_job.on_epoch(record)
     churn_job.run()
     spark.stop()
     return {
@@ -363,49 +362,34 @@ def savepoint_rescale(
     # Twice as many records as keys: the job is stopped with a savepoint when half the input
     # (every key once) is read, so the savepoint epoch itself reads nothing.
     build = job(p_from, "latest", 2 * keys)
-    timings: dict[str, float] = {}
-    original = build.savepoints.take
 
-    def timed_take(request: Any) -> None:
-        t0 = time.perf_counter()
-        original(request)
-        timings["savepoint_s"] = time.perf_counter() - t0
-
-    build.savepoints.take = timed_take  # type: ignore[method-assign]
-    advance = build._advance
-
-    def stop_at_end(spec: Any, reports: Any, started: float) -> None:
-        advance(spec, reports, started)
-        if (
-            spec.savepoint is None
-            and build.positions
-            and all(st.position >= keys // 2 for st in build.positions["gen"].values())
-        ):
+    def stop_at_half(result: EpochResult) -> None:
+        positions = build.planner.positions["gen"].values()
+        if not result.savepoint and all(st.position >= keys // 2 for st in positions):
             build.request_savepoint(stop=True)
 
-    build._advance = stop_at_end  # type: ignore[method-assign]
+    build.on_epoch(stop_at_half)
     status = build.run()
+    request = next(r for r in build.savepoints.all() if r.stop)
+    assert request.started_ms is not None and request.completed_ms is not None
+    timings: dict[str, float] = {"savepoint_s": (request.completed_ms - request.started_ms) / 1000}
     location = str(status.stopped_with_savepoint)
     from stator.savepoint.metadata import SavepointMetadata
     from stator.storage import open_store
 
     meta = SavepointMetadata.from_json(open_store(location).get("_savepoint.json"))
-    state_bytes = meta.size
+    state_bytes = meta.state_bytes
 
     # Restore time is until the job processes again: the restored job's first checkpoint (a
     # full upload of the new subtasks' files, as after any restore) is not part of it.
     restore = job(p_to, location, 2 * keys, checkpoint_every=1_000_000)
     first: dict[str, float] = {}
-    run_epoch = restore._run_epoch
 
-    def timed_epoch(spec: Any) -> Any:
-        t0 = time.perf_counter()
-        result = run_epoch(spec)
-        first["restore_epoch_s"] = time.perf_counter() - t0
+    def first_epoch(result: EpochResult) -> None:
+        first.setdefault("restore_epoch_s", result.duration_s)
         restore.stop()  # the first epoch restores every subtask: that is what is measured
-        return result
 
-    restore._run_epoch = timed_epoch  # type: ignore[method-assign]
+    restore.on_epoch(first_epoch)
     t0 = time.perf_counter()
     restore.run()
     timings["restored_job_s"] = time.perf_counter() - t0

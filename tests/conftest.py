@@ -75,8 +75,8 @@ def bucket(s3: S3Endpoint) -> str:
 def spark() -> Iterator[object]:
     """One local Spark for every in-process test (2 cores, task retries on), with the test
     bed's Kafka connector on its classpath."""
+    from stator.cluster.session import create_session
     from stator.config import SparkConfig
-    from stator.execution.spark import create_session
     from tests.testbed.spark import kafka_connector_jars
 
     jars = ",".join(str(j) for j in kafka_connector_jars())

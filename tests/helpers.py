@@ -6,7 +6,8 @@ from typing import Any
 
 from stator.api.pipeline import Pipeline
 from stator.config import JobConfig, build
-from stator.execution.driver import JobDriver, JobStatus
+from stator.execution.driver import EpochResult, JobDriver
+from stator.execution.status import JobStatus
 
 
 def with_overrides(config: JobConfig, **sections: dict[str, Any] | Any) -> JobConfig:
@@ -29,12 +30,10 @@ def run_job(pipeline: Pipeline, config: JobConfig, spark: Any) -> JobStatus:
 
 def stop_with_savepoint_after(driver: JobDriver, epoch: int) -> JobDriver:
     """Make ``driver`` request a stop-with-savepoint right after ``epoch`` completes."""
-    advance = driver._advance
 
-    def advance_then_stop(spec: Any, reports: Any, started: float) -> None:
-        advance(spec, reports, started)
-        if spec.epoch == epoch and spec.savepoint is None:
+    def stop_after(result: EpochResult) -> None:
+        if result.epoch == epoch and not result.savepoint:
             driver.request_savepoint(stop=True)
 
-    driver._advance = advance_then_stop  # type: ignore[method-assign]
+    driver.on_epoch(stop_after)
     return driver

@@ -525,8 +525,8 @@ class Reconciler:
                 "time": dt.datetime.fromtimestamp(latest["created_ms"] / 1000, dt.UTC).strftime(
                     "%Y-%m-%dT%H:%M:%SZ"
                 ),
-                "bytes": latest["bytes"],
-                "incrementalBytes": latest["uploaded_bytes"],
+                "stateBytes": latest["state_bytes"],
+                "incrementalBytes": latest["incremental_bytes"],
             }
         if job.get("last_error"):
             fields["lastError"] = job["last_error"]

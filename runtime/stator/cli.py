@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from .config import load_config  # noqa: PLC0415
+    from .control.server import serving  # noqa: PLC0415 - aiohttp only when running a job
     from .execution.driver import JobDriver  # noqa: PLC0415
     from .loader import load_pipeline  # noqa: PLC0415
 
@@ -86,7 +87,8 @@ def _run(args: argparse.Namespace) -> int:
     pipeline = load_pipeline(args.pipeline)
     driver = JobDriver(pipeline, config)
     driver.store.check()
-    status = driver.run()
+    with serving(driver, config.control):
+        status = driver.run()
     print(
         json.dumps(
             {
@@ -121,8 +123,8 @@ def _checkpoints(args: argparse.Namespace) -> int:
                     "key_groups": list(s.key_groups),
                     "epoch": s.epoch,
                     "files": len(s.files),
-                    "bytes": s.size,
-                    "uploaded_bytes": s.uploaded_bytes,
+                    "state_bytes": s.state_bytes,
+                    "incremental_bytes": s.incremental_bytes,
                 }
                 for s in op.subtasks
             ]
@@ -161,8 +163,8 @@ def _describe(meta: Any) -> dict[str, Any]:
         "epoch": meta.epoch,
         "job": meta.job,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(meta.created_ms / 1000)),
-        "bytes": meta.size,
-        "uploaded_bytes": meta.uploaded_bytes,
+        "state_bytes": meta.state_bytes,
+        "incremental_bytes": meta.incremental_bytes,
         "incremental": meta.incremental,
         "duration_ms": meta.duration_ms,
         "watermark": meta.watermark,

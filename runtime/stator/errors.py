@@ -30,5 +30,10 @@ class CheckpointNotFoundError(StatorError):
 class StateMismatchError(StatorError):
     """A task found its local state at another epoch than the coordinator expects.
 
-    Raised on executors; the driver answers it by restoring the task's region from the last
-    completed checkpoint (the task may have committed this epoch before it failed)."""
+    Raised on executors; the driver answers it by rewinding the job to its latest completed
+    checkpoint (the task may have committed this epoch before it failed)."""
+
+
+class JobFailed(StatorError):
+    """The job ended because of a failure: the restart strategy gave up, or the failure is
+    one that restarting cannot fix (bad configuration, incompatible state)."""

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_MAX_PARALLELISM = 32768  # key-groups are stored as 2 bytes; 0xFFFF prefixes metadata
+# Key-groups of a job whose config and pipeline leave max_parallelism unset (the only default).
+DEFAULT_MAX_PARALLELISM = 128
 _INT = struct.Struct(">q")
 _STR, _INT_TAG, _BYTES, _PICKLE = b"s", b"i", b"b", b"p"
 

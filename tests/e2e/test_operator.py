@@ -55,7 +55,7 @@ def test_apply_run_checkpoint_scale(space: Space) -> None:
         "running with a checkpoint",
         lambda s: s.get("phase") == "Running" and s.get("latestCheckpoint", {}).get("id", 0) >= 2,
     )
-    assert status["replicas"] == 2 and status["latestCheckpoint"]["bytes"] > 0
+    assert status["replicas"] == 2 and status["latestCheckpoint"]["stateBytes"] > 0
     table = space.kube.kubectl("get", "spl", name, "-n", space.name).stdout
     assert "Running" in table and "PHASE" in table.upper()
 

@@ -109,5 +109,5 @@ def test_run_then_inspect_checkpoints(tmp_path: Path) -> None:
     )
     info = json.loads(shown.stdout)
     assert info["epoch"] == 3 and sorted(info["operators"]) == ["counts"]
-    assert sum(s["bytes"] for s in info["operators"]["counts"]) == info["bytes"]
+    assert sum(s["state_bytes"] for s in info["operators"]["counts"]) == info["state_bytes"]
     assert info["sources"]["events"]["gen-0"]["finished"] is True

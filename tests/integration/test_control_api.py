@@ -14,6 +14,7 @@ import pytest
 
 from stator import Pipeline
 from stator.config import JobConfig
+from stator.control.server import serving
 from stator.execution.driver import JobDriver
 from stator.savepoint.metadata import SavepointMetadata
 from stator.sinks import CollectSink
@@ -68,10 +69,16 @@ def running_job(spark: Any, job_config: JobConfig, tmp_path: Path) -> Any:
     )
     driver = JobDriver(p, cfg, spark)
     result: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: result.setdefault("status", driver.run()), daemon=True)
+
+    def run() -> None:  # as `stator run` does
+        with serving(driver, cfg.control) as server:
+            result["server"] = server
+            result["status"] = driver.run()
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    wait_until("control API up", lambda: driver.control_port)
-    base = f"http://127.0.0.1:{driver.control_port}"
+    wait_until("control API up", lambda: result.get("server"))
+    base = f"http://127.0.0.1:{result['server'].port}"
     wait_until("job running", lambda: call(base, "/readyz")[0] == 200)
     yield driver, base, thread, result
     driver.stop()
@@ -94,7 +101,7 @@ def test_every_endpoint(running_job: Any, tmp_path: Path) -> None:
     assert status == 200 and cks["latest"]["id"] == cks["retained"][-1]["id"]
     assert len(cks["retained"]) <= 3 and cks["counts"]["completed"] >= 2
     assert all(h["status"] == "COMPLETED" for h in cks["history"])
-    assert cks["latest"]["bytes"] > 0 and cks["latest"]["duration_ms"] > 0
+    assert cks["latest"]["state_bytes"] > 0 and cks["latest"]["duration_ms"] > 0
 
     status, text = call(base, "/metrics")
     assert status == 200 and 'stator_epochs_total{job="control"}' in text

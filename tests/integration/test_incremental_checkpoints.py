@@ -8,8 +8,9 @@ from typing import Any
 
 from stator import Pipeline
 from stator.checkpoint.coordinator import CheckpointCoordinator
+from stator.checkpoint.metadata import CheckpointMetadata
 from stator.config import JobConfig
-from stator.execution.driver import JobDriver
+from stator.execution.driver import EpochResult, JobDriver
 from stator.sinks import CollectSink
 from stator.sources import GeneratorSource, SweepEvents
 from stator.storage import S3Options, open_store
@@ -63,21 +64,21 @@ def test_incremental_retention_and_restore_from_every_retained(
     job = JobDriver(
         pipeline(end, CollectSink()), with_overrides(base, epoch={"max_records": STEP}), spark
     )
-    seen: list[Any] = []
-    complete = job.coordinator.complete
+    seen: list[CheckpointMetadata] = []
 
-    def record(meta: Any, on_complete: Any) -> None:
-        seen.append(meta)
-        complete(meta, on_complete)
+    def record(result: EpochResult) -> None:
+        if result.checkpoint is not None:
+            seen.append(result.checkpoint)
 
-    job.coordinator.complete = record  # type: ignore[method-assign]
+    job.on_epoch(record)
     status = job.run()
     assert status.checkpoints == CHURN_CHECKPOINTS
     for meta in seen:
-        assert meta.uploaded_bytes < 0.2 * meta.size, (
-            f"checkpoint {meta.checkpoint_id} uploaded {meta.uploaded_bytes} of {meta.size} bytes"
+        assert meta.incremental_bytes < 0.2 * meta.state_bytes, (
+            f"checkpoint {meta.checkpoint_id} uploaded {meta.incremental_bytes} "
+            f"of {meta.state_bytes} bytes"
         )
-    assert sum(m.uploaded_bytes for m in seen) / len(seen) < 0.1 * seen[-1].size
+    assert sum(m.incremental_bytes for m in seen) / len(seen) < 0.1 * seen[-1].state_bytes
 
     # 3. Retention: exactly the retained checkpoints exist, with every file they reference,
     #    and nothing else (the registry agrees with storage).

@@ -17,7 +17,7 @@ from stator.execution.driver import JobDriver
 from stator.sinks import FileSink, read_committed
 from stator.sources import GeneratorSource, KeyedEvents
 from stator.windows import Count, Tumbling
-from tests.helpers import with_overrides
+from tests.helpers import stop_with_savepoint_after, with_overrides
 
 EVENTS, KEYS, EPOCH = 24_000, 150, 2_000  # 12 epochs of input
 
@@ -56,20 +56,9 @@ def run_phase(
         with_overrides(cfg, parallelism=parallelism, restore={"source": restore}),
         spark,
     )
-    advance = driver._advance
-
-    def advance_then_maybe_stop(spec: Any, reports: Any, started: float) -> None:
-        advance(spec, reports, started)
-        if (
-            stop_after_epoch is not None
-            and spec.epoch == stop_after_epoch
-            and spec.savepoint is None
-        ):
-            driver.request_savepoint(stop=True)
-
-    driver._advance = advance_then_maybe_stop  # type: ignore[method-assign]
-    status = driver.run()
-    return status
+    if stop_after_epoch is not None:
+        stop_with_savepoint_after(driver, stop_after_epoch)
+    return driver.run()
 
 
 def output(out: str) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Building a pipeline: sources, stateless transforms, ``key_by``, keyed operators, sinks.
 
-    p = Pipeline("clicks", max_parallelism=128)
+    p = Pipeline("clicks")
     (p.source(KafkaSource(...), uid="clicks-in", timestamps=lambda r: r["ts"])
       .map(parse)
       .key_by(lambda r: r["user"])
@@ -57,6 +57,8 @@ class KeyedNode(Node):
 
     uid: str
     key_fn: Callable[[Any], Any]
+    # Pinned subtasks: None follows the job config's parallelism (spec.replicas, kubectl scale);
+    # a number fixes this operator's parallelism whatever the replicas.
     parallelism: int | None
 
 
@@ -84,9 +86,12 @@ class SinkNode(Node):
 
 @dataclass
 class Pipeline:
+    """A job graph. ``max_parallelism`` (key-groups, fixed for the life of the state) may be
+    left to the job config (``spec.maxParallelism``); the parallelism of keyed operators comes
+    from the job config (``spec.replicas``) unless an operator pins its own."""
+
     name: str
-    max_parallelism: int = 128
-    parallelism: int | None = None  # default for keyed operators; the job config may override
+    max_parallelism: int | None = None
     nodes: list[Node] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -94,10 +99,11 @@ class Pipeline:
             raise PipelineError(
                 f"pipeline name {self.name!r} must be 1-63 letters, digits, '.', '_' or '-'"
             )
-        try:
-            check_parallelism(self.parallelism or 1, self.max_parallelism)
-        except ValueError as exc:
-            raise PipelineError(f"pipeline '{self.name}': {exc}") from exc
+        if self.max_parallelism is not None:
+            try:
+                check_parallelism(1, self.max_parallelism)
+            except ValueError as exc:
+                raise PipelineError(f"pipeline '{self.name}': {exc}") from exc
 
     def _add(self, node: Node) -> Node:
         self.nodes.append(node)
@@ -157,7 +163,7 @@ class Pipeline:
                 )
             if isinstance(n, KeyedNode) and n.parallelism is not None:
                 try:
-                    check_parallelism(n.parallelism, self.max_parallelism)
+                    check_parallelism(n.parallelism, self.max_parallelism or n.parallelism)
                 except ValueError as exc:
                     raise PipelineError(f"operator '{n.uid}': {exc}") from exc
 

@@ -104,8 +104,8 @@ class CheckpointCoordinator:
             "checkpoint %d complete: epoch %d, %d bytes (%d uploaded) in %d ms",
             meta.checkpoint_id,
             meta.epoch,
-            meta.size,
-            meta.uploaded_bytes,
+            meta.state_bytes,
+            meta.incremental_bytes,
             meta.duration_ms,
         )
         # 4. Sinks commit what N covers.

@@ -44,10 +44,10 @@ class SubtaskSnapshot:
     key_groups: tuple[int, int]
     epoch: int
     files: tuple[RemoteFile, ...]
-    uploaded_bytes: int = 0  # bytes this checkpoint uploaded for this subtask (incremental size)
+    incremental_bytes: int = 0  # bytes this checkpoint uploaded for this subtask
 
     @property
-    def size(self) -> int:
+    def state_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
 
@@ -83,12 +83,12 @@ class CheckpointMetadata:
     format_version: int = FORMAT_VERSION
 
     @property
-    def size(self) -> int:
-        return sum(s.size for op in self.operators.values() for s in op.subtasks)
+    def state_bytes(self) -> int:
+        return sum(s.state_bytes for op in self.operators.values() for s in op.subtasks)
 
     @property
-    def uploaded_bytes(self) -> int:
-        return sum(s.uploaded_bytes for op in self.operators.values() for s in op.subtasks)
+    def incremental_bytes(self) -> int:
+        return sum(s.incremental_bytes for op in self.operators.values() for s in op.subtasks)
 
     def files(self) -> list[RemoteFile]:
         return [f for op in self.operators.values() for s in op.subtasks for f in s.files]
@@ -116,7 +116,8 @@ class CheckpointMetadata:
                             (int(s["key_groups"][0]), int(s["key_groups"][1])),
                             s["epoch"],
                             tuple(RemoteFile(**f) for f in s["files"]),
-                            s.get("uploaded_bytes", 0),
+                            # "uploaded_bytes": written by Stator before 0.2
+                            s.get("incremental_bytes", s.get("uploaded_bytes", 0)),
                         )
                         for s in op["subtasks"]
                     ),

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from ..execution.driver import JobDriver
+from ..execution.status import JobState
+from .view import JobView
 
 
 class DriverCollector(Collector):
-    def __init__(self, driver: JobDriver) -> None:
+    def __init__(self, driver: JobView) -> None:
         self.driver = driver
 
     def collect(self) -> Iterator[Any]:
@@ -39,14 +39,18 @@ class DriverCollector(Collector):
         yield counter("stator_checkpoints", "Checkpoints completed", st.checkpoints)
         yield counter("stator_checkpoints_failed", "Checkpoints that failed", st.failed_checkpoints)
         yield counter("stator_restarts", "Job restarts after failures", st.restarts)
-        yield gauge("stator_running", "1 while the job runs", 1 if st.state == "RUNNING" else 0)
+        yield gauge(
+            "stator_running", "1 while the job runs", 1 if st.state is JobState.RUNNING else 0
+        )
         latest = st.last_checkpoint
         if latest is not None:
-            yield gauge("stator_state_bytes", "State size in the latest checkpoint", latest.size)
             yield gauge(
-                "stator_checkpoint_uploaded_bytes",
+                "stator_state_bytes", "State size in the latest checkpoint", latest.state_bytes
+            )
+            yield gauge(
+                "stator_checkpoint_incremental_bytes",
                 "Bytes the latest checkpoint uploaded",
-                latest.uploaded_bytes,
+                latest.incremental_bytes,
             )
             yield gauge(
                 "stator_checkpoint_duration_seconds",
@@ -57,12 +61,12 @@ class DriverCollector(Collector):
         parallelism = GaugeMetricFamily(
             "stator_operator_parallelism", "Subtasks per operator", labels=["job", "operator"]
         )
-        for uid, p in d.parallelism.items():
+        for uid, p in d.parallelism.operators.items():
             parallelism.add_metric([d.job, uid], p)
         yield parallelism
 
 
-def render_metrics(driver: JobDriver) -> tuple[bytes, str]:
+def render_metrics(driver: JobView) -> tuple[bytes, str]:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(DriverCollector(driver))
     return generate_latest(registry), CONTENT_TYPE_LATEST

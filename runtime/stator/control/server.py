@@ -10,15 +10,19 @@ import asyncio
 import json
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from aiohttp import web
 
+from ..checkpoint.metadata import CheckpointMetadata
+from ..config import ControlConfig
 from ..execution.savepoints import SavepointConflict, SavepointRequest
+from ..execution.status import JobState
 from .metrics import render_metrics
-
-if TYPE_CHECKING:
-    from ..execution.driver import JobDriver
+from .view import JobView
 
 log = logging.getLogger("stator.control")
 API = "/v1"
@@ -33,7 +37,9 @@ def _error(status: int, reason: str) -> web.Response:
 
 
 class ControlServer:
-    def __init__(self, driver: JobDriver, host: str, port: int) -> None:
+    """Serves one job's control API from a thread of the driver process."""
+
+    def __init__(self, driver: JobView, host: str, port: int) -> None:
         self.driver, self.host, self.port = driver, host, port
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -72,6 +78,15 @@ class ControlServer:
         self._ready.set()
         loop.run_forever()
 
+    def linger(self, timeout_ms: int) -> None:
+        """After a stop-with-savepoint, keep answering until its requester read the result
+        (the operator polls for it), at most ``timeout_ms``."""
+        if self.driver.status.state is not JobState.STOPPED:
+            return
+        deadline = time.monotonic() + timeout_ms / 1000
+        while time.monotonic() < deadline and not self.driver.savepoints.stop_results_fetched():
+            time.sleep(0.1)
+
     def stop(self) -> None:
         loop, runner = self._loop, self._runner
         if loop is None or runner is None:
@@ -100,9 +115,8 @@ class ControlServer:
 
     async def ready(self, _: web.Request) -> web.Response:
         state = self.driver.status.state
-        return _json(
-            {"ready": state == "RUNNING", "state": state}, 200 if state == "RUNNING" else 503
-        )
+        running = state is JobState.RUNNING
+        return _json({"ready": running, "state": state}, 200 if running else 503)
 
     async def metrics(self, _: web.Request) -> web.Response:
         body, content_type = render_metrics(self.driver)
@@ -116,8 +130,8 @@ class ControlServer:
                 "job": d.job,
                 "state": st.state,
                 "epoch": st.epoch,
-                "max_parallelism": d.pipeline.max_parallelism,
-                "parallelism": d.parallelism,
+                "max_parallelism": d.parallelism.max_parallelism,
+                "parallelism": d.parallelism.operators,
                 "regions": d.pipeline.regions(),
                 "records_in": st.records_in,
                 "records_out": st.records_out,
@@ -132,13 +146,13 @@ class ControlServer:
 
     async def checkpoints(self, _: web.Request) -> web.Response:
         d = self.driver
-        retained = [_checkpoint(m) for m in list(d.coordinator.completed)]
+        retained = [_checkpoint(m) for m in d.retained_checkpoints()]
         return _json(
             {
                 "storage": d.store.uri,
                 "latest": retained[-1] if retained else None,
                 "retained": retained,
-                "history": list(d.history),
+                "history": [h.to_json() for h in d.history.items()],
                 "counts": {
                     "completed": d.status.checkpoints,
                     "failed": d.status.failed_checkpoints,
@@ -181,13 +195,29 @@ class ControlServer:
         return _json(created.to_json(), 202)
 
 
-def _checkpoint(meta: Any) -> dict[str, Any]:
+@contextmanager
+def serving(job: JobView, config: ControlConfig) -> Iterator[ControlServer | None]:
+    """The control API for ``job`` while the block runs (None if ``control.port`` is -1);
+    after a stop-with-savepoint it lingers until the requester has read the result."""
+    if config.port < 0:
+        yield None
+        return
+    server = ControlServer(job, config.host, config.port)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.linger(config.linger_ms)
+        server.stop()
+
+
+def _checkpoint(meta: CheckpointMetadata) -> dict[str, Any]:
     return {
         "id": meta.checkpoint_id,
         "epoch": meta.epoch,
         "created_ms": meta.created_ms,
-        "bytes": meta.size,
-        "uploaded_bytes": meta.uploaded_bytes,
+        "state_bytes": meta.state_bytes,
+        "incremental_bytes": meta.incremental_bytes,
         "duration_ms": meta.duration_ms,
         "incremental": meta.incremental,
     }

@@ -16,9 +16,14 @@ from ..api.pipeline import KeyedNode, Pipeline, ReduceNode, SinkNode, TransformN
 from ..keygroups import encode_key, stable_hash
 from ..sinks.base import SinkWriter
 from ..state.layout import HEADER, MAX_KEY_BYTES
+from .reports import SinkReport
 
 Batch = tuple[list[Any], list[Any]]  # (values, timestamps)
 Columns = tuple[list[bytes], list[Any], list[Any]]  # (kkeys, values, timestamps)
+# What a task sends one keyed subtask: (order key, watermark, columns). The order key (node
+# id, split order or subtask) fixes the order in which the subtask processes its inputs.
+Header = tuple[tuple[int, int], int, Columns]
+Shuffled = tuple[int, int, Header]  # (keyed node id, target subtask, header)
 
 
 # kkeys of recently seen keys, per maxParallelism: keys recur across epochs, and a dict hit is
@@ -44,8 +49,15 @@ def _kkey(kb: bytes, mp: int) -> bytes:
 class Router:
     """Routes the output of one node (a source or keyed operator) within a task."""
 
-    def __init__(self, pipeline: Pipeline, parallelism: dict[str, int], open_writer: Any) -> None:
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        parallelism: dict[str, int],
+        max_parallelism: int,
+        open_writer: Any,
+    ) -> None:
         self.pipeline, self.parallelism, self.open_writer = pipeline, parallelism, open_writer
+        self.max_parallelism = max_parallelism
         self.consumers = {n.id: pipeline.consumers(n.id) for n in pipeline.nodes}
         self.writers: dict[int, SinkWriter] = {}
         self.shuffle: dict[int, dict[int, Columns]] = {}  # keyed node -> subtask -> columns
@@ -68,6 +80,28 @@ class Router:
             elif isinstance(consumer, KeyedNode):
                 self._bucket(consumer, batch)
 
+    def staged(self, epoch: int) -> list[SinkReport]:
+        """Stage every chained sink's output of this task (one part per sink)."""
+        reports = []
+        for node_id, writer in sorted(self.writers.items()):
+            node = self.pipeline.node(node_id)
+            assert isinstance(node, SinkNode)
+            descriptor, payload = writer.finish()
+            reports.append(SinkReport(node.uid, epoch, descriptor, payload))
+        return reports
+
+    def downstream(self, origin: tuple[int, int], watermark: int, node_id: int) -> list[Shuffled]:
+        """One (possibly empty) batch for every subtask of every keyed operator fed by
+        ``node_id``: an empty batch still carries this task's watermark, which the subtask
+        needs to advance its own."""
+        buckets = self.shuffle_output()
+        out = []
+        for target in self.keyed_targets(node_id):
+            per_sub = buckets.get(target.id, {})
+            for sub in range(self.parallelism[target.uid]):
+                out.append((target.id, sub, (origin, watermark, per_sub.get(sub, ([], [], [])))))
+        return out
+
     def keyed_targets(self, node_id: int) -> list[KeyedNode]:
         """Keyed operators reachable from ``node_id`` through stateless transforms."""
         found: list[KeyedNode] = []
@@ -86,7 +120,7 @@ class Router:
         return buckets
 
     def _bucket(self, node: KeyedNode, batch: Batch) -> None:
-        mp, p = self.pipeline.max_parallelism, self.parallelism[node.uid]
+        mp, p = self.max_parallelism, self.parallelism[node.uid]
         buckets = self._buckets(node)
         key_fn = node.key_fn
         values, stamps = batch
@@ -131,7 +165,7 @@ class Router:
 
     def shuffle_output(self) -> dict[int, dict[int, Columns]]:
         """Columns per keyed node per subtask (with reduce nodes' combined entries)."""
-        mp = self.pipeline.max_parallelism
+        mp = self.max_parallelism
         for node_id, (counts, last_ts) in self.counted.items():
             kbs = list(counts)
             self._spread(
@@ -158,7 +192,7 @@ class Router:
         """Append columns to each target subtask's bucket."""
         node = self.pipeline.node(node_id)
         assert isinstance(node, KeyedNode)
-        mp, p = self.pipeline.max_parallelism, self.parallelism[node.uid]
+        mp, p = self.max_parallelism, self.parallelism[node.uid]
         buckets = self._buckets(node)
         subs = [((kk[0] << 8) | kk[1]) * p // mp for kk in kks]
         if p <= 8:  # a few C-speed passes beat one Python loop

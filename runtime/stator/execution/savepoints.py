@@ -1,9 +1,10 @@
-"""Savepoints and stop-with-savepoint, as part of the driver's epoch loop.
+"""Savepoints and stop-with-savepoint: the requests (queued by the control API) and the flow
+that takes one at an epoch boundary.
 
 Taking savepoint S, step by step:
 
-1. A request is queued (control API or ``JobDriver.request_savepoint``); at most one
-   stop-with-savepoint is pending at a time. The loop takes it at the next epoch boundary.
+1. A request is queued (:meth:`SavepointRequests.request`); at most one stop-with-savepoint
+   is pending at a time. The epoch loop takes it at the next epoch boundary.
 2. An epoch with no new input runs: every keyed task commits (nothing new) and writes its
    key-groups in the canonical savepoint format into S's directory. A checkpoint is taken in
    the same epoch (if checkpointing is on), so sinks commit everything up to it.
@@ -11,7 +12,7 @@ Taking savepoint S, step by step:
    S's directory has no metadata and does not count as a savepoint.
 3. ``_savepoint.json`` is written last: S exists from here on. It references only files in
    S's directory, and checkpoint retention never deletes it.
-4. Stop: the loop ends after S, with every sink committed up to S's epoch.
+4. Stop (if asked): the loop ends after S, with every sink committed up to S's epoch.
 """
 
 from __future__ import annotations
@@ -21,24 +22,22 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..api.time import MAX_TIMESTAMP
 from ..checkpoint.coordinator import now_ms
 from ..errors import StatorError
 from ..savepoint.metadata import METADATA_NAME, OperatorSavepoint, SavepointMetadata
-from ..sources.base import SplitRange
-from ..storage import open_store
+from ..storage import S3Options, open_store
+from .parallelism import Parallelism
+from .reports import StateReport
 from .spec import SavepointTask
-
-if TYPE_CHECKING:
-    from .driver import JobDriver
 
 log = logging.getLogger("stator.savepoint")
 
 
 class SavepointConflict(StatorError):
-    """A stop-with-savepoint is already pending or running."""
+    """A stop-with-savepoint is already pending or running, or the job has ended."""
 
 
 @dataclass
@@ -49,9 +48,10 @@ class SavepointRequest:
     status: str = "PENDING"  # PENDING, IN_PROGRESS, COMPLETED, FAILED
     location: str | None = None
     epoch: int | None = None
-    size: int | None = None
+    state_bytes: int | None = None
     error: str | None = None
     created_ms: int = field(default_factory=now_ms)
+    started_ms: int | None = None
     completed_ms: int | None = None
     fetched: bool = False  # a client read the final result (the driver may exit then)
 
@@ -65,158 +65,164 @@ class SavepointRequest:
                 "target",
                 "location",
                 "epoch",
-                "size",
+                "state_bytes",
                 "error",
                 "created_ms",
+                "started_ms",
                 "completed_ms",
             )
         }
 
 
-class Savepoints:
-    """The driver's savepoint requests and the flow that takes them."""
+class SavepointRequests:
+    """Savepoint requests: queued from any thread, taken by the epoch loop."""
 
-    def __init__(self, driver: JobDriver) -> None:
-        self.d = driver
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.requests: list[SavepointRequest] = []
+        self._all: list[SavepointRequest] = []
         self._queue: list[SavepointRequest] = []
+        self._closed: str | None = None
 
     def request(self, target: str | None = None, stop: bool = False) -> SavepointRequest:
-        """Queue a savepoint; thread-safe (the control API calls it)."""
         with self._lock:
-            if stop and any(
-                r.stop and r.status in ("PENDING", "IN_PROGRESS") for r in self.requests
-            ):
+            if self._closed is not None:
+                raise SavepointConflict(f"the job is {self._closed}")
+            if stop and any(r.stop and r.status in ("PENDING", "IN_PROGRESS") for r in self._all):
                 raise SavepointConflict("a stop-with-savepoint is already in progress")
-            if self.d.status.state in ("FINISHED", "STOPPED", "FAILED"):
-                raise SavepointConflict(f"the job is {self.d.status.state.lower()}")
             request = SavepointRequest(target, stop)
-            self.requests.append(request)
+            self._all.append(request)
             self._queue.append(request)
             return request
 
     def find(self, request_id: str) -> SavepointRequest | None:
         with self._lock:
-            return next((r for r in self.requests if r.id == request_id), None)
+            return next((r for r in self._all if r.id == request_id), None)
 
     def all(self) -> list[SavepointRequest]:
         with self._lock:
-            return list(self.requests)
+            return list(self._all)
 
     def next(self) -> SavepointRequest | None:
         with self._lock:
             return self._queue.pop(0) if self._queue else None
 
-    def fail_pending(self, reason: str) -> None:
+    def close(self, state: str, reason: str) -> None:
+        """The job ended (``state``): refuse new requests, fail the queued ones."""
         with self._lock:
+            self._closed = state
             for r in self._queue:
                 r.status, r.error, r.completed_ms = "FAILED", reason, now_ms()
             self._queue.clear()
 
-    def _empty_plan(self) -> dict[str, list[SplitRange]]:
-        plan = {}
-        for uid, splits in self.d.positions.items():
-            order = {s: i for i, s in enumerate(splits)}
-            ranges = [
-                SplitRange(s, st.position, st.position, order[s])
-                for s, st in splits.items()
-                if not st.finished
-            ]
-            if ranges:
-                plan[uid] = ranges
-        return plan
+    def stop_results_fetched(self) -> bool:
+        """Every stop-with-savepoint's final result was read by its requester."""
+        with self._lock:
+            return all(r.fetched for r in self._all if r.stop)
 
-    def take(self, request: SavepointRequest) -> None:
-        d = self.d
-        request.status = "IN_PROGRESS"
-        started = time.monotonic()
-        epoch = d.epoch + 1
-        location = request.target or (
-            f"{d.config.savepoint.dir.rstrip('/')}/{d.job}/savepoint-{epoch:010d}-{request.id}"
-        )
-        request.location = location
-        try:
-            store = open_store(location, d.config.s3)
-            if store.exists(METADATA_NAME):
-                raise StatorError(f"{location} already holds a savepoint; choose another target")
-            plan = self._empty_plan()
-            if not plan:
-                raise StatorError("every source is finished: nothing is left to savepoint")
-            task = SavepointTask(store, "", d.config.savepoint.compression)
-            spec = d._spec(plan, force_checkpoint=True, savepoint=task)
-            reports = d._run_epoch(spec)
-            checkpoints_before = d.status.checkpoints
-            d._advance(spec, reports, started)
-            if spec.checkpoint is not None and d.status.checkpoints == checkpoints_before:
-                raise StatorError(
-                    "the checkpoint taken with the savepoint failed, so sink output "
-                    "up to it is not committed; see the checkpoint's error"
-                )
-            meta = self._savepoint_metadata(spec.epoch, reports, started)
-            store.put(METADATA_NAME, meta.to_json())
-        except Exception as exc:
-            request.status, request.error = "FAILED", f"{type(exc).__name__}: {exc}"[:2000]
-            request.completed_ms = now_ms()
-            log.warning("savepoint %s failed: %s", request.id, request.error)
-            raise
-        request.status, request.epoch, request.size = "COMPLETED", meta.epoch, meta.size
-        request.completed_ms = now_ms()
-        log.info(
-            "savepoint %s complete at %s: epoch %d, %d bytes in %d ms",
-            request.id,
-            location,
-            meta.epoch,
-            meta.size,
-            meta.duration_ms,
-        )
-        if request.stop:
-            d.stop()
-            d.status.state = "STOPPED"
-            d.status.stopped_with_savepoint = location
 
-    def _savepoint_metadata(
-        self, epoch: int, reports: list[dict[str, Any]], started: float
-    ) -> SavepointMetadata:
-        d = self.d
-        operators: dict[str, OperatorSavepoint] = {}
-        seen: dict[str, set[int]] = {}
-        for r in reports:
-            if r["kind"] != "state" or r.get("savepoint") is None:
-                continue
-            uid, part = r["uid"], r["savepoint"]
-            op = operators.get(uid)
-            if op is None:
-                op = operators[uid] = OperatorSavepoint(
-                    uid, d.parallelism[uid], {}, {}, MAX_TIMESTAMP
-                )
-            op.states.update(part["states"])
-            op.key_groups.update(part["key_groups"])
-            operators[uid] = OperatorSavepoint(
-                uid,
-                op.parallelism,
-                op.states,
-                op.key_groups,
-                min(op.watermark, int(r["watermark"])),
+@dataclass(frozen=True)
+class SavepointEpoch:
+    """What the savepoint's epoch produced (see :class:`SavepointRunner`)."""
+
+    epoch: int
+    states: list[StateReport]
+    sources: dict[str, dict[str, dict[str, Any]]]  # positions after the epoch
+    checkpoint_failed: bool
+
+
+class SavepointRunner(Protocol):
+    """What the savepoint flow needs from the job: one epoch that reads nothing and writes
+    every subtask's savepoint part (with a checkpoint, if checkpointing is on)."""
+
+    job: str
+    parallelism: Parallelism
+
+    def next_epoch(self) -> int: ...
+
+    def run_savepoint_epoch(self, task: SavepointTask) -> SavepointEpoch: ...
+
+
+def default_location(directory: str, job: str, epoch: int, request_id: str) -> str:
+    return f"{directory.rstrip('/')}/{job}/savepoint-{epoch:010d}-{request_id}"
+
+
+def take_savepoint(
+    request: SavepointRequest,
+    runner: SavepointRunner,
+    directory: str,
+    compression: str,
+    s3: S3Options,
+) -> SavepointMetadata:
+    """Steps 2-3 of the module docstring; the caller stops the job for step 4."""
+    request.status, request.started_ms = "IN_PROGRESS", now_ms()
+    started = time.monotonic()
+    location = request.target or default_location(
+        directory, runner.job, runner.next_epoch(), request.id
+    )
+    request.location = location
+    try:
+        store = open_store(location, s3)
+        if store.exists(METADATA_NAME):
+            raise StatorError(f"{location} already holds a savepoint; choose another target")
+        done = runner.run_savepoint_epoch(SavepointTask(store, "", compression))
+        if done.checkpoint_failed:
+            raise StatorError(
+                "the checkpoint taken with the savepoint failed, so sink output "
+                "up to it is not committed; see the checkpoint's error"
             )
-            seen.setdefault(uid, set()).add(int(r["subtask"]))
-        for uid, p in d.parallelism.items():
-            if len(seen.get(uid, ())) != p:
-                raise StatorError(
-                    f"operator '{uid}': {len(seen.get(uid, ()))} of {p} subtasks "
-                    f"wrote their savepoint part"
-                )
-        return SavepointMetadata(
-            job=d.job,
-            epoch=epoch,
-            created_ms=now_ms(),
-            max_parallelism=d.pipeline.max_parallelism,
-            operators=operators,
-            sources={
-                uid: {s: st.to_json() for s, st in splits.items()}
-                for uid, splits in d.positions.items()
-            },
-            watermark=min((op.watermark for op in operators.values()), default=MAX_TIMESTAMP),
-            compression=d.config.savepoint.compression,
-            duration_ms=int((time.monotonic() - started) * 1000),
-        )
+        meta = _metadata(runner, done, compression, started)
+        store.put(METADATA_NAME, meta.to_json())
+    except Exception as exc:
+        request.status, request.error = "FAILED", f"{type(exc).__name__}: {exc}"[:2000]
+        request.completed_ms = now_ms()
+        log.warning("savepoint %s failed: %s", request.id, request.error)
+        raise
+    request.status, request.epoch, request.state_bytes = "COMPLETED", meta.epoch, meta.state_bytes
+    request.completed_ms = now_ms()
+    log.info(
+        "savepoint %s complete at %s: epoch %d, %d bytes in %d ms",
+        request.id,
+        location,
+        meta.epoch,
+        meta.state_bytes,
+        meta.duration_ms,
+    )
+    return meta
+
+
+def _metadata(
+    runner: SavepointRunner, done: SavepointEpoch, compression: str, started: float
+) -> SavepointMetadata:
+    parallelism = runner.parallelism.operators
+    states: dict[str, dict[str, dict[str, Any]]] = {}
+    key_groups: dict[str, dict[int, dict[str, Any]]] = {}
+    watermarks: dict[str, int] = {}
+    seen: dict[str, set[int]] = {}
+    for r in done.states:
+        if r.savepoint is None:
+            continue
+        states.setdefault(r.uid, {}).update(r.savepoint.states)
+        key_groups.setdefault(r.uid, {}).update(r.savepoint.key_groups)
+        watermarks[r.uid] = min(watermarks.get(r.uid, MAX_TIMESTAMP), r.watermark)
+        seen.setdefault(r.uid, set()).add(r.subtask)
+    for uid, p in parallelism.items():
+        if len(seen.get(uid, ())) != p:
+            raise StatorError(
+                f"operator '{uid}': {len(seen.get(uid, ()))} of {p} subtasks "
+                f"wrote their savepoint part"
+            )
+    operators = {
+        uid: OperatorSavepoint(uid, parallelism[uid], states[uid], key_groups[uid], watermarks[uid])
+        for uid in seen
+    }
+    return SavepointMetadata(
+        job=runner.job,
+        epoch=done.epoch,
+        created_ms=now_ms(),
+        max_parallelism=runner.parallelism.max_parallelism,
+        operators=operators,
+        sources=done.sources,
+        watermark=min((op.watermark for op in operators.values()), default=MAX_TIMESTAMP),
+        compression=compression,
+        duration_ms=int((time.monotonic() - started) * 1000),
+    )

@@ -16,6 +16,9 @@ from ..storage import ObjectStore
 
 @dataclass(frozen=True)
 class CheckpointTask:
+    """Take part in checkpoint ``checkpoint_id``: snapshot after the commit, upload what the
+    previous completed checkpoint (``previous``, per subtask) does not already hold."""
+
     checkpoint_id: int
     store: ObjectStore
     incremental: bool
@@ -57,12 +60,15 @@ class SavepointTask:
 
 @dataclass(frozen=True)
 class EpochSpec:
+    """One epoch, as every task of its Spark job sees it."""
+
     job: str
     epoch: int
     base_epoch: int  # the epoch every stateful task's state must be at before this one
     processing_time_ms: int
     pipeline: Pipeline
     parallelism: dict[str, int]  # keyed operator uid -> subtasks
+    max_parallelism: int
     local_dir: str
     rocksdb: RocksDBOptions
     warm_entries: int
@@ -74,11 +80,6 @@ class EpochSpec:
     # First epoch after a restore: check that the code declares every restored state.
     verify_states: bool = False
     allow_non_restored_state: bool = False
-    downstream: dict[int, list[int]] = field(default_factory=dict)
-
-    @property
-    def max_parallelism(self) -> int:
-        return self.pipeline.max_parallelism
 
     def state_dir(self, uid: str, subtask: int) -> Path:
         p = self.parallelism[uid]

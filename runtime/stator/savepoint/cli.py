@@ -27,7 +27,7 @@ def savepoint_command(args: argparse.Namespace) -> int:
                 "parallelism": op.parallelism,
                 "states": op.states,
                 "key_groups": len(op.key_groups),
-                "bytes": op.size,
+                "state_bytes": op.state_bytes,
             }
             for uid, op in meta.operators.items()
         }
@@ -50,7 +50,7 @@ def _summary(uri: str, meta: SavepointMetadata) -> dict[str, Any]:
         "job": meta.job,
         "epoch": meta.epoch,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(meta.created_ms / 1000)),
-        "bytes": meta.size,
+        "state_bytes": meta.state_bytes,
         "max_parallelism": meta.max_parallelism,
         "operators": sorted(meta.operators),
         "compression": meta.compression,

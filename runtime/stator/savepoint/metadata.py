@@ -25,7 +25,7 @@ class OperatorSavepoint:
     watermark: int
 
     @property
-    def size(self) -> int:
+    def state_bytes(self) -> int:
         return sum(int(k["bytes"]) for k in self.key_groups.values())
 
 
@@ -44,8 +44,8 @@ class SavepointMetadata:
     format_version: int = FORMAT_VERSION
 
     @property
-    def size(self) -> int:
-        return sum(op.size for op in self.operators.values())
+    def state_bytes(self) -> int:
+        return sum(op.state_bytes for op in self.operators.values())
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True, indent=1).encode()

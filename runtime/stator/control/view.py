@@ -1,0 +1,31 @@
+"""The read-and-request view of a running job that the control API and metrics use (the job
+driver provides it; nothing here imports the driver)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ..api.pipeline import Pipeline
+from ..checkpoint.metadata import CheckpointMetadata
+from ..execution.parallelism import Parallelism
+from ..execution.savepoints import SavepointRequest, SavepointRequests
+from ..execution.status import CheckpointHistory, JobStatus
+from ..storage import ObjectStore
+
+
+class JobView(Protocol):
+    """What the control API reads from a running job (the job driver provides it)."""
+
+    job: str
+    pipeline: Pipeline
+    parallelism: Parallelism
+    status: JobStatus
+    history: CheckpointHistory
+    savepoints: SavepointRequests
+    store: ObjectStore
+
+    def retained_checkpoints(self) -> list[CheckpointMetadata]: ...
+
+    def request_savepoint(
+        self, target: str | None = None, stop: bool = False
+    ) -> SavepointRequest: ...

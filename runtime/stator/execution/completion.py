@@ -1,0 +1,132 @@
+"""After an epoch: sink output waits for the checkpoint that covers it, and a checkpoint is
+completed from the tasks' snapshots (the coordinator writes its metadata, last).
+
+Completing checkpoint N of epoch E, step by step:
+
+1. Every keyed subtask must have reported a snapshot and no upload error. Otherwise N is
+   aborted (its uploads that no retained checkpoint references are deleted); epoch E stands
+   and its output stays pending until a later checkpoint covers it.
+2. N's metadata is assembled: subtask snapshots, source positions after E, the sink output
+   pending up to E (so a restore of N can commit it again), the minimum watermark.
+3. The coordinator completes N (``checkpoint/coordinator.py``: metadata last, register,
+   retain, then sinks commit every epoch up to E, then subsume). A storage failure while
+   writing the metadata aborts N as in step 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..api.pipeline import SinkNode
+from ..api.time import MAX_TIMESTAMP
+from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
+from ..checkpoint.metadata import (
+    CheckpointMetadata,
+    OperatorSnapshot,
+    PendingCommit,
+    SubtaskSnapshot,
+)
+from ..errors import StatorError
+from .reports import SinkReport, StateReport
+
+log = logging.getLogger("stator.checkpoint")
+
+
+class PendingOutput:
+    """Staged sink output per sink and epoch, until a checkpoint covering it completes."""
+
+    def __init__(self, sinks: dict[str, SinkNode]) -> None:
+        self.sinks = sinks
+        self.pending: dict[str, dict[int, list[SinkReport]]] = {}
+
+    def add(self, reports: list[SinkReport]) -> int:
+        """Staged parts of one epoch; returns their records."""
+        for rep in reports:
+            self.pending.setdefault(rep.uid, {}).setdefault(rep.epoch, []).append(rep)
+        return sum(r.records for r in reports)
+
+    def commit_upto(self, epoch: int) -> None:
+        """Make every pending epoch up to ``epoch`` visible (idempotent per sink)."""
+        for uid, epochs in self.pending.items():
+            sink = self.sinks[uid].sink
+            for e in sorted(x for x in epochs if x <= epoch):
+                parts = sorted(epochs.pop(e), key=lambda r: r.part)
+                sink.commit(uid, e, [r.descriptor for r in parts], [r.payload for r in parts])
+
+    def as_commits(self) -> dict[str, tuple[PendingCommit, ...]]:
+        """What a checkpoint taken now must commit again if it is restored."""
+        return {
+            uid: tuple(
+                PendingCommit(e, tuple(r.descriptor for r in sorted(parts, key=lambda r: r.part)))
+                for e, parts in sorted(epochs.items())
+            )
+            for uid, epochs in self.pending.items()
+        }
+
+    def rewind(self, epoch: int, restored: dict[str, tuple[PendingCommit, ...]]) -> None:
+        """Back to ``epoch``: staged output of later epochs is discarded (it will be replayed),
+        output the restored checkpoint covers but had not committed is committed again."""
+        self.pending = {}
+        for uid, node in self.sinks.items():
+            node.sink.discard_after(uid, epoch)
+            for commit in restored.get(uid, ()):
+                node.sink.commit(uid, commit.epoch, list(commit.parts), [])
+
+
+@dataclass(frozen=True)
+class CheckpointRequest:
+    """The checkpoint an epoch takes, and what its metadata needs besides the snapshots."""
+
+    checkpoint_id: int
+    epoch: int
+    incremental: bool
+
+
+def complete_checkpoint(
+    job: str,
+    request: CheckpointRequest,
+    parallelism: dict[str, int],
+    max_parallelism: int,
+    states: list[StateReport],
+    sources: dict[str, dict[str, dict[str, Any]]],
+    output: PendingOutput,
+    coordinator: CheckpointCoordinator,
+    started: float,
+) -> CheckpointMetadata | str:
+    """Steps 1-3 of the module docstring: the completed checkpoint, or why it failed."""
+    uploaded = [f for r in states if r.snapshot for f in r.snapshot.files]
+    by_op: dict[str, dict[int, SubtaskSnapshot]] = {}
+    for r in states:
+        if r.snapshot is not None:
+            by_op.setdefault(r.uid, {})[r.subtask] = r.snapshot
+    errors = [r.checkpoint_error for r in states if r.checkpoint_error]
+    got, expected = sum(len(v) for v in by_op.values()), sum(parallelism.values())
+    if errors or got != expected:
+        reason = errors[0] if errors else f"{got} of {expected} subtasks reported a snapshot"
+        coordinator.abort(request.checkpoint_id, uploaded, reason)
+        return reason
+    meta = CheckpointMetadata(
+        checkpoint_id=request.checkpoint_id,
+        epoch=request.epoch,
+        job=job,
+        created_ms=now_ms(),
+        max_parallelism=max_parallelism,
+        incremental=request.incremental,
+        operators={
+            uid: OperatorSnapshot(uid, parallelism[uid], tuple(subs[i] for i in sorted(subs)))
+            for uid, subs in by_op.items()
+        },
+        sources=sources,
+        sinks=output.as_commits(),
+        watermark=min((r.watermark for r in states), default=MAX_TIMESTAMP),
+        duration_ms=int((time.monotonic() - started) * 1000),
+    )
+    try:
+        coordinator.complete(meta, lambda m: output.commit_upto(m.epoch))
+    except StatorError as exc:
+        coordinator.abort(request.checkpoint_id, uploaded, str(exc))
+        return str(exc)
+    return meta

@@ -1,0 +1,108 @@
+"""What a keyed task runs on an executor: one subtask of a keyed operator for one epoch.
+
+1. Sort the incoming batches by their order key, so a replayed epoch processes the same
+   records in the same order.
+2. Open the subtask's local state at the epoch the driver expects, restoring it if it is
+   not there (``local_state.py``).
+3. Run the operator, fire timers, stage chained sinks' output.
+4. Commit the epoch's state changes atomically (after staging: a failed commit re-stages the
+   same parts on retry; the reverse order could lose them).
+5. If asked: write the savepoint part, then take the checkpoint part (a failed upload
+   declines the checkpoint, not the epoch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from ..api.pipeline import KeyedNode, ProcessNode, ReduceNode
+from ..api.time import MIN_TIMESTAMP
+from ..errors import StateCompatibilityError
+from ..keygroups import range_for_subtask
+from ..savepoint.transfer import export_key_groups, state_catalog
+from ..state.backend import KeyedBackend
+from .keyed import ProcessRunner, ReduceRunner
+from .local_state import open_state, take_snapshot
+from .reports import Report, SavepointPart, StateReport
+from .routing import Header, Router, Shuffled
+from .source_task import part_name
+from .spec import EpochSpec
+
+
+def keyed_task(
+    spec: EpochSpec, node_id: int, reports: Any, subtask: int, items: Iterable[tuple[int, Header]]
+) -> Iterator[Shuffled]:
+    node = spec.pipeline.node(node_id)
+    assert isinstance(node, KeyedNode)
+    p = spec.parallelism[node.uid]
+    key_groups = range_for_subtask(subtask, p, spec.max_parallelism)
+    headers = sorted((h for _, h in items), key=lambda h: h[0])
+    new_watermark = min((h[1] for h in headers), default=MIN_TIMESTAMP)
+    batches = [h[2] for h in headers]
+    records_in = sum(len(b[0]) for b in batches)
+
+    backend = open_state(spec, node.uid, subtask, key_groups)
+    try:
+        runner: ProcessRunner | ReduceRunner
+        if isinstance(node, ProcessNode):
+            runner = ProcessRunner(node, backend, subtask, p, spec.processing_time_ms)
+        else:
+            assert isinstance(node, ReduceNode)
+            runner = ReduceRunner(node, backend)
+        if spec.verify_states:
+            _verify_declared(spec, node.uid, backend)
+        output = runner.run(batches, new_watermark)
+        watermark = max(backend.watermark, new_watermark)
+        router = Router(
+            spec.pipeline,
+            spec.parallelism,
+            spec.max_parallelism,
+            lambda sink: sink.sink.writer(sink.uid, spec.epoch, part_name(node.uid, subtask)),
+        )
+        router.push(node.id, output)
+        out = router.downstream((node.id, subtask), watermark, node.id)
+        staged = router.staged(spec.epoch)
+        backend.commit(spec.epoch, watermark)
+        savepoint = None
+        if spec.savepoint is not None:  # failing here fails the savepoint, through the epoch
+            sp = spec.savepoint
+            savepoint = SavepointPart(
+                export_key_groups(backend, sp.store, node.uid, sp.compression),
+                state_catalog(backend.registry),
+            )
+        snapshot, error = None, None
+        if spec.checkpoint is not None:
+            try:
+                snapshot = take_snapshot(spec, node.uid, subtask, key_groups, backend)
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+        state = StateReport(
+            node.uid,
+            subtask,
+            spec.epoch,
+            watermark,
+            records_in,
+            len(output[0]),
+            snapshot,
+            error,
+            savepoint,
+        )
+        done: list[Report] = [state, *staged]
+        reports.add(done)
+    finally:
+        backend.close()
+    return iter(out)
+
+
+def _verify_declared(spec: EpochSpec, uid: str, backend: KeyedBackend) -> None:
+    """After a restore: every restored state must be declared by the code (in ``open``)."""
+    missing = backend.undeclared_states()
+    if not missing:
+        return
+    if not spec.allow_non_restored_state:
+        raise StateCompatibilityError(
+            f"operator '{uid}' restored state {missing} that the code no longer declares; "
+            f"declare it in open(), or set restore.allow_non_restored_state=true to drop it"
+        )
+    backend.drop_states(missing)

@@ -1,0 +1,196 @@
+"""A keyed subtask's local state on the executor: open it at the epoch the driver expects,
+restore it when it is not there, and snapshot it for a checkpoint.
+
+Opening subtask S for epoch E (its state must be at ``base_epoch`` = E-1):
+
+1. Local state at ``base_epoch``: use it as it is.
+2. Otherwise, if the driver gave a restore source covering the operator: materialize it (a
+   checkpoint at the same parallelism, the owned key-groups of a rescaled checkpoint, or a
+   savepoint's key-group files) and check it is at ``base_epoch``. A source that cannot be
+   read fails with :class:`RestoreError` (the driver then falls back to an older checkpoint).
+3. No source: a new job or a new operator starts empty; anything else is a
+   :class:`~stator.errors.StateMismatchError` and the driver rewinds the job.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ..api.time import MAX_TIMESTAMP, MIN_TIMESTAMP
+from ..checkpoint.metadata import SubtaskSnapshot
+from ..checkpoint.transfer import download_snapshot, upload_snapshot
+from ..errors import StateMismatchError, StatorError
+from ..keygroups import KeyGroupRange
+from ..savepoint.transfer import database_entries, import_entries, savepoint_entries, state_catalog
+from ..state.backend import KeyedBackend
+from .spec import EpochSpec, RestoreTask
+
+RESTORE_ERROR_MARKER = "StatorRestoreError"
+
+
+class RestoreError(StatorError):
+    """A checkpoint could not be materialized (missing, truncated or corrupt files)."""
+
+    def __init__(self, checkpoint_id: int, detail: str) -> None:
+        super().__init__(f"{RESTORE_ERROR_MARKER}[{checkpoint_id}]: {detail}")
+        self.checkpoint_id = checkpoint_id
+
+
+def open_state(spec: EpochSpec, uid: str, subtask: int, key_groups: KeyGroupRange) -> KeyedBackend:
+    """Open the subtask's local state if it is at the expected epoch; otherwise restore it
+    (from a checkpoint, a rescaled checkpoint or a savepoint, as the driver says), start a new
+    operator empty, or fail so that the driver fails over."""
+    path = spec.state_dir(uid, subtask) / "db"
+    backend = KeyedBackend(
+        path, spec.rocksdb, key_groups, spec.max_parallelism, uid, spec.warm_entries
+    )
+    local_epoch = None
+    if path.exists():
+        backend.open()
+        local_epoch = backend.epoch
+        if local_epoch == spec.base_epoch:
+            return backend
+        backend.close()
+    restore = spec.restore
+    if restore is None or not restore.covers(uid):
+        if spec.base_epoch == 0 or restore is not None:  # a new job, or an operator added
+            shutil.rmtree(path, ignore_errors=True)
+            backend.open()
+            if spec.base_epoch:
+                backend.commit(spec.base_epoch, MIN_TIMESTAMP)
+            return backend
+        raise StateMismatchError(
+            f"operator '{uid}' subtask {subtask}: local state is at epoch {local_epoch}, the "
+            f"job expects epoch {spec.base_epoch} and no checkpoint of that epoch was given"
+        )
+    try:
+        restore_into(restore, spec, uid, subtask, key_groups, path)
+        backend.open()
+    except Exception as exc:
+        backend.close()
+        raise RestoreError(
+            restore.checkpoint_id, f"operator '{uid}' subtask {subtask}: {exc}"
+        ) from exc
+    if backend.epoch != spec.base_epoch:
+        backend.close()
+        raise RestoreError(
+            restore.checkpoint_id,
+            f"restored state is at epoch {backend.epoch}, the job expects {spec.base_epoch}",
+        )
+    return backend
+
+
+def restore_into(
+    restore: RestoreTask,
+    spec: EpochSpec,
+    uid: str,
+    subtask: int,
+    key_groups: KeyGroupRange,
+    path: Path,
+) -> None:
+    """Materialize the subtask's restored state in ``path`` (replacing what is there)."""
+    snapshot = restore.snapshots.get((uid, subtask))
+    if snapshot is not None:
+        if tuple(snapshot.key_groups) != (key_groups.start, key_groups.end):
+            raise StateMismatchError(
+                f"the checkpoint holds key-groups {snapshot.key_groups}, "
+                f"subtask {subtask} owns {key_groups}"
+            )
+        download_snapshot(restore.store, snapshot.files, path)
+        return
+    shutil.rmtree(path, ignore_errors=True)
+    target = KeyedBackend(path, spec.rocksdb, key_groups, spec.max_parallelism, uid).open()
+    try:
+        if restore.savepoint is not None:
+            op = restore.savepoint.operators[uid]
+            names = sorted(op.states)
+            import_entries(
+                target,
+                names,
+                op.states,
+                savepoint_entries(restore.store, op.key_groups, key_groups),
+            )
+            watermark = op.watermark
+        else:
+            watermark = _rescale_from(restore, spec, uid, key_groups, path, target)
+        target.commit(spec.base_epoch, watermark)
+    finally:
+        target.close()
+
+
+def _rescale_from(
+    restore: RestoreTask,
+    spec: EpochSpec,
+    uid: str,
+    key_groups: KeyGroupRange,
+    path: Path,
+    target: KeyedBackend,
+) -> int:
+    """Copy the owned key-groups out of each old subtask's snapshot that overlaps them."""
+    sources = [
+        s for s in restore.rescale[uid] if KeyGroupRange(*s.key_groups).intersect(key_groups)
+    ]
+    catalog: dict[str, dict[str, Any]] = {}
+    watermark = MAX_TIMESTAMP
+    staged = []
+    for old in sources:
+        where = path.parent / f".rescale-{old.index}"
+        download_snapshot(restore.store, old.files, where)
+        staged.append((old, where))
+        with KeyedBackend(
+            where, spec.rocksdb, KeyGroupRange(*old.key_groups), spec.max_parallelism, uid
+        ) as probe:
+            catalog.update(state_catalog(probe.registry))
+            watermark = min(watermark, probe.watermark)
+    names = sorted(catalog)
+    try:
+        import_entries(
+            target,
+            names,
+            catalog,
+            (
+                entry
+                for old, where in staged
+                for entry in database_entries(
+                    where, KeyGroupRange(*old.key_groups).intersect(key_groups), names
+                )
+            ),
+        )
+    finally:
+        for _, where in staged:
+            shutil.rmtree(where, ignore_errors=True)
+    return watermark if sources else MIN_TIMESTAMP
+
+
+def take_snapshot(
+    spec: EpochSpec, uid: str, subtask: int, key_groups: KeyGroupRange, backend: KeyedBackend
+) -> SubtaskSnapshot:
+    """Synchronous part (flush + hard links), then the upload of what is new."""
+    ck = spec.checkpoint
+    assert ck is not None
+    base = spec.state_dir(uid, subtask)
+    local = base / f"chk-{ck.checkpoint_id}"
+    files = backend.snapshot_to(local)
+    remote, uploaded = upload_snapshot(
+        ck.store,
+        ck.checkpoint_id,
+        uid,
+        subtask,
+        local,
+        files,
+        ck.previous.get((uid, subtask), {}),
+        ck.incremental,
+    )
+    for old in base.glob("chk-*"):  # keep only the newest local snapshot
+        if old != local:
+            shutil.rmtree(old, ignore_errors=True)
+    return SubtaskSnapshot(
+        subtask,
+        spec.parallelism[uid],
+        (key_groups.start, key_groups.end),
+        spec.epoch,
+        tuple(remote),
+        uploaded,
+    )

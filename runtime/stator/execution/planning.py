@@ -1,0 +1,156 @@
+"""Planning epochs: where every source split stands, what the next epoch reads, and whether
+it takes a checkpoint.
+
+Planning is deterministic for given positions and available input, so a job rewound to a
+checkpoint re-reads exactly the records it read before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..api.pipeline import SourceNode
+from ..api.time import MIN_TIMESTAMP
+from ..checkpoint.coordinator import now_ms
+from ..config import CheckpointConfig, EpochConfig
+from ..sources.base import SplitRange, SplitState
+from .reports import SplitReport
+
+Plan = dict[str, list[SplitRange]]  # source uid -> ranges, in split order
+
+
+class EpochPlanner:
+    """Source positions per split and the ranges of the next epoch."""
+
+    def __init__(self, sources: dict[str, SourceNode], config: EpochConfig) -> None:
+        self.sources, self.config = sources, config
+        self.positions: dict[str, dict[str, SplitState]] = {}
+
+    def rewind(self, restored: dict[str, dict[str, dict[str, Any]]] | None) -> None:
+        """Positions from a checkpoint or savepoint (None: every split from its beginning).
+        Splits the snapshot does not know (new splits, a new source) start at the beginning."""
+        positions = {
+            uid: {
+                s: SplitState(node.source.initial_position(s), MIN_TIMESTAMP)
+                for s in node.source.discover_splits()
+            }
+            for uid, node in self.sources.items()
+        }
+        for uid, splits in (restored or {}).items():
+            if uid not in positions:
+                continue  # a source that was removed (allow_non_restored_state)
+            for split, state in splits.items():
+                position = SplitState.from_json(state)
+                # The source decides again whether a split is at its end: a bounded source
+                # may have been given more input since (costs at most one empty epoch).
+                position.finished = False
+                positions[uid][split] = position
+        self.positions = positions
+
+    def finished(self) -> bool:
+        """Every split of every source is exhausted (and the job may end, if configured)."""
+        if not self.config.stop_when_finished:
+            return False
+        return all(s.finished for splits in self.positions.values() for s in splits.values())
+
+    def plan(self) -> Plan | None:
+        """The next epoch's ranges, or None if there is nothing to read or finish now. Idle
+        splits get an empty range: it still carries their watermark downstream."""
+        now = now_ms()
+        budget = max(1, self.config.max_records // max(1, len(self.sources)))
+        plan: Plan = {}
+        work = False
+        for uid, node in self.sources.items():
+            open_splits = {
+                s: st.position for s, st in self.positions[uid].items() if not st.finished
+            }
+            if not open_splits:
+                continue
+            order = {s: i for i, s in enumerate(self.positions[uid])}
+            ranges = node.source.plan(open_splits, budget, now)
+            planned = {r.split for r in ranges}
+            for split, pos in open_splits.items():
+                if split not in planned:
+                    ranges.append(SplitRange(split, pos, pos, order[split]))
+            plan[uid] = sorted(ranges, key=lambda r: r.order)
+            work = work or any(r.final or r.end != r.start for r in plan[uid])
+        return plan if work else None
+
+    def empty_plan(self) -> Plan:
+        """An epoch that reads nothing (a savepoint's epoch): every open split, zero records."""
+        plan: Plan = {}
+        for uid, splits in self.positions.items():
+            order = {s: i for i, s in enumerate(splits)}
+            ranges = [
+                SplitRange(s, st.position, st.position, order[s])
+                for s, st in splits.items()
+                if not st.finished
+            ]
+            if ranges:
+                plan[uid] = ranges
+        return plan
+
+    def is_last(self, plan: Plan) -> bool:
+        """After this epoch every split is finished."""
+        finishing = {(uid, r.split) for uid, rs in plan.items() for r in rs if r.final}
+        return all(
+            st.finished or (uid, split) in finishing
+            for uid, splits in self.positions.items()
+            for split, st in splits.items()
+        )
+
+    def advance(self, plan: Plan, reads: list[SplitReport]) -> int:
+        """Move every split to the end of its range; returns the records read."""
+        for uid, ranges in plan.items():
+            for r in ranges:
+                st = self.positions[uid][r.split]
+                st.position, st.finished = r.end, r.final
+        records = 0
+        for rep in reads:
+            st = self.positions[rep.uid][rep.split]
+            st.max_timestamp = max(st.max_timestamp, rep.max_timestamp)
+            records += rep.records
+        return records
+
+    def max_timestamps(self) -> dict[str, dict[str, int]]:
+        return {
+            uid: {s: st.max_timestamp for s, st in splits.items()}
+            for uid, splits in self.positions.items()
+        }
+
+    def to_json(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """Positions as stored in checkpoints and savepoints."""
+        return {
+            uid: {s: st.to_json() for s, st in splits.items()}
+            for uid, splits in self.positions.items()
+        }
+
+    def close(self) -> None:
+        for node in self.sources.values():
+            node.source.close()
+
+
+class CheckpointSchedule:
+    """Whether an epoch takes a checkpoint: every N epochs, or on an interval with a minimum
+    pause, and always the last epoch of a bounded job (so every sink commits before the end)."""
+
+    def __init__(self, config: CheckpointConfig) -> None:
+        self.config = config
+        self.last_ms = 0
+        self.epochs_since = 0
+
+    def due(self, last_epoch: bool) -> bool:
+        cfg = self.config
+        if not cfg.enabled:
+            return False
+        if last_epoch:
+            return True
+        if cfg.interval_ms > 0:
+            return now_ms() - self.last_ms >= max(cfg.interval_ms, cfg.min_pause_ms)
+        return self.epochs_since + 1 >= cfg.every_epochs
+
+    def epoch_done(self) -> None:
+        self.epochs_since += 1
+
+    def checkpoint_done(self) -> None:
+        self.last_ms, self.epochs_since = now_ms(), 0

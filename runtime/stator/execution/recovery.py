@@ -1,0 +1,174 @@
+"""Where the job's state stands, how a job starts from a checkpoint or savepoint, and how it
+recovers from a failed epoch.
+
+Starting:
+
+1. The coordinator reads every checkpoint of this job, keeps the retained ones and deletes
+   files no retained checkpoint references (``checkpoint/coordinator.py``).
+2. The restore source is chosen: ``restore.source`` = ``latest`` (the newest completed
+   checkpoint, if any), ``none`` (refused if checkpoints exist, unless ``force_empty``), or a
+   checkpoint/savepoint URI.
+3. The job rewinds to it: compatibility is checked (maxParallelism, operators that are gone),
+   sources take its positions, sinks discard staged output after its epoch and commit again
+   what it covers. Tasks restore their state lazily, in the first epoch, from the
+   :class:`Position`'s target.
+
+Failing over after a failed epoch:
+
+1. Classify: a bad configuration or incompatible state ends the job at once
+   (:class:`~stator.errors.JobFailed`); a checkpoint that cannot be restored is dropped in
+   favour of the previous retained one.
+2. Ask the restart strategy for a delay; it may give up (:class:`JobFailed`).
+3. Wait, then rewind to the latest completed checkpoint (or the initial restore source).
+   If rewinding itself fails (storage unreachable), go back to 2.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from ..checkpoint.coordinator import CheckpointCoordinator
+from ..checkpoint.metadata import CheckpointMetadata
+from ..config import JobConfig
+from ..errors import ConfigError, JobFailed, PipelineError
+from ..storage import ObjectStore
+from .completion import PendingOutput
+from .local_state import RESTORE_ERROR_MARKER
+from .parallelism import Parallelism
+from .planning import EpochPlanner
+from .restart import RestartStrategy
+from .restore import Target, check_compatible, load_target
+from .status import JobStatus
+
+log = logging.getLogger("stator.driver")
+
+
+@dataclass
+class Position:
+    """The last epoch every keyed subtask committed, and the snapshot that state descends
+    from: the restore source of a subtask whose local state is not at ``epoch``, and (if it
+    is one of this job's checkpoints at the same parallelism) the base of incremental
+    uploads. ``target`` None: the state started empty."""
+
+    epoch: int = 0
+    target: Target | None = None
+    # The first epoch after a restore checks that the code declares every restored state.
+    verify_states: bool = False
+
+
+class Recovery:
+    def __init__(
+        self,
+        job: str,
+        config: JobConfig,
+        store: ObjectStore,
+        coordinator: CheckpointCoordinator,
+        parallelism: Parallelism,
+        planner: EpochPlanner,
+        output: PendingOutput,
+        status: JobStatus,
+    ) -> None:
+        self.job, self.config, self.store = job, config, store
+        self.coordinator, self.parallelism = coordinator, parallelism
+        self.planner, self.output, self.status = planner, output, status
+        self.restart = RestartStrategy(config.restart)
+        self.position = Position()
+        self._initial: Target | None = None
+
+    def start(self) -> None:
+        """Steps 1-3 of starting (module docstring)."""
+        source = self.config.restore.source
+        explicit = None
+        if source not in ("latest", "none"):
+            explicit = load_target(source, self.config.s3)
+        same_store = explicit is not None and explicit.store.uri == self.store.uri
+        own = explicit.meta if explicit and same_store else None
+        report = self.coordinator.recover(own if isinstance(own, CheckpointMetadata) else None)
+        if report.deleted_files:
+            log.info("removed %d unreferenced checkpoint files", report.deleted_files)
+        target = Target(report.restored, self.store) if report.restored else None
+        if source == "none":
+            if self.coordinator.completed and not self.config.restore.force_empty:
+                raise ConfigError(
+                    f"restore.source=none but job '{self.job}' has checkpoints at "
+                    f"{self.store.uri}; restore from them (restore.source=latest) or set "
+                    f"restore.force_empty=true to start a new lineage beside them"
+                )
+            target = None
+        elif explicit is not None:
+            target = explicit
+        self._initial = target
+        self.rewind(target)
+        if target is not None:
+            log.info("restoring job '%s' from %s", self.job, target.describe())
+
+    def rewind(self, target: Target | None) -> None:
+        """Sources, sinks and the epoch back to ``target`` (None: the beginning)."""
+        if target is not None:
+            check_compatible(
+                target,
+                self.parallelism.max_parallelism,
+                set(self.parallelism.operators),
+                self.config.restore.allow_non_restored_state,
+            )
+        self.planner.rewind(target.meta.sources if target else None)
+        epoch = target.epoch if target else 0
+        self.position = Position(epoch, target, verify_states=target is not None)
+        self.status.epoch = epoch
+        pending = (
+            target.meta.sinks if target and isinstance(target.meta, CheckpointMetadata) else {}
+        )
+        self.output.rewind(epoch, pending)
+
+    def checkpoint_completed(self, meta: CheckpointMetadata) -> None:
+        self.position.target = Target(meta, self.store)
+
+    def failover(self, exc: Exception) -> None:
+        """Steps 1-3 of failing over (module docstring)."""
+        text = f"{type(exc).__name__}: {exc}"
+        self.status.last_error = short_error(text)
+        if isinstance(exc, ConfigError | PipelineError) or "StateCompatibilityError" in text:
+            raise JobFailed(f"job '{self.job}' cannot run: {short_error(text)}") from exc
+        target = self.position.target
+        if RESTORE_ERROR_MARKER in text and target and isinstance(target.meta, CheckpointMetadata):
+            fallback = self.coordinator.fall_back(target.meta, short_error(text))
+            log.warning(
+                "%s cannot be restored; next: %s",
+                target.describe(),
+                fallback.checkpoint_id if fallback else "the initial state",
+            )
+        else:
+            log.warning("epoch %d failed: %s", self.position.epoch + 1, short_error(text))
+        while True:
+            delay = self.restart.next_delay_ms()
+            if delay is None:
+                raise JobFailed(
+                    f"job '{self.job}' failed and the restart strategy "
+                    f"'{self.config.restart.strategy}' gave up: {short_error(text)}"
+                ) from exc
+            self.status.restarts += 1
+            time.sleep(delay / 1000)
+            try:
+                latest = self.coordinator.latest
+                self.rewind(Target(latest, self.store) if latest else self._initial)
+                return
+            except Exception as again:
+                text = f"{type(again).__name__}: {again}"
+                self.status.last_error = short_error(text)
+                log.warning("restoring after a failure failed: %s", short_error(text))
+
+
+def short_error(text: str, limit: int = 600) -> str:
+    """The first meaningful lines of a (possibly Py4J-wrapped) error."""
+    for marker in (
+        RESTORE_ERROR_MARKER,
+        "StateMismatchError",
+        "StateCompatibilityError",
+        "StorageError",
+    ):
+        idx = text.find(marker)
+        if idx >= 0:
+            return text[idx : idx + limit].split("\n\tat ", maxsplit=1)[0]
+    return text[:limit]

@@ -1,0 +1,73 @@
+"""What tasks report to the driver at the end of an epoch, through one accumulator.
+
+One name per field from the task to the status: ``records``, ``watermark``, ``bytes`` and
+``incremental_bytes`` mean the same thing here, in checkpoint metadata, in the control API
+and (camel-cased) in the operator's status.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..checkpoint.metadata import SubtaskSnapshot
+
+
+@dataclass(frozen=True)
+class SplitReport:
+    """A source task read its range of ``split``."""
+
+    uid: str
+    split: str
+    epoch: int
+    max_timestamp: int
+    records: int
+
+
+@dataclass(frozen=True)
+class SinkReport:
+    """A task staged one part of a sink's output for ``epoch``.
+
+    ``descriptor`` is the sink's own JSON-able description of the part (kept in checkpoint
+    metadata until committed); ``payload`` travels to the driver only (e.g. collected rows).
+    """
+
+    uid: str
+    epoch: int
+    descriptor: dict[str, Any]
+    payload: Any
+
+    @property
+    def part(self) -> str:
+        return str(self.descriptor["part"])
+
+    @property
+    def records(self) -> int:
+        return int(self.descriptor.get("records", 0))
+
+
+@dataclass(frozen=True)
+class SavepointPart:
+    """A keyed subtask's part of a savepoint: its key-group files and its state catalog."""
+
+    key_groups: dict[int, dict[str, Any]]
+    states: dict[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class StateReport:
+    """A keyed subtask committed ``epoch`` (and, if asked, took its part of a checkpoint and
+    of a savepoint)."""
+
+    uid: str
+    subtask: int
+    epoch: int
+    watermark: int
+    records_in: int
+    records_out: int
+    snapshot: SubtaskSnapshot | None = None
+    checkpoint_error: str | None = None
+    savepoint: SavepointPart | None = None
+
+
+Report = SplitReport | SinkReport | StateReport

@@ -1,0 +1,93 @@
+"""One epoch as one Spark job: the pipeline graph turned into RDDs.
+
+source tasks (one per split range) -> shuffle by target subtask -> keyed tasks (one per
+subtask) -> ... -> the terminal RDDs, drained by one action. Every task reports to the driver
+through one accumulator; the job's result is the list of reports.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from ..api.pipeline import KeyedNode, Pipeline, SinkNode, SourceNode
+from .keyed_task import keyed_task
+from .reports import Report
+from .source_task import drain, source_task
+from .spec import EpochSpec
+
+
+def run_epoch_job(spark: Any, spec: EpochSpec, description: str) -> list[Report]:
+    from pyspark.accumulators import AccumulatorParam  # noqa: PLC0415 - pyspark is heavy
+
+    class Reports(AccumulatorParam):  # type: ignore[type-arg]
+        def zero(self, value: Any) -> list[Any]:
+            return []
+
+        def addInPlace(self, a: list[Any], b: list[Any]) -> list[Any]:
+            a.extend(b)
+            return a
+
+    pipeline = spec.pipeline
+    sc = spark.sparkContext
+    sc.setJobGroup(f"epoch-{spec.epoch}", description)
+    acc = sc.accumulator([], Reports())
+    inputs: dict[int, list[Any]] = {}
+    terminals: list[Any] = []
+    for uid, ranges in spec.ranges.items():
+        source = next(n for n in pipeline.nodes if isinstance(n, SourceNode) and n.uid == uid)
+        rdd = sc.parallelize(range(len(ranges)), len(ranges)).mapPartitionsWithIndex(
+            functools.partial(source_task, spec, source.id, acc)
+        )
+        _connect(pipeline, source.id, rdd, inputs, terminals)
+    for node in pipeline.nodes:  # node ids are in topological order
+        if not isinstance(node, KeyedNode) or node.id not in inputs:
+            continue
+        parts = inputs[node.id]
+        shuffled = (sc.union(parts) if len(parts) > 1 else parts[0]).partitionBy(
+            spec.parallelism[node.uid], _identity
+        )
+        out = shuffled.mapPartitionsWithIndex(functools.partial(keyed_task, spec, node.id, acc))
+        _connect(pipeline, node.id, out, inputs, terminals)
+    if terminals:
+        (sc.union(terminals) if len(terminals) > 1 else terminals[0]).foreachPartition(drain)
+    return list(acc.value)
+
+
+def _connect(
+    pipeline: Pipeline, node_id: int, rdd: Any, inputs: dict[int, list[Any]], terminals: list[Any]
+) -> None:
+    """Feed ``rdd`` (a source's or keyed operator's output) to the keyed operators downstream,
+    or mark it terminal (its sinks are chained into its tasks)."""
+    targets = _keyed_targets(pipeline, node_id)
+    if not targets:
+        terminals.append(rdd)
+        return
+    if len(targets) > 1:
+        rdd = rdd.cache()  # one computation feeds several shuffles
+    for target in targets:
+        inputs.setdefault(target.id, []).append(
+            rdd.filter(functools.partial(_is_for, target.id)).map(_strip_target)
+        )
+
+
+def _keyed_targets(pipeline: Pipeline, node_id: int) -> list[KeyedNode]:
+    found: list[KeyedNode] = []
+    for consumer in pipeline.consumers(node_id):
+        if isinstance(consumer, KeyedNode):
+            found.append(consumer)
+        elif not isinstance(consumer, SinkNode):
+            found.extend(_keyed_targets(pipeline, consumer.id))
+    return found
+
+
+def _identity(subtask: int) -> int:
+    return subtask
+
+
+def _is_for(target: int, item: tuple[int, int, Any]) -> bool:
+    return item[0] == target
+
+
+def _strip_target(item: tuple[int, int, Any]) -> tuple[int, Any]:
+    return item[1], item[2]
