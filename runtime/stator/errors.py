@@ -34,6 +34,11 @@ class StateMismatchError(StatorError):
     checkpoint (the task may have committed this epoch before it failed)."""
 
 
+class SinkCommitError(StatorError):
+    """A sink could not commit output a completed checkpoint covers. The checkpoint stands;
+    the driver fails over to it, and restoring it commits the output again."""
+
+
 class JobFailed(StatorError):
     """The job ended because of a failure: the restart strategy gave up, or the failure is
     one that restarting cannot fix (bad configuration, incompatible state)."""

@@ -64,7 +64,8 @@ def test_coordinator_never_deletes_a_needed_file(
             coord.abort(cid, uploaded, "test")
             continue
         meta = make_meta(cid, files)
-        coord.complete(meta, lambda m: None)
+        coord.complete(meta)
+        coord.subsume()
         previous = [f for f in files if f.shared]
         model.append((cid, {f.key for f in files if f.shared}))
         model = model[-retained:]
@@ -90,7 +91,8 @@ def test_recover_deletes_files_of_a_checkpoint_that_never_completed(tmp_path: Pa
     coord = CheckpointCoordinator(store, 2)
     good = RemoteFile("1.sst", "shared/op/a-1.sst", 3, True)
     store.put(good.key, b"sst")
-    coord.complete(make_meta(coord.new_checkpoint_id(), [good]), lambda m: None)
+    coord.complete(make_meta(coord.new_checkpoint_id(), [good]))
+    coord.subsume()
     # The driver crashes after tasks uploaded files for checkpoint 2 but before its metadata.
     store.put("shared/op/b-2.sst", b"sst")
     store.put("chk-0000000002/op/0/MANIFEST", b"m")
@@ -108,7 +110,8 @@ def test_corrupt_or_incomplete_latest_falls_back_and_is_kept(tmp_path: Path) -> 
     for cid in (1, 2, 3):
         f = RemoteFile(f"{cid}.sst", f"shared/op/{cid}.sst", 3, True)
         store.put(f.key, b"sst")
-        coord.complete(make_meta(coord.new_checkpoint_id(), [f]), lambda m: None)
+        coord.complete(make_meta(coord.new_checkpoint_id(), [f]))
+        coord.subsume()
     store.put(metadata_key(3), b"{not json")
     store.delete(["shared/op/2.sst"])  # checkpoint 2 lost a file
     again = CheckpointCoordinator(store, 3)

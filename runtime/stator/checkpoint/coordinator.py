@@ -16,8 +16,9 @@ Completing checkpoint N, step by step, with what a failure at each step leaves b
 2. Write ``chk-N/_metadata``, one atomic object. A failure here aborts N as in step 1. A crash
    of the driver before this step leaves files without metadata: :meth:`recover` deletes them.
 3. Register N's shared files in the registry and append N to the retained list (memory only).
-4. Notify sinks that N is complete, so they commit the epochs it covers (idempotent; N's
-   metadata lists them, so a crash here is repaired by re-committing on recovery).
+4. Sinks commit the epochs N covers (the caller, ``execution/completion.py``; idempotent;
+   N's metadata lists them, so a crash or a failed commit here is repaired by committing
+   again when N is restored).
 5. Subsume checkpoints beyond ``retained``: delete an old checkpoint's metadata *first* (it
    stops existing), then its private files and the shared files no retained checkpoint needs.
    A crash in between leaves only unreferenced files, which :meth:`recover` deletes.
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import CheckpointNotFoundError, StorageError
@@ -90,11 +90,10 @@ class CheckpointCoordinator:
 
     # ------------------------------------------------------------------ completing
 
-    def complete(
-        self, meta: CheckpointMetadata, on_complete: Callable[[CheckpointMetadata], None]
-    ) -> None:
-        """Steps 2-5 of the module docstring. Raises StorageError if step 2 fails (then the
-        caller aborts the checkpoint)."""
+    def complete(self, meta: CheckpointMetadata) -> None:
+        """Steps 2-3 of the module docstring. Raises StorageError if step 2 fails (then the
+        caller aborts the checkpoint). The caller then has sinks commit (step 4) and calls
+        :meth:`subsume` (step 5), also when a sink fails to commit."""
         # 2. The metadata object, last of everything N consists of.
         self.store.put(metadata_key(meta.checkpoint_id), meta.to_json())
         # 3. Register and retain.
@@ -108,9 +107,9 @@ class CheckpointCoordinator:
             meta.incremental_bytes,
             meta.duration_ms,
         )
-        # 4. Sinks commit what N covers.
-        on_complete(meta)
-        # 5. Subsume.
+
+    def subsume(self) -> None:
+        """Step 5: drop checkpoints beyond ``retained``, oldest first."""
         while len(self.completed) > self.retained:
             self._discard(self.completed.pop(0))
 

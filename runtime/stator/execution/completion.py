@@ -10,7 +10,9 @@ Completing checkpoint N of epoch E, step by step:
    pending up to E (so a restore of N can commit it again), the minimum watermark.
 3. The coordinator completes N (``checkpoint/coordinator.py``: metadata last, register,
    retain, then sinks commit every epoch up to E, then subsume). A storage failure while
-   writing the metadata aborts N as in step 1.
+   writing the metadata aborts N as in step 1. A failure of a sink's commit does *not*
+   abort N (it exists: its metadata is written): it fails the epoch, and failing over
+   rewinds to N, whose metadata lists the output to commit again (``recovery.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ..checkpoint.metadata import (
     PendingCommit,
     SubtaskSnapshot,
 )
-from ..errors import StatorError
+from ..errors import SinkCommitError, StatorError
 from .reports import SinkReport, StateReport
 
 log = logging.getLogger("stator.checkpoint")
@@ -53,8 +55,9 @@ class PendingOutput:
         for uid, epochs in self.pending.items():
             sink = self.sinks[uid].sink
             for e in sorted(x for x in epochs if x <= epoch):
-                parts = sorted(epochs.pop(e), key=lambda r: r.part)
+                parts = sorted(epochs[e], key=lambda r: r.part)
                 sink.commit(uid, e, [r.descriptor for r in parts], [r.payload for r in parts])
+                del epochs[e]  # only once committed: a failed commit is retried, not lost
 
     def as_commits(self) -> dict[str, tuple[PendingCommit, ...]]:
         """What a checkpoint taken now must commit again if it is restored."""
@@ -96,7 +99,8 @@ def complete_checkpoint(
     coordinator: CheckpointCoordinator,
     started: float,
 ) -> CheckpointMetadata | str:
-    """Steps 1-3 of the module docstring: the completed checkpoint, or why it failed."""
+    """Steps 1-3 of the module docstring: the completed checkpoint, or why it failed. The
+    caller records it, then calls :func:`commit_completed`."""
     uploaded = [f for r in states if r.snapshot for f in r.snapshot.files]
     by_op: dict[str, dict[int, SubtaskSnapshot]] = {}
     for r in states:
@@ -125,8 +129,25 @@ def complete_checkpoint(
         duration_ms=int((time.monotonic() - started) * 1000),
     )
     try:
-        coordinator.complete(meta, lambda m: output.commit_upto(m.epoch))
+        coordinator.complete(meta)
     except StatorError as exc:
         coordinator.abort(request.checkpoint_id, uploaded, str(exc))
         return str(exc)
     return meta
+
+
+def commit_completed(
+    meta: CheckpointMetadata, output: PendingOutput, coordinator: CheckpointCoordinator
+) -> None:
+    """Steps 4-5 of ``checkpoint/coordinator.py`` for a completed checkpoint: sinks commit
+    what it covers, then older checkpoints are subsumed (also if a sink failed: ``meta``
+    lists what it must commit again)."""
+    try:
+        output.commit_upto(meta.epoch)
+    except Exception as exc:
+        raise SinkCommitError(
+            f"checkpoint {meta.checkpoint_id} is complete but a sink could not commit "
+            f"epochs up to {meta.epoch}: {exc}"
+        ) from exc
+    finally:
+        coordinator.subsume()

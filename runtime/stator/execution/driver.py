@@ -30,7 +30,12 @@ from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.metadata import CheckpointMetadata, RemoteFile
 from ..config import JobConfig
 from ..storage import ObjectStore, open_store
-from .completion import CheckpointRequest, PendingOutput, complete_checkpoint
+from .completion import (
+    CheckpointRequest,
+    PendingOutput,
+    commit_completed,
+    complete_checkpoint,
+)
 from .parallelism import Parallelism, resolve_parallelism
 from .planning import CheckpointSchedule, EpochPlanner, Plan
 from .recovery import Recovery
@@ -270,6 +275,7 @@ class JobDriver:
                 self.status.checkpoints += 1
                 self.status.last_checkpoint = outcome
                 self.schedule.checkpoint_done()
+                commit_completed(outcome, self.output, self.coordinator)
             else:
                 error = outcome
                 self.history.failed(spec.checkpoint.checkpoint_id, spec.epoch, outcome)
