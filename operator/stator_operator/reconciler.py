@@ -98,8 +98,8 @@ class Reconciler:
         if suspended:
             return 30.0
         change = classify(running, spec)
-        if change.diff is SpecDiff.IGNORE and status.get("phase") == "Finished":
-            return 10.0
+        if change.diff is SpecDiff.IGNORE and status.get("phase") in ("Finished", "Failed"):
+            return 10.0  # the job ended (or gave up): nothing to do until the spec changes
         if change.diff > SpecDiff.IGNORE:
             if status.get("failedSpec") == fingerprint(spec):
                 return self._watch(obs, running)  # this spec was rolled back: wait for another

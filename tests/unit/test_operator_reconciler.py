@@ -251,6 +251,13 @@ def test_restarts_exhausted_fail_the_pipeline(tmp_path: Path) -> None:
     assert (s["phase"], s["restarts"], "operation" in s) == ("Failed", 2, False)
     assert conditions(bed)["Ready"] == ("False", "RestartsExhausted")
     assert bed.reasons()[-1] == "Failed"
+    events = len(bed.events)
+    for _ in range(3):
+        bed.step()
+    assert len(bed.events) == events and bed.status["restarts"] == 2, "given up: stays so"
+    bed.edit_spec(image="stator-runtime:2")  # a new spec is tried
+    bed.step()
+    assert bed.op is not None and bed.op.kind is OpKind.UPGRADE
 
 
 def test_a_first_deployment_that_never_gets_ready_restarts(tmp_path: Path) -> None:
