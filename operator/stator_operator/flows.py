@@ -40,7 +40,6 @@ without a final savepoint); savepoint 1-2.
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from dataclasses import dataclass, replace
@@ -63,7 +62,6 @@ from .spec import get, replicas
 from .status import StatusWriter, age_s, now
 from .storage import SavepointStorage
 
-log = logging.getLogger("stator.operator")
 SAVEPOINT_TIMEOUT_S = 300
 
 

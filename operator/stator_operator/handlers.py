@@ -1,24 +1,19 @@
-"""kopf handlers: each call observes a StatefulPipeline (observer.py) and lets the reconciler
-(reconciler.py) take the next steps, one pipeline at a time."""
+"""kopf handlers: each call lets a StatefulPipeline (pipeline.py: observe, then reconcile) take
+its next steps, one pipeline at a time."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, cast
 
 import kopf
 from kubernetes.client.rest import ApiException
 
 from .k8s import GROUP, PLURAL, VERSION, Kube
-from .observer import Observer
-from .reconciler import Reconciler
-from .status import StatusWriter
-from .storage import SavepointStorage
+from .pipeline import Pipeline
 
-log = logging.getLogger("stator.operator")
 _kube: Kube | None = None
 MAX_STEPS_PER_CALL = 8
 DELETE_CALL_S = 20  # then kopf calls the finalizer again, with a fresh body
@@ -41,33 +36,17 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.batching.worker_limit = 16
 
 
-@dataclass
-class Pipeline:
-    """One pipeline's observer and reconciler, sharing its status."""
+def _pipeline(body: Any) -> Pipeline:
+    raw = {
+        "metadata": dict(body["metadata"]),
+        "spec": dict(body.get("spec") or {}),
+        "status": dict(body.get("status") or {}),
+    }
 
-    observer: Observer
-    reconciler: Reconciler
+    def event(etype: str, reason: str, message: str) -> None:
+        kopf.event(cast(Any, raw), type=etype, reason=reason, message=message[:1000])
 
-    @classmethod
-    def of(cls, body: Any) -> Pipeline:
-        raw = {
-            "metadata": dict(body["metadata"]),
-            "spec": dict(body.get("spec") or {}),
-            "status": dict(body.get("status") or {}),
-        }
-
-        def event(etype: str, reason: str, message: str) -> None:
-            kopf.event(cast(Any, raw), type=etype, reason=reason, message=message[:1000])
-
-        k = kube()
-        storage = SavepointStorage(k)
-        return cls(Observer(k, storage), Reconciler(StatusWriter(k, raw), k, storage, event))
-
-    def reconcile(self) -> float:
-        return self.reconciler.reconcile(self.observer.observe(self.reconciler.pipeline))
-
-    def delete(self) -> float | None:
-        return self.reconciler.delete(self.observer.observe(self.reconciler.pipeline))
+    return Pipeline.build(kube(), raw, event)
 
 
 _locks: dict[str, threading.Lock] = {}
@@ -91,7 +70,7 @@ def _advance(body: Any) -> float:
             raise
         if fresh["metadata"].get("deletionTimestamp"):
             return 0.0
-        pipeline = Pipeline.of(fresh)
+        pipeline = _pipeline(fresh)
         delay = 0.0
         for _ in range(MAX_STEPS_PER_CALL):
             delay = pipeline.reconcile()
@@ -119,7 +98,7 @@ def tick(body: Any, **_: Any) -> None:
 def deleted(body: Any, **_: Any) -> None:
     """Finalizer: the reconciler's deletion flow, in calls of at most ``DELETE_CALL_S``."""
     with _lock(body):
-        pipeline = Pipeline.of(body)
+        pipeline = _pipeline(body)
         started = time.monotonic()
         while (delay := pipeline.delete()) is not None:
             if time.monotonic() - started > DELETE_CALL_S:

@@ -18,6 +18,7 @@ IMPORTS = """
 import stator_operator.__main__, stator_operator.handlers, stator_operator.flows
 import stator_operator.k8s, stator_operator.resources, stator_operator.observer
 import stator_operator.reconciler, stator_operator.storage, stator_operator.status
+import stator_operator.pipeline
 from stator.config import JobConfig, build
 from stator.control.client import ControlClient
 from stator.errors import ConfigError, StatorError

@@ -17,11 +17,8 @@ from stator.control.client import (
     Readiness,
     SavepointRequest,
 )
-from stator_operator.observer import Observer
 from stator_operator.operation import Operation, Step
-from stator_operator.reconciler import Reconciler
-from stator_operator.status import StatusWriter
-from stator_operator.storage import SavepointStorage
+from stator_operator.pipeline import Pipeline
 from tests.unit.savepoints import write_savepoint
 
 
@@ -200,25 +197,19 @@ class Bed:
 
     # ------------------------------------------------------------------ the operator loop
 
-    def _parts(self) -> tuple[Observer, Reconciler]:
-        body = copy.deepcopy(self.kube.pipeline)
-        writer = StatusWriter(self.kube, body)
-        storage = SavepointStorage(self.kube)
+    def _pipeline(self) -> Pipeline:
+        """As the handlers build it, from the stored object read afresh."""
 
         def event(etype: str, reason: str, message: str) -> None:
             self.events.append((etype, reason, message))
 
-        return Observer(self.kube, storage, self.drivers), Reconciler(
-            writer, self.kube, storage, event
-        )
+        return Pipeline.build(self.kube, copy.deepcopy(self.kube.pipeline), event, self.drivers)
 
     def step(self) -> float:
-        observer, reconciler = self._parts()
-        return reconciler.reconcile(observer.observe(reconciler.pipeline))
+        return self._pipeline().reconcile()
 
     def delete_step(self) -> float | None:
-        observer, reconciler = self._parts()
-        return reconciler.delete(observer.observe(reconciler.pipeline))
+        return self._pipeline().delete()
 
     def until(self, done: Callable[[], bool], steps: int = 30) -> None:
         for _ in range(steps):
