@@ -1,4 +1,5 @@
-"""kopf handlers: every StatefulPipeline is advanced by the flows in ``flows.py``."""
+"""kopf handlers: each call lets a StatefulPipeline (pipeline.py: observe, then reconcile) take
+its next steps, one pipeline at a time."""
 
 from __future__ import annotations
 
@@ -10,13 +11,12 @@ from typing import Any, cast
 import kopf
 from kubernetes.client.rest import ApiException
 
-from .flows import REMOVE_DRIVER, SAVEPOINT, Reconciler, now
 from .k8s import GROUP, PLURAL, VERSION, Kube
-from .spec import get
+from .pipeline import Pipeline
 
-log = logging.getLogger("stator.operator")
 _kube: Kube | None = None
 MAX_STEPS_PER_CALL = 8
+DELETE_CALL_S = 20  # then kopf calls the finalizer again, with a fresh body
 
 
 def kube() -> Kube:
@@ -36,7 +36,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.batching.worker_limit = 16
 
 
-def _reconciler(body: Any) -> Reconciler:
+def _pipeline(body: Any) -> Pipeline:
     raw = {
         "metadata": dict(body["metadata"]),
         "spec": dict(body.get("spec") or {}),
@@ -46,7 +46,7 @@ def _reconciler(body: Any) -> Reconciler:
     def event(etype: str, reason: str, message: str) -> None:
         kopf.event(cast(Any, raw), type=etype, reason=reason, message=message[:1000])
 
-    return Reconciler(kube(), raw, event)
+    return Pipeline.build(kube(), raw, event)
 
 
 _locks: dict[str, threading.Lock] = {}
@@ -70,10 +70,10 @@ def _advance(body: Any) -> float:
             raise
         if fresh["metadata"].get("deletionTimestamp"):
             return 0.0
-        r = _reconciler(fresh)
+        pipeline = _pipeline(fresh)
         delay = 0.0
         for _ in range(MAX_STEPS_PER_CALL):
-            delay = r.advance()
+            delay = pipeline.reconcile()
             if delay > 0:
                 break
         return delay
@@ -96,46 +96,12 @@ def tick(body: Any, **_: Any) -> None:
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
 def deleted(body: Any, **_: Any) -> None:
-    """Finalizer: optional final savepoint, remove the driver, dispose savepoints per policy.
-    Never stuck: past ``deletion.timeoutSeconds`` the driver is removed regardless."""
+    """Finalizer: the reconciler's deletion flow, in calls of at most ``DELETE_CALL_S``."""
     with _lock(body):
-        _delete(body)
-
-
-def _delete(body: Any) -> None:
-    r = _reconciler(body)
-    spec = r.spec
-    op = r.status.get("operation") or {}
-    if op.get("kind") != "delete":
-        final = bool(get(spec, "deletion", "finalSavepoint", default=True))
-        step = SAVEPOINT if final and r.driver() is not None else REMOVE_DRIVER
-        r._start(
-            "delete", step, target=r.status.get("lastReconciledSpec") or spec, deleteStartedAt=now()
-        )
-        op = r.status["operation"]
-    timeout = float(get(spec, "deletion", "timeoutSeconds", default=300))
-    started = time.monotonic()
-    while not (r.status.get("operation") or {}).get("done"):
-        if time.monotonic() - started > 20:
-            raise kopf.TemporaryError("deletion in progress", delay=1)
-        age = (
-            time.time()
-            - time.mktime(time.strptime(op["deleteStartedAt"], "%Y-%m-%dT%H:%M:%SZ"))
-            + time.timezone
-        )
-        if age > timeout:
-            r.event(
-                "Warning",
-                "DeleteTimedOut",
-                f"final savepoint not done after {timeout:.0f}s; removing the driver",
-            )
-            kube().delete_drivers(r.namespace, r.name)
-            break
-        delay = r.advance()
-        if delay:
-            time.sleep(min(delay, 1.0))
-    if get(spec, "savepoints", "disposeOnDelete", default=False):
-        for sp in r.status.get("savepoints", []):
-            kube().dispose_savepoint(r.namespace, spec, sp["path"])
-        r.event("Normal", "SavepointsDisposed", "disposed the savepoint history")
-    r.event("Normal", "Deleted", "pipeline deleted")
+        pipeline = _pipeline(body)
+        started = time.monotonic()
+        while (delay := pipeline.delete()) is not None:
+            if time.monotonic() - started > DELETE_CALL_S:
+                raise kopf.TemporaryError("deletion in progress", delay=1)
+            if delay:
+                time.sleep(min(delay, 1.0))

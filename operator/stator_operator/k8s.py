@@ -1,18 +1,15 @@
 """The Kubernetes calls the operator makes (through the kubernetes client, synchronously:
-status is written before a step is taken, not when a handler returns)."""
+status is written before a step is taken, not when a handler returns). Nothing else: storage
+is reached through storage.py, drivers through their control API."""
 
 from __future__ import annotations
 
 import base64
-import logging
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from .spec import get
-
-log = logging.getLogger("stator.operator")
 GROUP, VERSION, PLURAL = "stator.dev", "v1alpha1", "statefulpipelines"
 
 
@@ -88,58 +85,7 @@ class Kube:
                 raise
             self.core.replace_namespaced_config_map(name, ns, obj)
 
-    def s3_options(self, namespace: str, spec: dict[str, Any]) -> Any:
-        from stator.storage import S3Options  # noqa: PLC0415
-
-        secret = get(spec, "checkpointing", "credentialsSecret")
-        creds: dict[str, str] = {}
-        if secret:
-            data = self.core.read_namespaced_secret(secret, namespace).data or {}
-            creds = {k: base64.b64decode(v).decode() for k, v in data.items()}
-        return S3Options(
-            endpoint_url=get(spec, "checkpointing", "endpoint"),
-            access_key_id=creds.get("AWS_ACCESS_KEY_ID"),
-            secret_access_key=creds.get("AWS_SECRET_ACCESS_KEY"),
-        )
-
-    def check_restore_source(self, namespace: str, spec: dict[str, Any], uri: str) -> str | None:
-        """Why ``uri`` cannot be restored from (None if it can): read, never written."""
-        from stator.errors import StatorError  # noqa: PLC0415
-        from stator.execution.restore import load_target  # noqa: PLC0415
-
-        try:
-            load_target(uri, self.s3_options(namespace, spec))
-        except (StatorError, ApiException) as exc:
-            return str(exc)
-        return None
-
-    def find_savepoint(self, namespace: str, spec: dict[str, Any], request_id: str) -> str | None:
-        """A completed savepoint of request ``request_id`` in storage (the driver is gone)."""
-        from stator.savepoint.metadata import METADATA_NAME  # noqa: PLC0415
-        from stator.storage import open_store  # noqa: PLC0415
-
-        storage = str(get(spec, "checkpointing", "storage", default="")).rstrip("/")
-        root = get(spec, "savepoints", "directory") or f"{storage}/savepoints"
-        try:
-            store = open_store(root, self.s3_options(namespace, spec))
-            for key, _ in store.listing():
-                if key.endswith(f"-{request_id}/{METADATA_NAME}"):
-                    return store.url(key[: -len(METADATA_NAME) - 1])
-        except Exception as exc:
-            log.warning("could not search savepoints under %s: %s", root, exc)
-        return None
-
-    def dispose_savepoint(self, namespace: str, spec: dict[str, Any], path: str) -> None:
-        """Delete a savepoint's files, metadata first. Failures are logged, not raised."""
-        from stator.savepoint.metadata import METADATA_NAME  # noqa: PLC0415
-        from stator.storage import open_store  # noqa: PLC0415
-
-        try:
-            store = open_store(path, self.s3_options(namespace, spec))
-            keys = [k for k, _ in store.listing()]
-            if METADATA_NAME not in keys:
-                return
-            store.delete([METADATA_NAME])
-            store.delete([k for k in keys if k != METADATA_NAME])
-        except Exception as exc:
-            log.warning("could not dispose savepoint %s: %s", path, exc)
+    def read_secret(self, namespace: str, name: str) -> dict[str, str]:
+        """A Secret's data, decoded (the S3 credentials the operator reads storage with)."""
+        data = self.core.read_namespaced_secret(name, namespace).data or {}
+        return {k: base64.b64decode(v).decode() for k, v in data.items()}

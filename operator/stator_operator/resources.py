@@ -8,7 +8,10 @@ from typing import Any
 
 import yaml
 
-from .spec import CONTROL_PORT, SpecError, get
+from stator.config import JobConfig, build
+from stator.errors import ConfigError
+
+from .spec import CONTROL_PORT, SpecError, get, savepoint_dir
 
 RUNTIME_UID = 185
 STATE_MOUNT = "/var/lib/stator"
@@ -89,11 +92,11 @@ def role_binding(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def job_config(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any]:
-    """The Stator job configuration (stator config keys) for this spec."""
+    """The Stator job configuration (stator config keys) for this spec. Only what the spec
+    sets: the defaults are the runtime's (``JobConfig``), in one place."""
     ck = spec.get("checkpointing", {})
     cfg: dict[str, Any] = {
         "name": f"{namespace}.{name}",
-        "parallelism": int(spec.get("replicas", 2)),
         "checkpoint": {
             "storage": ck["storage"],
             "retained": int(ck.get("retained", 3)),
@@ -108,10 +111,12 @@ def job_config(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any
             "attempts": int(get(spec, "failover", "maxRestarts", default=10)),
         },
         "spark": {"master": "local[*]", "conf": dict(spec.get("sparkConf") or {})},
-        "savepoint": {
-            "dir": get(spec, "savepoints", "directory") or f"{ck['storage'].rstrip('/')}/savepoints"
-        },
+        "savepoint": {"dir": savepoint_dir(spec)},
     }
+    if "replicas" in spec:
+        cfg["parallelism"] = int(spec["replicas"])
+    if "maxParallelism" in spec:
+        cfg["max_parallelism"] = int(spec["maxParallelism"])
     if ck.get("endpoint"):
         cfg["s3"] = {"endpoint_url": ck["endpoint"]}
     for key, value in (spec.get("config") or {}).items():  # dotted keys, YAML values
@@ -126,9 +131,6 @@ def job_config(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any
 def check_job_config(spec: dict[str, Any], name: str, namespace: str) -> None:
     """The runtime's own config check, before a driver runs with it: an unknown or ill-typed
     spec.config key is reported with its name, not found later in a crash-looping pod."""
-    from stator.config import JobConfig, build  # noqa: PLC0415
-    from stator.errors import ConfigError  # noqa: PLC0415
-
     try:
         build(JobConfig, job_config(spec, name, namespace), "")
     except (ConfigError, yaml.YAMLError, AttributeError, TypeError) as exc:

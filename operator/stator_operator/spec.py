@@ -6,7 +6,11 @@ import copy
 import hashlib
 import json
 from dataclasses import dataclass
+from enum import IntEnum, StrEnum
 from typing import Any
+
+from stator.config import JobConfig
+from stator.lineage import default_savepoint_root
 
 # Fields whose change needs no redeploy: handled by their own flows or read when needed.
 NO_REDEPLOY = (
@@ -17,6 +21,24 @@ NO_REDEPLOY = (
     ("failover", "readinessTimeoutSeconds"),
 )
 CONTROL_PORT = 8081
+# The runtime's default, used where the operator needs the effective value of an absent
+# spec.replicas (status.replicas, rescale detection); the job config only gets what is set.
+DEFAULT_REPLICAS = JobConfig().parallelism
+
+
+class SpecDiff(IntEnum):
+    """What a spec change needs, ordered: a change of several fields needs the most any of
+    them needs (as in the Flink operator)."""
+
+    IGNORE = 0  # nothing to redeploy (no change, or fields with their own flows)
+    SCALE = 1  # replicas alone: stop with a savepoint, restore at the new parallelism
+    UPGRADE = 2  # anything else: redeploy by spec.upgradeMode
+
+
+class UpgradeMode(StrEnum):
+    SAVEPOINT = "savepoint"
+    LAST_STATE = "last-state"
+    STATELESS = "stateless"
 
 
 class SpecError(ValueError):
@@ -26,7 +48,7 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class Change:
-    kind: str  # none | rescale | upgrade
+    diff: SpecDiff
     fields: tuple[str, ...]
 
 
@@ -39,9 +61,27 @@ def get(spec: dict[str, Any], *path: str, default: Any = None) -> Any:
     return node
 
 
+def replicas(spec: dict[str, Any]) -> int:
+    """The parallelism the spec runs at: ``replicas``, else the runtime's default."""
+    return int(spec.get("replicas", DEFAULT_REPLICAS))
+
+
+def upgrade_mode(spec: dict[str, Any]) -> UpgradeMode:
+    return UpgradeMode(spec.get("upgradeMode", UpgradeMode.SAVEPOINT))
+
+
+def savepoint_dir(spec: dict[str, Any]) -> str:
+    """Where the pipeline's savepoints go: ``savepoints.directory``, else beside its
+    checkpoints."""
+    named = get(spec, "savepoints", "directory")
+    return str(named or default_savepoint_root(str(get(spec, "checkpointing", "storage"))))
+
+
 def comparable(spec: dict[str, Any]) -> dict[str, Any]:
-    """The spec without the fields whose change needs no redeploy."""
+    """The spec without the fields whose change needs no redeploy, with an absent
+    ``replicas`` at its effective value (leaving it out is not a rescale)."""
     out = copy.deepcopy(spec)
+    out["replicas"] = replicas(spec)
     for path in NO_REDEPLOY:
         node = out
         for part in path[:-1]:
@@ -63,15 +103,15 @@ def _diff(a: Any, b: Any, prefix: str = "") -> list[str]:
 
 
 def classify(running: dict[str, Any] | None, desired: dict[str, Any]) -> Change:
-    """ignore / rescale / upgrade, from the spec that runs to the one that is wanted."""
+    """What it takes to go from the spec that runs to the one that is wanted."""
     if running is None:
-        return Change("upgrade", ("*",))
+        return Change(SpecDiff.UPGRADE, ("*",))
     changed = tuple(_diff(comparable(running), comparable(desired)))
-    if not changed:
-        return Change("none", ())
-    if changed == ("replicas",):
-        return Change("rescale", changed)
-    return Change("upgrade", changed)
+    diff = max(
+        (SpecDiff.SCALE if field == "replicas" else SpecDiff.UPGRADE for field in changed),
+        default=SpecDiff.IGNORE,
+    )
+    return Change(diff, changed)
 
 
 def validate(spec: dict[str, Any]) -> None:
@@ -97,10 +137,14 @@ def validate(spec: dict[str, Any]) -> None:
                     f"spec.{role}.podTemplate.spec.{key}: not allowed for Stator pods; remove it"
                 )
     for key in get(spec, "config", default={}) or {}:
-        if key.split(".")[0] in ("control", "restore") or key in ("parallelism", "name"):
+        if key.split(".")[0] in ("control", "restore") or key in (
+            "parallelism",
+            "max_parallelism",
+            "name",
+        ):
             raise SpecError(
                 f"spec.config.{key} is set by the operator; use the dedicated field "
-                f"(replicas, restore, ...) instead"
+                f"(replicas, maxParallelism, restore, ...) instead"
             )
 
 

@@ -109,7 +109,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _checkpoints(args: argparse.Namespace) -> int:
     from .checkpoint.coordinator import load_checkpoint  # noqa: PLC0415
-    from .checkpoint.metadata import metadata_key, parse_checkpoint_dir  # noqa: PLC0415
+    from .lineage import list_checkpoints  # noqa: PLC0415
     from .storage import open_store  # noqa: PLC0415
 
     if args.action == "show":
@@ -134,22 +134,14 @@ def _checkpoints(args: argparse.Namespace) -> int:
         info["pending_sink_commits"] = {u: [c.epoch for c in cs] for u, cs in meta.sinks.items()}
         print(json.dumps(info, indent=2) if args.json else _text(info))
         return 0
-    store = open_store(args.uri)
-    listing = dict(store.listing())
-    ids = sorted({i for i in (parse_checkpoint_dir(k.split("/", 1)[0]) for k in listing) if i})
-    rows = []
-    for cid in ids:
-        if metadata_key(cid) in listing:
-            try:
-                rows.append(_describe(load_checkpoint(store, f"chk-{cid:010d}")))
-            except StatorError as exc:
-                rows.append({"id": cid, "status": f"corrupt: {exc}"})
-        else:
-            rows.append({"id": cid, "status": "incomplete (no _metadata)"})
+    rows = [
+        _describe(e.metadata) if e.metadata else {"id": e.id, "status": e.problem}
+        for e in list_checkpoints(args.uri)
+    ]
     if args.json:
         print(json.dumps(rows, indent=2))
     elif not rows:
-        print(f"no checkpoints under {store.uri}")
+        print(f"no checkpoints under {args.uri.rstrip('/')}")
     else:
         for row in rows:
             print(_text(row))

@@ -98,11 +98,22 @@ def test_bad_manifests_are_rejected(space: Space) -> None:
             {**good, "spec": {**good["spec"], "entrypoint": "rm -rf /"}},
             "spec.entrypoint: Invalid value",
         ),
+        "replicas > maxParallelism": (
+            {**good, "spec": {**good["spec"], "replicas": 65, "maxParallelism": 64}},
+            "replicas may not exceed maxParallelism",
+        ),
     }
     for field, (manifest, message) in cases.items():
         result = space.apply(manifest, check=False)
         assert result.returncode != 0, field
         assert message in result.stderr, (field, result.stderr)
+    # Neither is required: the runtime's defaults apply (the rules hold without them).
+    for absent in (("replicas",), ("maxParallelism",), ("replicas", "maxParallelism")):
+        spec = {k: v for k, v in good["spec"].items() if k not in absent}
+        result = space.kube.kubectl(
+            "apply", "--dry-run=server", "-f", "-", input=json.dumps({**good, "spec": spec})
+        )
+        assert result.returncode == 0, (absent, result.stderr)
     assert space.kube.kubectl("get", "spl", "-n", space.name, "-o", "name").stdout == ""
 
 
@@ -113,13 +124,24 @@ def test_max_parallelism_is_immutable_and_unreadable_savepoint_is_reported(space
     status = space.wait(name, "spec reported invalid", lambda s: s.get("phase") == "Failed")
     assert "spec.restore.initialSavepoint" in status["lastError"] and missing in status["lastError"]
     assert not space.driver_pods(name), "nothing is deployed from an unreadable savepoint"
-    patch = json.dumps({"spec": {"maxParallelism": 128}})
-    result = space.kube.kubectl(
-        "patch", "spl", name, "-n", space.name, "--type=merge", "-p", patch, check=False
-    )
-    assert result.returncode != 0 and "maxParallelism is fixed for the life of the state" in (
-        result.stderr
-    )
+
+    def patched(pipeline: str, spec: dict[str, Any]) -> Any:
+        patch = json.dumps({"spec": spec})
+        return space.kube.kubectl(
+            "patch", "spl", pipeline, "-n", space.name, "--type=merge", "-p", patch, check=False
+        )
+
+    fixed = "maxParallelism is fixed for the life of the state"
+    for change in ({"maxParallelism": 128}, {"maxParallelism": None}):  # changed, removed
+        result = patched(name, change)
+        assert result.returncode != 0 and fixed in result.stderr, (change, result.stderr)
+    # Unset at creation stays unset (the state's key-groups came from the pipeline or 128).
+    unset = space.manifest("unset", restore={"initialSavepoint": missing})
+    del unset["spec"]["maxParallelism"]
+    space.apply(unset)
+    result = patched("unset", {"maxParallelism": 128})
+    assert result.returncode != 0 and fixed in result.stderr, result.stderr
+    assert patched("unset", {"replicas": 3}).returncode == 0, "other changes pass the rule"
 
 
 def test_misspelled_config_key_is_reported_before_anything_runs(space: Space) -> None:

@@ -16,11 +16,14 @@ ROOT = Path(__file__).resolve().parents[2]
 # Every module the operator imports, including the runtime modules it imports lazily.
 IMPORTS = """
 import stator_operator.__main__, stator_operator.handlers, stator_operator.flows
-import stator_operator.k8s, stator_operator.resources, stator_operator.driver_api
+import stator_operator.k8s, stator_operator.resources, stator_operator.observer
+import stator_operator.reconciler, stator_operator.storage, stator_operator.status
+import stator_operator.pipeline
 from stator.config import JobConfig, build
+from stator.control.client import ControlClient
 from stator.errors import ConfigError, StatorError
 from stator.execution.restore import load_target
-from stator.savepoint.metadata import METADATA_NAME
+from stator.lineage import check_restorable, dispose_savepoint, find_savepoint
 from stator.storage import S3Options, open_store
 """
 

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from stator.config import JobConfig
 from stator_operator.resources import check_job_config, driver_pod, job_config
-from stator_operator.spec import SpecError, classify, fingerprint, validate
+from stator_operator.spec import SpecDiff, SpecError, classify, fingerprint, replicas, validate
 
 SPEC: dict[str, Any] = {
     "image": "stator-runtime:1",
@@ -31,20 +32,42 @@ def changed(**fields: Any) -> dict[str, Any]:
 
 
 def test_classify_ignores_fields_with_their_own_flows() -> None:
-    assert classify(SPEC, changed(state="suspended")).kind == "none"
-    assert classify(SPEC, changed(savepoints={"triggerNonce": 3})).kind == "none"
-    assert classify(SPEC, changed(restore={"initialSavepoint": "s3://b/x"})).kind == "none"
+    assert classify(SPEC, changed(state="suspended")).diff is SpecDiff.IGNORE
+    assert classify(SPEC, changed(savepoints={"triggerNonce": 3})).diff is SpecDiff.IGNORE
+    assert classify(SPEC, changed(restore={"initialSavepoint": "s3://b/x"})).diff is SpecDiff.IGNORE
 
 
 def test_classify_rescale_and_upgrade() -> None:
+    assert SpecDiff.IGNORE < SpecDiff.SCALE < SpecDiff.UPGRADE
     assert classify(SPEC, changed(replicas=4)) == classify(SPEC, changed(replicas=4))
-    assert classify(SPEC, changed(replicas=4)).kind == "rescale"
+    assert classify(SPEC, changed(replicas=4)).diff is SpecDiff.SCALE
     assert classify(SPEC, changed(replicas=4)).fields == ("replicas",)
     both = classify(SPEC, changed(replicas=4, image="stator-runtime:2"))
-    assert (both.kind, both.fields) == ("upgrade", ("image", "replicas"))
+    assert (both.diff, both.fields) == (SpecDiff.UPGRADE, ("image", "replicas"))
     config = classify(SPEC, changed(config={"epoch.max_records": "10"}))
-    assert (config.kind, config.fields) == ("upgrade", ("config.epoch.max_records",))
-    assert classify(None, SPEC).kind == "upgrade"
+    assert (config.diff, config.fields) == (SpecDiff.UPGRADE, ("config.epoch.max_records",))
+    assert classify(None, SPEC).diff is SpecDiff.UPGRADE
+
+
+def test_an_absent_replicas_is_the_runtime_default_not_a_rescale() -> None:
+    default = JobConfig().parallelism
+    absent = {k: v for k, v in SPEC.items() if k != "replicas"}
+    assert replicas(absent) == default
+    assert classify(changed(replicas=default), absent).diff is SpecDiff.IGNORE
+    assert classify(absent, changed(replicas=default)).diff is SpecDiff.IGNORE
+    assert classify(absent, changed(replicas=default + 1)).diff is SpecDiff.SCALE
+    assert fingerprint(absent) == fingerprint(changed(replicas=default))
+
+
+def test_job_config_passes_only_what_the_spec_sets() -> None:
+    cfg = job_config(SPEC, "counts", "team")
+    assert (cfg["parallelism"], cfg["max_parallelism"]) == (2, 64)
+    bare = {k: v for k, v in SPEC.items() if k not in ("replicas", "maxParallelism")}
+    cfg = job_config(bare, "counts", "team")
+    assert "parallelism" not in cfg and "max_parallelism" not in cfg
+    check_job_config(bare, "counts", "team")
+    unnamed = {k: v for k, v in bare.items() if k != "savepoints"}
+    assert job_config(unnamed, "counts", "team")["savepoint"]["dir"] == "s3://bucket/ck/savepoints"
 
 
 def test_fingerprint_recognises_a_spec_but_not_its_flow_fields() -> None:
@@ -62,6 +85,10 @@ def test_fingerprint_recognises_a_spec_but_not_its_flow_fields() -> None:
         ),
         (changed(config={"control.port": "1"}), "spec.config.control.port is set by the operator"),
         (changed(config={"parallelism": "3"}), "spec.config.parallelism is set by the operator"),
+        (
+            changed(config={"max_parallelism": "3"}),
+            "spec.config.max_parallelism is set by the operator",
+        ),
         (
             changed(driver={"podTemplate": {"spec": {"securityContext": {"runAsUser": 0}}}}),
             "spec.driver.podTemplate.spec.securityContext: Stator pods run as non-root",

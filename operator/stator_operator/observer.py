@@ -1,0 +1,136 @@
+"""The observer: what is true now about one pipeline, read before every decision.
+
+It reads, never writes, and reads only what the next decision needs (as the Flink operator's
+observer does): the driver pod of the current deployment always; then, by the operation in
+flight, the job's progress (none: steady state), its readiness (await-ready), the savepoint
+request (await-savepoint, and storage when the driver cannot say), or whether the initial
+savepoint is readable (before the first deployment)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from stator.control.client import (
+    ControlClient,
+    ControlHTTPError,
+    ControlUnreachable,
+    JobInfo,
+    SavepointRequest,
+)
+
+from .operation import Operation, Step
+from .ports import Connect, DriverApi, KubeApi
+from .spec import CONTROL_PORT, get
+from .status import StatusWriter
+from .storage import SavepointStorage
+
+ENDED = ("Succeeded", "Failed")
+
+
+def control_url(pod: dict[str, Any] | None) -> str | None:
+    """The control API of a driver pod, once it has an address."""
+    ip = ((pod or {}).get("status") or {}).get("podIP")
+    return f"http://{ip}:{CONTROL_PORT}" if ip else None
+
+
+@dataclass(frozen=True)
+class Observation:
+    pod: dict[str, Any] | None = None  # the driver pod of the current deployment
+    driver: DriverApi | None = None  # its control API, once the pod has an address
+    ready: bool = False  # the pod runs and the job reports RUNNING
+    job: JobInfo | None = None  # GET /v1/job (steady state)
+    savepoint: SavepointRequest | None = None  # the operation's savepoint request
+    savepoint_error: str | None = None  # the driver's answer when it could not give it
+    unreachable: str | None = None  # why the control API did not answer
+    found_savepoint: str | None = None  # the request's savepoint, found in storage
+    restore_problem: str | None = None  # why restore.initialSavepoint cannot be read
+
+    @property
+    def phase(self) -> str | None:
+        return ((self.pod or {}).get("status") or {}).get("phase")
+
+    @property
+    def ended(self) -> bool:
+        return self.phase in ENDED
+
+    @property
+    def exit_code(self) -> int | None:
+        for cs in ((self.pod or {}).get("status") or {}).get("containerStatuses") or []:
+            term = (cs.get("state") or {}).get("terminated")
+            if term:
+                code = term.get("exitCode")
+                return None if code is None else int(code)
+        return None
+
+
+@dataclass
+class Observer:
+    kube: KubeApi
+    storage: SavepointStorage
+    connect: Connect = ControlClient
+
+    def observe(self, pipeline: StatusWriter) -> Observation:
+        op = pipeline.operation
+        pod = self._current_pod(pipeline, op)
+        url = control_url(pod)
+        driver = self.connect(url) if url else None
+        base = Observation(pod=pod, driver=driver)
+        if op is None:
+            return self._steady(pipeline, base)
+        if op.step is Step.AWAIT_READY:
+            return self._readiness(base)
+        if op.step is Step.AWAIT_SAVEPOINT and op.savepoint_request:
+            return self._savepoint(pipeline, op, op.savepoint_request, base)
+        return base
+
+    def _current_pod(self, pipeline: StatusWriter, op: Operation | None) -> dict[str, Any] | None:
+        """The driver being brought up while an operation awaits readiness, else the one that
+        was last ready."""
+        if op is not None and op.step is Step.AWAIT_READY:
+            deployment: str | None = op.id
+        else:
+            deployment = (pipeline.status.get("deployment") or {}).get("id")
+        if not deployment:
+            return None
+        return self.kube.driver_pod(pipeline.namespace, pipeline.name, deployment)
+
+    def _steady(self, pipeline: StatusWriter, base: Observation) -> Observation:
+        if pipeline.status.get("lastReconciledSpec") is None:  # nothing deployed yet
+            spec = pipeline.spec
+            initial = get(spec, "restore", "initialSavepoint")
+            if initial and initial != "latest":
+                problem = self.storage.restore_problem(pipeline.namespace, spec, initial)
+                return replace(base, restore_problem=problem)
+            return base
+        if base.driver is None or base.ended:
+            return base
+        try:
+            return replace(base, job=base.driver.job())
+        except (ControlUnreachable, ControlHTTPError) as exc:
+            return replace(base, unreachable=str(exc))
+
+    def _readiness(self, base: Observation) -> Observation:
+        if base.driver is None or base.phase != "Running":
+            return base
+        try:
+            return replace(base, ready=base.driver.ready()["ready"])
+        except (ControlUnreachable, ControlHTTPError) as exc:
+            return replace(base, unreachable=str(exc))
+
+    def _savepoint(
+        self, pipeline: StatusWriter, op: Operation, request_id: str, base: Observation
+    ) -> Observation:
+        if base.driver is None:
+            unreachable = "no driver pod" if base.pod is None else "the driver pod has no address"
+        else:
+            try:
+                return replace(base, savepoint=base.driver.savepoint(request_id))
+            except ControlHTTPError as exc:
+                return replace(base, savepoint_error=exc.error)
+            except ControlUnreachable as exc:
+                unreachable = str(exc)
+        # The driver may have stopped before it was asked: look in storage.
+        spec = op.target or pipeline.spec
+        found = self.storage.find(pipeline.namespace, spec, request_id)
+        return replace(base, unreachable=unreachable, found_savepoint=found)

@@ -1,0 +1,117 @@
+"""The operation in flight: the write-ahead record kept in ``status.operation`` (see flows.py).
+
+Stored as JSON with camelCase keys that do not change between versions: an operator upgraded
+in the middle of a flow reads what the previous one wrote and finishes the flow."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from enum import IntEnum, StrEnum
+from typing import Any
+
+from .spec import UpgradeMode
+
+
+class OpKind(StrEnum):
+    DEPLOY = "deploy"
+    UPGRADE = "upgrade"
+    RESCALE = "rescale"
+    SUSPEND = "suspend"
+    RESUME = "resume"
+    RESTART = "restart"
+    ROLLBACK = "rollback"
+    SAVEPOINT = "savepoint"
+    DELETE = "delete"
+
+    @property
+    def phase(self) -> str:
+        """``status.phase`` while an operation of this kind runs."""
+        return _PHASES[self]
+
+
+_PHASES = {
+    OpKind.DEPLOY: "Deploying",
+    OpKind.UPGRADE: "Upgrading",
+    OpKind.RESCALE: "Rescaling",
+    OpKind.SUSPEND: "Suspending",
+    OpKind.RESUME: "Deploying",
+    OpKind.RESTART: "Restarting",
+    OpKind.ROLLBACK: "RollingBack",
+    OpKind.SAVEPOINT: "Running",
+    OpKind.DELETE: "Deleting",
+}
+
+
+class Step(IntEnum):
+    """The numbered steps of every flow, in order (a flow may start past the first)."""
+
+    SAVEPOINT = 1
+    AWAIT_SAVEPOINT = 2
+    REMOVE_DRIVER = 3
+    DEPLOY = 4
+    AWAIT_READY = 5
+
+    @property
+    def label(self) -> str:
+        """``stepName`` in status: ``await-savepoint``."""
+        return self.name.lower().replace("_", "-")
+
+
+@dataclass(frozen=True)
+class Operation:
+    kind: OpKind
+    id: str  # also the id of the deployment it brings up
+    step: Step
+    started_at: str
+    step_started_at: str
+    target: dict[str, Any] | None = None  # the spec the flow brings up (or stops)
+    restore: str | None = None  # savepoint path, "latest" or "none"
+    mode: UpgradeMode | None = None
+    nonce: int | None = None  # savepoints.triggerNonce answered by this savepoint
+    trigger: str | None = None  # "periodic"; else the kind is the trigger
+    savepoint_request: str | None = None  # the driver's request id (step 2)
+    savepoint: str | None = None  # taken at step 2, restored by a rollback
+    not_before: float | None = None  # restart backoff (epoch seconds)
+    deployed_at: float | None = None
+    delete_started_at: str | None = None
+    done: bool = False  # a delete whose driver is gone
+
+    def at(self, step: Step, started_at: str, **changes: Any) -> Operation:
+        """This operation moved on to ``step``."""
+        return dataclasses.replace(self, step=step, step_started_at=started_at, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored form: camelCase keys, unset fields left out."""
+        out: dict[str, Any] = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is None or value is False:
+                continue
+            out[_KEYS[field.name]] = value.value if isinstance(value, StrEnum) else value
+        out["step"] = int(self.step)
+        out["stepName"] = self.step.label
+        return out
+
+    def to_patch(self) -> dict[str, Any]:
+        """The stored form as a merge patch: unset fields as null, so no key of the operation
+        this one replaces is left behind."""
+        return {**dict.fromkeys([*_KEYS.values(), "stepName"]), **self.to_json()}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Operation:
+        """Read a stored operation, also one written by an earlier operator version."""
+        values = {name: raw[key] for name, key in _KEYS.items() if raw.get(key) is not None}
+        values["kind"] = OpKind(raw["kind"])
+        values["step"] = Step(int(raw["step"]))
+        if "mode" in values:
+            values["mode"] = UpgradeMode(values["mode"])
+        return cls(**values)
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+_KEYS = {field.name: _camel(field.name) for field in dataclasses.fields(Operation)}

@@ -1,0 +1,43 @@
+"""One StatefulPipeline as the operator handles it: every look observes first, then reconciles
+(the observer and the reconciler share the pipeline's status writer)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from stator.control.client import ControlClient
+
+from .observer import Observer
+from .ports import Connect, EventSink, KubeApi
+from .reconciler import Reconciler
+from .status import StatusWriter
+from .storage import SavepointStorage
+
+
+@dataclass
+class Pipeline:
+    observer: Observer
+    reconciler: Reconciler
+
+    @classmethod
+    def build(
+        cls,
+        kube: KubeApi,
+        body: dict[str, Any],
+        event: EventSink,
+        connect: Connect = ControlClient,
+    ) -> Pipeline:
+        storage = SavepointStorage(kube)
+        return cls(
+            Observer(kube, storage, connect),
+            Reconciler(StatusWriter(kube, body), kube, storage, event),
+        )
+
+    def reconcile(self) -> float:
+        """One step; seconds until the next look (0: at once)."""
+        return self.reconciler.reconcile(self.observer.observe(self.reconciler.pipeline))
+
+    def delete(self) -> float | None:
+        """One step of deletion; None once the pipeline may go."""
+        return self.reconciler.delete(self.observer.observe(self.reconciler.pipeline))

@@ -1,0 +1,56 @@
+"""The small interfaces the observer and the reconciler use: Kubernetes (``k8s.Kube``) and a
+driver's control API (``stator.control.client.ControlClient``). Unit tests give them
+in-memory fakes of these; the end-to-end tests run the real ones."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from stator.control.client import JobInfo, Readiness, SavepointRequest
+
+
+class StatusApi(Protocol):
+    def patch_status(self, namespace: str, name: str, fields: dict[str, Any]) -> None: ...
+
+
+class SecretApi(Protocol):
+    def read_secret(self, namespace: str, name: str) -> dict[str, str]: ...
+
+
+class KubeApi(StatusApi, SecretApi, Protocol):
+    def driver_pod(self, namespace: str, name: str, deployment: str) -> dict[str, Any] | None:
+        """The driver pod of one deployment (the operation id that created it)."""
+        ...
+
+    def delete_drivers(self, namespace: str, name: str) -> bool:
+        """Delete every driver pod of the pipeline; whether any was still there."""
+        ...
+
+    def ensure(self, obj: dict[str, Any]) -> None:
+        """Create ``obj`` unless it exists."""
+        ...
+
+    def apply_config(self, obj: dict[str, Any]) -> None:
+        """Create or replace a ConfigMap."""
+        ...
+
+
+class DriverApi(Protocol):
+    """A driver's control API; raises ``ControlUnreachable`` or ``ControlHTTPError``."""
+
+    def ready(self) -> Readiness: ...
+
+    def job(self) -> JobInfo: ...
+
+    def trigger_savepoint(
+        self, stop: bool = False, target: str | None = None
+    ) -> SavepointRequest: ...
+
+    def savepoint(self, request_id: str) -> SavepointRequest: ...
+
+    def savepoints(self) -> list[SavepointRequest]: ...
+
+
+Connect = Callable[[str], DriverApi]  # the control API at a base URL
+EventSink = Callable[[str, str, str], None]  # (type, reason, message) -> a Kubernetes event

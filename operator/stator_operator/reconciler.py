@@ -1,0 +1,262 @@
+"""The reconciler: given the pipeline and an observation of it (observer.py), decide what to do
+and do it — start a flow, take the next step of the one in flight (flows.py), mirror the
+driver's progress, restart or roll back a failed driver, or delete the pipeline."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .flows import DriverFailed, Flows
+from .observer import Observation
+from .operation import OpKind, Step
+from .ports import EventSink, KubeApi
+from .resources import check_job_config
+from .spec import SpecDiff, UpgradeMode, classify, fingerprint, get, upgrade_mode, validate
+from .status import StatusWriter, age_s, now, stamp_ms
+from .storage import SavepointStorage
+
+
+@dataclass
+class Reconciler:
+    pipeline: StatusWriter
+    kube: KubeApi
+    storage: SavepointStorage
+    event: EventSink
+    flows: Flows = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.flows = Flows(self.pipeline, self.kube, self.storage, self.event)
+
+    def reconcile(self, obs: Observation) -> float:
+        """Take the next step; returns seconds until the operator should look again (0: at
+        once)."""
+        op = self.pipeline.operation
+        if op is None:
+            return self._plan(obs)
+        result = self.flows.advance(op, obs)
+        if isinstance(result, DriverFailed):
+            target = op.target or self.pipeline.spec
+            return self._driver_failed(op.kind, target, op.savepoint, result.reason)
+        return result
+
+    def delete(self, obs: Observation) -> float | None:
+        """One step of deleting the pipeline (its finalizer): a final savepoint if
+        ``deletion.finalSavepoint`` and a driver is there, then remove the driver, then
+        dispose the savepoint history if ``savepoints.disposeOnDelete``. Returns None once
+        the pipeline may go, else seconds until the next step. Past
+        ``deletion.timeoutSeconds`` the driver is removed regardless."""
+        spec = self.pipeline.spec
+        op = self.pipeline.operation
+        if op is None or op.kind is not OpKind.DELETE:
+            final = bool(get(spec, "deletion", "finalSavepoint", default=True))
+            self.flows.start(
+                OpKind.DELETE,
+                Step.SAVEPOINT if final and obs.pod is not None else Step.REMOVE_DRIVER,
+                target=self.pipeline.status.get("lastReconciledSpec") or spec,
+                delete_started_at=now(),
+            )
+            return 0.0
+        if not op.done:
+            timeout = float(get(spec, "deletion", "timeoutSeconds", default=300))
+            if age_s(op.delete_started_at) <= timeout:
+                result = self.flows.advance(op, obs)  # steps 1-3: no driver to await
+                return 0.0 if isinstance(result, DriverFailed) else result
+            self.event(
+                "Warning",
+                "DeleteTimedOut",
+                f"final savepoint not done after {timeout:.0f}s; removing the driver",
+            )
+            self.kube.delete_drivers(self.pipeline.namespace, self.pipeline.name)
+        if get(spec, "savepoints", "disposeOnDelete", default=False):
+            for sp in self.pipeline.status.get("savepoints", []):
+                self.storage.dispose(self.pipeline.namespace, spec, sp["path"])
+            self.event("Normal", "SavepointsDisposed", "disposed the savepoint history")
+        self.event("Normal", "Deleted", "pipeline deleted")
+        return None
+
+    # ------------------------------------------------------------------ no flow in flight
+
+    def _plan(self, obs: Observation) -> float:
+        """Start a flow if the spec asks for one, else watch the driver."""
+        spec, status = self.pipeline.spec, self.pipeline.status
+        running = status.get("lastReconciledSpec")
+        if not self._spec_valid():
+            if running is not None:
+                self._watch(obs, running)  # the last good spec keeps running meanwhile
+            return 30.0
+        if running is None:
+            return self._first_deploy(spec, obs)
+        self._spec_accepted()
+        suspended = status.get("phase") == "Suspended"
+        if spec.get("state") == "suspended" and not suspended:
+            return self._start(OpKind.SUSPEND, Step.SAVEPOINT, target=running)
+        if spec.get("state", "running") == "running" and suspended:
+            restore = status.get("suspendedWith") or "latest"
+            return self._start(OpKind.RESUME, Step.DEPLOY, target=spec, restore=restore)
+        if suspended:
+            return 30.0
+        change = classify(running, spec)
+        if change.diff is SpecDiff.IGNORE and status.get("phase") in ("Finished", "Failed"):
+            return 10.0  # the job ended (or gave up): nothing to do until the spec changes
+        if change.diff > SpecDiff.IGNORE:
+            if status.get("failedSpec") == fingerprint(spec):
+                return self._watch(obs, running)  # this spec was rolled back: wait for another
+            return self._redeploy(spec, change.diff, change.fields)
+        nonce = get(spec, "savepoints", "triggerNonce")
+        if nonce is not None and nonce != status.get("savepointNonce"):
+            return self._start(OpKind.SAVEPOINT, Step.SAVEPOINT, target=running, nonce=nonce)
+        if self._periodic_due():
+            self.pipeline.write(periodicSavepointAt=now())
+            return self._start(OpKind.SAVEPOINT, Step.SAVEPOINT, target=running, trigger="periodic")
+        return self._watch(obs, running)
+
+    def _redeploy(self, spec: dict[str, Any], diff: SpecDiff, fields: tuple[str, ...]) -> float:
+        """A rescale always goes through a savepoint; an upgrade by ``upgradeMode``."""
+        mode = upgrade_mode(spec)
+        kind = OpKind.RESCALE if diff is SpecDiff.SCALE else OpKind.UPGRADE
+        self.event("Normal", "SpecChanged", f"{kind} ({mode}): {', '.join(fields)}")
+        if kind is OpKind.RESCALE or mode is UpgradeMode.SAVEPOINT:
+            return self._start(kind, Step.SAVEPOINT, target=spec, mode=UpgradeMode.SAVEPOINT)
+        restore = "latest" if mode is UpgradeMode.LAST_STATE else "none"
+        return self._start(kind, Step.REMOVE_DRIVER, target=spec, mode=mode, restore=restore)
+
+    def _first_deploy(self, spec: dict[str, Any], obs: Observation) -> float:
+        """Deploy, once the initial savepoint (if any) is known readable."""
+        restore = get(spec, "restore", "initialSavepoint") or "latest"
+        if restore != "latest" and obs.restore_problem is not None:
+            self._spec_invalid(
+                "UnreadableSavepoint", f"spec.restore.initialSavepoint: {obs.restore_problem}"
+            )
+            return 30.0
+        self._spec_accepted()
+        return self._start(OpKind.DEPLOY, Step.DEPLOY, restore=restore, target=spec)
+
+    def _start(self, kind: OpKind, step: Step, **fields: Any) -> float:
+        self.flows.start(kind, step, **fields)
+        return 0.0
+
+    def _periodic_due(self) -> bool:
+        """``savepoints.periodicSeconds`` since the last savepoint, periodic attempt or
+        deployment, whichever is latest."""
+        status = self.pipeline.status
+        every = int(get(self.pipeline.spec, "savepoints", "periodicSeconds", default=0) or 0)
+        if not every or status.get("phase") != "Running":
+            return False
+        stamps = [h.get("time") or "" for h in status.get("savepoints", [])]
+        stamps += [
+            (status.get("deployment") or {}).get("readyAt") or "",
+            status.get("periodicSavepointAt") or "",
+        ]
+        latest = max(stamps)
+        return bool(latest) and age_s(latest) >= every
+
+    # ------------------------------------------------------------------ the running driver
+
+    def _watch(self, obs: Observation, running: dict[str, Any]) -> float:
+        """Mirror the driver's progress into status; a failed or vanished driver restarts."""
+        status = self.pipeline.status
+        if obs.phase == "Succeeded":  # a bounded job read all its input
+            if status.get("phase") != "Finished":
+                self.pipeline.write(phase="Finished")
+                self.event("Normal", "Finished", "the job finished its input")
+            return 10.0
+        if obs.pod is None or obs.phase == "Failed":
+            gone = "gone" if obs.pod is None else obs.phase
+            reason = f"driver pod {gone} (exit {obs.exit_code})"
+            return self._driver_failed(OpKind.RESTART, running, None, reason)
+        if obs.driver is None:
+            return 2.0
+        if obs.phase == "Running" and status.get("phase") != "Running":
+            self.pipeline.write(phase="Running")  # the phase follows the driver that runs now
+        job = obs.job
+        if job is None:
+            return 2.0
+        fields: dict[str, Any] = {
+            "epoch": job.get("epoch"),
+            "jobState": job.get("state"),
+            "parallelism": job.get("parallelism"),
+        }
+        latest = job.get("latest_checkpoint")
+        if latest:
+            fields["latestCheckpoint"] = {
+                "id": latest["id"],
+                "epoch": latest["epoch"],
+                "time": stamp_ms(latest["created_ms"]),
+                "stateBytes": latest["state_bytes"],
+                "incrementalBytes": latest["incremental_bytes"],
+            }
+        if job.get("last_error"):
+            fields["lastError"] = job.get("last_error")
+        if any(status.get(k) != v for k, v in fields.items()):
+            self.pipeline.write(**fields)
+        return 2.0
+
+    def _driver_failed(
+        self, kind: OpKind, target: dict[str, Any], savepoint: str | None, reason: str
+    ) -> float:
+        """A driver failed (or never became ready). A failed upgrade or rescale rolls back to
+        the last stable spec and remembers the failed one, so it is not retried; anything
+        else restarts from the latest checkpoint, with backoff, up to
+        ``failover.maxRestarts``."""
+        p = self.pipeline
+        stable = p.status.get("lastStableSpec")
+        p.write(lastError=reason)
+        if kind in (OpKind.UPGRADE, OpKind.RESCALE) and stable is not None:
+            self.event("Warning", "UpgradeFailed", f"{reason}; rolling back")
+            p.condition(
+                "UpgradeSucceeded",
+                False,
+                "RolledBack",
+                f"{reason}; rolled back to the last stable spec. Change the spec to try again",
+            )
+            p.write(failedSpec=fingerprint(target))
+            restore = savepoint or "latest"
+            return self._start(OpKind.ROLLBACK, Step.REMOVE_DRIVER, target=stable, restore=restore)
+        restarts = int(p.status.get("restarts", 0)) + 1
+        limit = int(get(target, "failover", "maxRestarts", default=10))
+        if restarts > limit:
+            p.write(operation=None, phase="Failed", restarts=restarts)
+            self.event("Warning", "Failed", f"{reason}; gave up after {limit} restarts")
+            p.condition("Ready", False, "RestartsExhausted", reason)
+            return 60.0
+        p.write(restarts=restarts)
+        self.event("Warning", "DriverFailed", f"{reason}; restart {restarts} of {limit}")
+        return self._start(
+            OpKind.RESTART,
+            Step.REMOVE_DRIVER,
+            target=target,
+            restore="latest",
+            not_before=time.time() + min(60, 2 ** min(restarts, 6)),
+        )
+
+    # ------------------------------------------------------------------ spec validity
+
+    def _spec_valid(self) -> bool:
+        """The checks the CRD schema cannot express, reported as the SpecValid condition."""
+        p = self.pipeline
+        try:
+            validate(p.spec)
+            check_job_config(p.spec, p.name, p.namespace)
+        except ValueError as exc:
+            self._spec_invalid("InvalidSpec", str(exc))
+            return False
+        return True
+
+    def _spec_invalid(self, reason: str, message: str) -> None:
+        """Report a spec that cannot run: condition, lastError, one event per new message;
+        ``phase: Failed`` only if nothing runs (a running job keeps its last good spec)."""
+        p = self.pipeline
+        if p.status.get("lastError") != message:
+            self.event("Warning", "InvalidSpec", message)
+        p.condition("SpecValid", False, reason, message)
+        if p.status.get("lastReconciledSpec") is None:
+            p.write(phase="Failed")
+        p.write(lastError=message)
+
+    def _spec_accepted(self) -> None:
+        """A spec that was reported invalid has been fixed: say so once."""
+        if self.pipeline.has_condition("SpecValid", False):
+            self.pipeline.condition("SpecValid", True, "Valid", "the spec is accepted")
+            self.pipeline.write(lastError=None)

@@ -1,0 +1,148 @@
+"""A client of the driver's control API (docs/control-api.md), for ``stator savepoint`` and the
+operator. Standard library only, so the operator image needs nothing more for it.
+
+Two failures, because callers act differently on them: :class:`ControlUnreachable` (nothing
+answered: the driver may be starting, gone, or partitioned) and :class:`ControlHTTPError` (the
+driver answered and refused, with its ``error`` text)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any, TypedDict, cast
+
+from ..errors import StatorError
+
+
+class ControlUnreachable(StatorError):
+    """The control API did not answer (connection refused, timeout, not JSON)."""
+
+
+class ControlHTTPError(StatorError):
+    """The control API answered with an error status."""
+
+    def __init__(self, url: str, status: int, error: str) -> None:
+        super().__init__(f"{url}: HTTP {status}: {error}")
+        self.status = status
+        self.error = error
+
+
+class Readiness(TypedDict):
+    ready: bool
+    state: str  # CREATED, RECOVERING, RUNNING, FINISHED, STOPPED, FAILED
+
+
+class CheckpointSummary(TypedDict):
+    id: int
+    epoch: int
+    created_ms: int
+    state_bytes: int
+    incremental_bytes: int
+    duration_ms: int
+    incremental: bool
+
+
+class JobInfo(TypedDict, total=False):
+    job: str
+    state: str
+    epoch: int
+    max_parallelism: int
+    parallelism: dict[str, int]
+    regions: list[list[str]]
+    records_in: int
+    records_out: int
+    restarts: int
+    checkpoints: dict[str, int]
+    latest_checkpoint: CheckpointSummary | None
+    last_error: str | None
+    started_ms: int
+    stopped_with_savepoint: str | None
+
+
+class SavepointRequest(TypedDict, total=False):
+    id: str
+    status: str  # PENDING, IN_PROGRESS, COMPLETED, FAILED
+    stop: bool
+    target: str | None
+    location: str | None
+    epoch: int | None
+    size: int | None
+    error: str | None
+    created_ms: int
+    completed_ms: int | None
+
+
+class ControlClient:
+    """The control API of one driver, at ``base_url`` (``http://host:port``)."""
+
+    def __init__(self, base_url: str, timeout: float = 5.0) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise StatorError(
+                f"{base_url!r}: the control API URL must start with http:// or https://"
+            )
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+
+    def health(self) -> bool:
+        """Whether the driver process serves at all."""
+        return bool(self._call("GET", "/healthz").get("status") == "ok")
+
+    def ready(self) -> Readiness:
+        """Whether the job runs; 503 (not running yet, or any more) is an answer, not an error."""
+        try:
+            return cast(Readiness, self._call("GET", "/readyz"))
+        except ControlHTTPError as exc:
+            if exc.status != 503:
+                raise
+            return {"ready": False, "state": exc.error}
+
+    def job(self) -> JobInfo:
+        return cast(JobInfo, self._call("GET", "/v1/job"))
+
+    def checkpoints(self) -> dict[str, Any]:
+        """``storage``, ``latest``, ``retained``, ``history`` and ``counts``."""
+        return self._call("GET", "/v1/checkpoints")
+
+    def trigger_savepoint(self, stop: bool = False, target: str | None = None) -> SavepointRequest:
+        """Queue a savepoint (and stop after it); returns the request, to poll by its id."""
+        body: dict[str, Any] = {"stop": stop}
+        if target is not None:
+            body["target"] = target
+        return cast(SavepointRequest, self._call("POST", "/v1/savepoints", body))
+
+    def savepoint(self, request_id: str) -> SavepointRequest:
+        return cast(SavepointRequest, self._call("GET", f"/v1/savepoints/{request_id}"))
+
+    def savepoints(self) -> list[SavepointRequest]:
+        return cast(list[SavepointRequest], self._call("GET", "/v1/savepoints")["savepoints"])
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        url = self.base_url + path
+        request = urllib.request.Request(  # noqa: S310 - the scheme is checked in __init__
+            url,
+            data=json.dumps(body).encode() if body is not None else None,
+            method=method,
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as resp:  # noqa: S310
+                result: dict[str, Any] = json.loads(resp.read() or b"{}")
+                return result
+        except urllib.error.HTTPError as err:
+            raise ControlHTTPError(url, err.code, _error_text(err)) from err
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            reason = getattr(err, "reason", err)
+            raise ControlUnreachable(f"cannot reach the control API at {url}: {reason}") from err
+
+
+def _error_text(err: urllib.error.HTTPError) -> str:
+    """The server's ``error`` (or, for /readyz, its ``state``), else the raw body."""
+    raw = err.read().decode(errors="replace")
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return raw or str(err.reason)
+    if isinstance(body, dict):
+        return str(body.get("error") or body.get("state") or raw)
+    return raw

@@ -1,0 +1,137 @@
+"""Savepoints and checkpoints as they lie in storage: where savepoints go by default, and how
+to list, find and dispose them. The driver, the ``stator`` command line and the operator (which
+reads storage when the driver is gone) all go through here, so the layout is defined once.
+
+Layout::
+
+    {savepoint dir}/{job}/savepoint-{epoch:010d}-{request id}/_savepoint.json   a savepoint
+    {checkpoint storage}/{job}/chk-{id:010d}/_metadata                          a checkpoint
+
+A savepoint or checkpoint exists only once its metadata object does (it is written last), so
+disposal deletes the metadata first: a half-deleted savepoint is never mistaken for a whole one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .checkpoint.coordinator import load_checkpoint
+from .checkpoint.metadata import CheckpointMetadata, checkpoint_dir, parse_checkpoint_dir
+from .checkpoint.metadata import metadata_key as checkpoint_metadata_key
+from .errors import StatorError
+from .savepoint.metadata import METADATA_NAME, SavepointMetadata
+from .storage import ObjectStore, S3Options, open_store
+
+
+def default_savepoint_root(checkpoint_storage: str) -> str:
+    """Where a pipeline's savepoints go when no directory is named: beside its checkpoints."""
+    return f"{checkpoint_storage.rstrip('/')}/savepoints"
+
+
+def savepoint_location(directory: str, job: str, epoch: int, request_id: str) -> str:
+    """Where the savepoint of ``request_id`` goes when its trigger names no target."""
+    return f"{directory.rstrip('/')}/{job}/savepoint-{epoch:010d}-{request_id}"
+
+
+@dataclass(frozen=True)
+class SavepointEntry:
+    """A savepoint found under a root; ``metadata`` is None (and ``error`` says why) if its
+    metadata cannot be read."""
+
+    location: str
+    metadata: SavepointMetadata | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class CheckpointEntry:
+    """A checkpoint directory of a job; ``metadata`` is None for an incomplete or corrupt one
+    (``problem`` says which)."""
+
+    id: int
+    metadata: CheckpointMetadata | None
+    problem: str | None = None
+
+
+def load_savepoint(uri: str, s3: S3Options | None = None) -> SavepointMetadata:
+    """The metadata of the savepoint at ``uri``; refuses anything that is not a savepoint."""
+    store = open_store(uri.rstrip("/"), s3)
+    if not store.exists(METADATA_NAME):
+        raise StatorError(f"{uri} is not a savepoint: it has no {METADATA_NAME}")
+    return SavepointMetadata.from_json(store.get(METADATA_NAME), store.url(METADATA_NAME))
+
+
+def list_savepoints(root: str, s3: S3Options | None = None) -> list[SavepointEntry]:
+    """Every savepoint under ``root`` (at any depth), by job and epoch."""
+    store = open_store(root.rstrip("/"), s3)
+    entries = []
+    for prefix in _savepoint_dirs(store):
+        location = store.url(prefix)
+        try:
+            meta = SavepointMetadata.from_json(store.get(_join(prefix, METADATA_NAME)))
+            entries.append(SavepointEntry(location, meta))
+        except StatorError as exc:
+            entries.append(SavepointEntry(location, None, str(exc)))
+    entries.sort(key=lambda e: (e.metadata.job, e.metadata.epoch) if e.metadata else ("", 0))
+    return entries
+
+
+def find_savepoint(root: str, request_id: str, s3: S3Options | None = None) -> str | None:
+    """The completed savepoint that request ``request_id`` wrote under ``root`` at its default
+    location, or None: what the operator asks when the driver stopped before it could say."""
+    store = open_store(root.rstrip("/"), s3)
+    for prefix in _savepoint_dirs(store):
+        if prefix.rpartition("/")[2].endswith(f"-{request_id}"):
+            return store.url(prefix)
+    return None
+
+
+def dispose_savepoint(uri: str, s3: S3Options | None = None) -> int:
+    """Delete every file of the savepoint at ``uri``, metadata first; returns how many.
+    Refuses a directory without savepoint metadata (it may be anything)."""
+    store = open_store(uri.rstrip("/"), s3)
+    keys = [k for k, _ in store.listing()]
+    if METADATA_NAME not in keys:
+        raise StatorError(f"{uri} is not a savepoint: it has no {METADATA_NAME}")
+    store.delete([METADATA_NAME])
+    store.delete([k for k in keys if k != METADATA_NAME])
+    return len(keys)
+
+
+def list_checkpoints(root: str, s3: S3Options | None = None) -> list[CheckpointEntry]:
+    """The checkpoint directories under a job's checkpoint root, oldest first, complete or not."""
+    store = open_store(root, s3)
+    listing = dict(store.listing())
+    ids = sorted({i for i in (parse_checkpoint_dir(k.split("/", 1)[0]) for k in listing) if i})
+    entries = []
+    for cid in ids:
+        if checkpoint_metadata_key(cid) not in listing:
+            entries.append(CheckpointEntry(cid, None, "incomplete (no _metadata)"))
+            continue
+        try:
+            entries.append(CheckpointEntry(cid, load_checkpoint(store, checkpoint_dir(cid))))
+        except StatorError as exc:
+            entries.append(CheckpointEntry(cid, None, f"corrupt: {exc}"))
+    return entries
+
+
+def check_restorable(uri: str, s3: S3Options | None = None) -> None:
+    """Raise a StatorError saying why ``uri`` (a savepoint or a chk-N directory) cannot be
+    restored from; reads, never writes."""
+    # Imported here: the restore planner may come to use this module itself.
+    from .execution.restore import load_target  # noqa: PLC0415
+
+    load_target(uri, s3 or S3Options())
+
+
+def _savepoint_dirs(store: ObjectStore) -> list[str]:
+    """Keys (relative to ``store``) of the directories that hold savepoint metadata."""
+    return [
+        key[: -len(METADATA_NAME)].rstrip("/")
+        for key, _ in store.listing()
+        if key == METADATA_NAME or key.endswith("/" + METADATA_NAME)
+    ]
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}/{name}" if prefix else name

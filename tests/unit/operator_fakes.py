@@ -1,0 +1,267 @@
+"""In-memory fakes of the two interfaces the operator's observer and reconciler use
+(``stator_operator.ports``): the Kubernetes API (status merge patches, driver pods, owned
+objects, Secrets) and a driver's control API. Storage is real: ``file://`` under tmp_path."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stator.control.client import (
+    ControlHTTPError,
+    ControlUnreachable,
+    JobInfo,
+    Readiness,
+    SavepointRequest,
+)
+from stator_operator.operation import Operation, Step
+from stator_operator.pipeline import Pipeline
+from tests.unit.savepoints import write_savepoint
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386, as the API server applies a status patch: null removes a key."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+class FakeKube:
+    """One StatefulPipeline and what the operator creates for it."""
+
+    def __init__(self, pipeline: dict[str, Any]) -> None:
+        self.pipeline = pipeline
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.configs: dict[str, dict[str, Any]] = {}
+        self.secrets: dict[str, dict[str, str]] = {}
+        self.patches: list[dict[str, Any]] = []
+        self.deleted: list[str] = []
+
+    def patch_status(self, namespace: str, name: str, fields: dict[str, Any]) -> None:
+        self.patches.append(copy.deepcopy(fields))
+        self.pipeline["status"] = merge_patch(self.pipeline.get("status"), fields)
+
+    def read_secret(self, namespace: str, name: str) -> dict[str, str]:
+        return self.secrets[name]
+
+    def driver_pod(self, namespace: str, name: str, deployment: str) -> dict[str, Any] | None:
+        for pod in self.pods.values():
+            if pod["metadata"]["labels"].get("stator.dev/deployment") == deployment:
+                return copy.deepcopy(pod)
+        return None
+
+    def delete_drivers(self, namespace: str, name: str) -> bool:
+        """Pods asked to go before are gone now; the others are asked to go."""
+        for pod_name in [n for n, p in self.pods.items() if p["metadata"].get("deleting")]:
+            del self.pods[pod_name]
+        for pod_name, pod in self.pods.items():
+            if not pod["metadata"].get("deleting"):
+                pod["metadata"]["deleting"] = True
+                self.deleted.append(pod_name)
+        return bool(self.pods)
+
+    def ensure(self, obj: dict[str, Any]) -> None:
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        if kind == "Pod":
+            self.pods.setdefault(name, {**copy.deepcopy(obj), "status": {"phase": "Pending"}})
+        else:
+            self.objects.setdefault((kind, name), copy.deepcopy(obj))
+
+    def apply_config(self, obj: dict[str, Any]) -> None:
+        self.configs[obj["metadata"]["name"]] = copy.deepcopy(obj)
+
+    # ------------------------------------------------------------------ what the kubelet does
+
+    def set_phase(self, pod: str, phase: str, ip: str | None = None, exit_code: int = 0) -> None:
+        status = self.pods[pod]["status"]
+        status["phase"] = phase
+        if ip:
+            status["podIP"] = ip
+        if phase in ("Succeeded", "Failed"):
+            terminated = {"exitCode": exit_code}
+            status["containerStatuses"] = [{"name": "driver", "state": {"terminated": terminated}}]
+
+
+@dataclass
+class FakeDriver:
+    """A driver's control API: answers as the real one does (docs/control-api.md)."""
+
+    url: str
+    state: str = "RUNNING"
+    reachable: bool = True
+    refuse: tuple[int, str] | None = None  # the answer to a savepoint trigger
+    job_info: JobInfo = field(default_factory=lambda: JobInfo(job="team.counts", epoch=3))
+    requests: dict[str, SavepointRequest] = field(default_factory=dict)
+
+    def _check(self) -> None:
+        if not self.reachable:
+            raise ControlUnreachable(f"cannot reach the control API at {self.url}: refused")
+
+    def ready(self) -> Readiness:
+        self._check()
+        return {"ready": self.state == "RUNNING", "state": self.state}
+
+    def job(self) -> JobInfo:
+        self._check()
+        return self.job_info
+
+    def trigger_savepoint(self, stop: bool = False, target: str | None = None) -> SavepointRequest:
+        self._check()
+        if self.refuse is not None:
+            raise ControlHTTPError(self.url + "/v1/savepoints", *self.refuse)
+        if stop and any(r["stop"] for r in self.requests.values()):
+            raise ControlHTTPError(
+                self.url + "/v1/savepoints", 409, "a stop-with-savepoint is already in progress"
+            )
+        request = SavepointRequest(
+            id=f"req{len(self.requests) + 1}", status="PENDING", stop=stop, target=target
+        )
+        self.requests[request["id"]] = request
+        return request.copy()
+
+    def savepoint(self, request_id: str) -> SavepointRequest:
+        self._check()
+        if request_id not in self.requests:
+            raise ControlHTTPError(self.url, 404, f"no savepoint request with id {request_id!r}")
+        return self.requests[request_id].copy()
+
+    def savepoints(self) -> list[SavepointRequest]:
+        self._check()
+        return [r.copy() for r in self.requests.values()]
+
+    # ------------------------------------------------------------------ what the job does
+
+    def complete(self, request_id: str, location: str, epoch: int = 7) -> None:
+        write_savepoint(location, epoch)
+        request = self.requests[request_id]
+        request["status"], request["location"], request["epoch"] = "COMPLETED", location, epoch
+
+    def fail(self, request_id: str, error: str) -> None:
+        request = self.requests[request_id]
+        request["status"], request["error"] = "FAILED", error
+
+
+class FakeDrivers:
+    """``connect``: the fake driver at a URL; one that never answers if none listens there."""
+
+    def __init__(self) -> None:
+        self.by_url: dict[str, FakeDriver] = {}
+
+    def __call__(self, url: str) -> FakeDriver:
+        return self.by_url.get(url) or FakeDriver(url, reachable=False)
+
+    def start(self, ip: str) -> FakeDriver:
+        driver = FakeDriver(f"http://{ip}:8081")
+        self.by_url[driver.url] = driver
+        return driver
+
+
+Event = tuple[str, str, str]
+
+
+class Bed:
+    """A pipeline, the fakes around it, and the operator's loop: each :meth:`step` reads the
+    stored object afresh (as the kopf handlers do), observes, and reconciles once."""
+
+    def __init__(self, tmp_path: Path, **spec: Any) -> None:
+        self.root = tmp_path
+        base: dict[str, Any] = {
+            "image": "stator-runtime:1",
+            "entrypoint": "pipelines.counts:build",
+            "replicas": 2,
+            "maxParallelism": 64,
+            "checkpointing": {"storage": f"file://{tmp_path}/ck"},
+            "savepoints": {"directory": f"file://{tmp_path}/sp"},
+        }
+        base.update(spec)
+        self.kube = FakeKube(
+            {
+                "metadata": {"name": "counts", "namespace": "team", "uid": "u-1", "generation": 1},
+                "spec": base,
+                "status": {},
+            }
+        )
+        self.drivers = FakeDrivers()
+        self.events: list[Event] = []
+        self._ips = 0
+
+    # ------------------------------------------------------------------ the operator loop
+
+    def _pipeline(self) -> Pipeline:
+        """As the handlers build it, from the stored object read afresh."""
+
+        def event(etype: str, reason: str, message: str) -> None:
+            self.events.append((etype, reason, message))
+
+        return Pipeline.build(self.kube, copy.deepcopy(self.kube.pipeline), event, self.drivers)
+
+    def step(self) -> float:
+        return self._pipeline().reconcile()
+
+    def delete_step(self) -> float | None:
+        return self._pipeline().delete()
+
+    def until(self, done: Callable[[], bool], steps: int = 30) -> None:
+        for _ in range(steps):
+            if done():
+                return
+            self.step()
+        raise AssertionError(f"not reached in {steps} steps; status: {self.status}")
+
+    # ------------------------------------------------------------------ reading and editing
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return dict(self.kube.pipeline.get("status") or {})
+
+    @property
+    def op(self) -> Operation | None:
+        raw = self.status.get("operation")
+        return Operation.from_json(raw) if raw else None
+
+    def edit_spec(self, **fields: Any) -> None:
+        self.kube.pipeline["spec"] = {**self.kube.pipeline["spec"], **fields}
+
+    def edit_operation(self, **fields: Any) -> None:
+        """Change the stored operation (e.g. to date a step back)."""
+        self.kube.pipeline["status"]["operation"].update(fields)
+
+    def reasons(self) -> list[str]:
+        return [reason for _, reason, _ in self.events]
+
+    def driver_pod(self) -> str:
+        """The name of the newest driver pod."""
+        return list(self.kube.pods)[-1]
+
+    def start_driver(self, pod: str | None = None) -> FakeDriver:
+        """The kubelet runs the pod and the job in it reports RUNNING."""
+        pod = pod or self.driver_pod()
+        self._ips += 1
+        ip = f"10.0.0.{self._ips}"
+        self.kube.set_phase(pod, "Running", ip)
+        return self.drivers.start(ip)
+
+    def finish(self) -> FakeDriver:
+        """Run the flow in flight until it created its driver, start that, and run the flow
+        to its end."""
+        self.until(lambda: self.op is not None and self.op.step is Step.AWAIT_READY)
+        assert self.op is not None
+        driver = self.start_driver(f"counts-driver-{self.op.id}")
+        self.until(lambda: not self.op)
+        return driver
+
+    def deploy(self) -> FakeDriver:
+        """The first deployment, up to a running driver."""
+        driver = self.finish()
+        assert self.status["phase"] == "Running"
+        return driver

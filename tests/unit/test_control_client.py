@@ -1,0 +1,92 @@
+"""The control API client against a stand-in HTTP server that answers as the driver's does
+(docs/control-api.md): typed results, and the two failures callers tell apart."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from stator.control.client import ControlClient, ControlHTTPError, ControlUnreachable
+from stator.errors import StatorError
+from tests.testbed.procs import free_port
+
+REQUEST = {"id": "abc", "status": "PENDING", "stop": True, "target": None}
+ROUTES: dict[tuple[str, str], tuple[int, Any]] = {
+    ("GET", "/healthz"): (200, {"status": "ok"}),
+    ("GET", "/readyz"): (503, {"ready": False, "state": "RECOVERING"}),
+    ("GET", "/v1/job"): (200, {"job": "counts", "state": "RUNNING", "epoch": 4}),
+    ("GET", "/v1/checkpoints"): (200, {"latest": None, "retained": []}),
+    ("POST", "/v1/savepoints"): (202, REQUEST),
+    ("GET", "/v1/savepoints"): (200, {"savepoints": [REQUEST]}),
+    ("GET", "/v1/savepoints/abc"): (200, {**REQUEST, "status": "COMPLETED"}),
+    ("GET", "/v1/savepoints/nope"): (404, {"error": "no savepoint request with id 'nope'"}),
+}
+
+
+class Handler(BaseHTTPRequestHandler):
+    bodies: list[Any] = []  # noqa: RUF012 - shared by the test and the server thread
+
+    def _answer(self, method: str) -> None:
+        if method == "POST":
+            length = int(self.headers.get("Content-Length") or 0)
+            Handler.bodies.append(json.loads(self.rfile.read(length)))
+        status, body = ROUTES.get((method, self.path), (404, {"error": "no route"}))
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self._answer("GET")
+
+    def do_POST(self) -> None:
+        self._answer("POST")
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_every_endpoint(server: str) -> None:
+    client = ControlClient(server + "/")
+    assert client.health() is True
+    assert client.ready() == {"ready": False, "state": "RECOVERING"}, "503 is an answer"
+    assert client.job()["epoch"] == 4
+    assert client.checkpoints()["retained"] == []
+    assert client.trigger_savepoint(stop=True, target="s3://b/sp")["id"] == "abc"
+    assert client.trigger_savepoint()["id"] == "abc"
+    assert Handler.bodies[-2:] == [{"stop": True, "target": "s3://b/sp"}, {"stop": False}]
+    assert client.savepoint("abc")["status"] == "COMPLETED"
+    assert [s["id"] for s in client.savepoints()] == ["abc"]
+
+
+def test_errors_carry_the_status_and_the_servers_reason(server: str) -> None:
+    with pytest.raises(ControlHTTPError) as info:
+        ControlClient(server).savepoint("nope")
+    assert (info.value.status, info.value.error) == (404, "no savepoint request with id 'nope'")
+
+
+def test_nothing_listening_is_unreachable() -> None:
+    with pytest.raises(ControlUnreachable, match="cannot reach the control API"):
+        ControlClient(f"http://127.0.0.1:{free_port()}", timeout=2).job()
+
+
+def test_only_http_urls() -> None:
+    with pytest.raises(StatorError, match="must start with http:// or https://"):
+        ControlClient("driver:8081")

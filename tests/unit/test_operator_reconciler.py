@@ -1,0 +1,776 @@
+"""The operator's decisions, step by step, against in-memory Kubernetes and drivers
+(tests/unit/operator_fakes.py) and real ``file://`` storage: every kind of spec change, every
+step of every flow, and failure at each step. What is asserted is what the operator leaves
+behind: the status and operation it wrote, the objects it created, the events it emitted."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from stator.config import JobConfig
+from stator.storage import open_store
+from stator_operator.operation import Operation, OpKind, Step
+from stator_operator.spec import UpgradeMode, fingerprint
+from tests.unit.operator_fakes import Bed, FakeDriver
+from tests.unit.savepoints import write_savepoint
+
+LONG_AGO = "2000-01-01T00:00:00Z"
+
+
+def args_of(bed: Bed, pod: str | None = None) -> list[str]:
+    args: list[str] = bed.kube.pods[pod or bed.driver_pod()]["spec"]["containers"][0]["args"]
+    return args
+
+
+def restore_arg(bed: Bed, pod: str | None = None) -> str:
+    args = args_of(bed, pod)
+    return args[args.index("--restore") + 1]
+
+
+def job_yaml(bed: Bed) -> dict[str, Any]:
+    cfg: dict[str, Any] = yaml.safe_load(bed.kube.configs["counts-config"]["data"]["job.yaml"])
+    return cfg
+
+
+def conditions(bed: Bed) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in bed.status.get("conditions", [])}
+
+
+def is_savepoint(location: str) -> bool:
+    return open_store(location).exists("_savepoint.json")
+
+
+def stopped_with_savepoint(bed: Bed, driver: FakeDriver, location: str) -> None:
+    """Steps 1-2 of a flow: the driver is asked to stop with a savepoint and takes it."""
+    bed.step()
+    op = bed.op
+    assert op is not None and op.step is Step.AWAIT_SAVEPOINT
+    request = driver.requests[op.savepoint_request or ""]
+    assert request["stop"] is (op.kind is not OpKind.SAVEPOINT)
+    driver.complete(request["id"], location)
+    bed.step()
+
+
+# ---------------------------------------------------------------------- deploy
+
+
+def test_deploy_creates_the_objects_then_awaits_the_driver(tmp_path: Path) -> None:
+    bed = Bed(tmp_path)
+    assert bed.step() == 0.0
+    op = bed.op
+    assert op is not None and (op.kind, op.step, op.restore) == (
+        OpKind.DEPLOY,
+        Step.DEPLOY,
+        "latest",
+    )
+    assert bed.status["phase"] == "Deploying"
+    assert bed.status["operation"]["stepName"] == "deploy"
+
+    bed.step()  # step 4
+    assert {kind for kind, _ in bed.kube.objects} == {
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "Service",
+    }
+    pod = f"counts-driver-{op.id}"
+    assert list(bed.kube.pods) == [pod] and restore_arg(bed) == "latest"
+    cfg = job_yaml(bed)
+    assert (cfg["parallelism"], cfg["max_parallelism"]) == (2, 64)
+    assert cfg["savepoint"]["dir"] == f"file://{tmp_path}/sp"
+    assert bed.op is not None and bed.op.step is Step.AWAIT_READY
+    assert "DriverCreated" in bed.reasons()
+
+    assert bed.step() > 0  # step 5: the pod is still pending
+    assert bed.op is not None and bed.op.step is Step.AWAIT_READY
+    bed.start_driver(pod)
+    bed.step()
+    s = bed.status
+    assert "operation" not in s and s["phase"] == "Running"
+    assert s["lastReconciledSpec"] == s["lastStableSpec"] == bed.kube.pipeline["spec"]
+    assert s["deployment"]["id"] == op.id and s["deployment"]["restoredFrom"] == "latest"
+    assert s["deployment"]["driverPod"] == pod
+    assert (s["replicas"], s["observedGeneration"]) == (2, 1)
+    assert conditions(bed)["Ready"] == ("True", "DriverReady")
+    assert bed.reasons() == ["DeployStep", "DriverCreated", "DeployStep", "DeployCompleted"]
+
+
+def test_defaults_are_the_runtimes_and_not_passed_on(tmp_path: Path) -> None:
+    bed = Bed(tmp_path)
+    bed.edit_spec(replicas=None, maxParallelism=None)
+    bed.kube.pipeline["spec"] = {k: v for k, v in bed.kube.pipeline["spec"].items() if v}
+    bed.deploy()
+    cfg = job_yaml(bed)
+    assert "parallelism" not in cfg and "max_parallelism" not in cfg
+    assert bed.status["replicas"] == JobConfig().parallelism
+    bed.edit_spec(replicas=JobConfig().parallelism)  # the default, now explicit: no rescale
+    bed.step()
+    assert bed.op is None and "SpecChanged" not in bed.reasons()
+
+
+def test_deploy_from_a_readable_initial_savepoint(tmp_path: Path) -> None:
+    initial = f"file://{tmp_path}/old/savepoint-1"
+    write_savepoint(initial)
+    bed = Bed(tmp_path, restore={"initialSavepoint": initial})
+    bed.deploy()
+    assert restore_arg(bed) == initial and bed.status["deployment"]["restoredFrom"] == initial
+
+
+def test_an_unreadable_initial_savepoint_deploys_nothing(tmp_path: Path) -> None:
+    missing = f"file://{tmp_path}/nothing-here"
+    bed = Bed(tmp_path, restore={"initialSavepoint": missing})
+    bed.step()
+    bed.step()
+    assert not bed.kube.pods and bed.op is None
+    assert bed.status["phase"] == "Failed"
+    assert conditions(bed)["SpecValid"] == ("False", "UnreadableSavepoint")
+    assert bed.status["lastError"].startswith("spec.restore.initialSavepoint: ")
+    assert missing in bed.status["lastError"]
+    assert bed.reasons() == ["InvalidSpec"], "one event per new message"
+    write_savepoint(missing)  # now it is there
+    bed.step()
+    assert conditions(bed)["SpecValid"] == ("True", "Valid") and "lastError" not in bed.status
+    assert bed.op is not None and bed.op.restore == missing
+
+
+def test_an_invalid_spec_is_reported_before_anything_runs(tmp_path: Path) -> None:
+    bed = Bed(tmp_path, config={"epoch.max_recods": "10"})
+    bed.step()
+    assert not bed.kube.pods and bed.op is None and bed.status["phase"] == "Failed"
+    assert "unknown config key 'epoch.max_recods'" in bed.status["lastError"]
+    assert conditions(bed)["SpecValid"] == ("False", "InvalidSpec")
+    bed.edit_spec(config={"epoch.max_records": "10"})
+    bed.deploy()
+    assert conditions(bed)["SpecValid"] == ("True", "Valid")
+
+
+def test_an_invalid_change_keeps_the_running_job(tmp_path: Path) -> None:
+    bed = Bed(tmp_path)
+    bed.deploy()
+    bed.edit_spec(config={"parallelism": "9"})
+    bed.step()
+    assert bed.op is None and bed.status["phase"] == "Running", "the last good spec runs on"
+    assert "spec.config.parallelism is set by the operator" in bed.status["lastError"]
+    assert len(bed.kube.pods) == 1 and not bed.kube.deleted
+
+
+# ---------------------------------------------------------------------- watching a driver
+
+
+def test_the_running_driver_is_mirrored_into_status(tmp_path: Path) -> None:
+    bed = Bed(tmp_path)
+    driver = bed.deploy()
+    driver.job_info = {
+        "epoch": 12,
+        "state": "RUNNING",
+        "parallelism": {"count": 2},
+        "latest_checkpoint": {
+            "id": 5,
+            "epoch": 11,
+            "created_ms": 1_700_000_000_000,
+            "state_bytes": 1000,
+            "incremental_bytes": 100,
+            "duration_ms": 3,
+            "incremental": True,
+        },
+        "last_error": "a task failed once",
+    }
+    assert bed.step() > 0
+    s = bed.status
+    assert (s["epoch"], s["jobState"], s["parallelism"]) == (12, "RUNNING", {"count": 2})
+    assert s["latestCheckpoint"] == {
+        "id": 5,
+        "epoch": 11,
+        "time": "2023-11-14T22:13:20Z",
+        "stateBytes": 1000,
+        "incrementalBytes": 100,
+    }
+    assert s["lastError"] == "a task failed once"
+    patches = len(bed.kube.patches)
+    bed.step()
+    assert len(bed.kube.patches) == patches, "nothing new, nothing written"
+
+
+def test_a_bounded_job_that_ends_is_finished(tmp_path: Path) -> None:
+    bed = Bed(tmp_path)
+    bed.deploy()
+    bed.kube.set_phase(bed.driver_pod(), "Succeeded")
+    bed.step()
+    bed.step()
+    assert bed.status["phase"] == "Finished" and bed.op is None
+    assert bed.reasons().count("Finished") == 1
+
+
+@pytest.mark.parametrize("how", ["failed", "vanished"])
+def test_a_failed_driver_restarts_from_the_latest_checkpoint_after_a_backoff(
+    tmp_path: Path, how: str
+) -> None:
+    bed = Bed(tmp_path)
+    bed.deploy()
+    first = bed.driver_pod()
+    if how == "failed":
+        bed.kube.set_phase(first, "Failed", exit_code=137)
+    else:
+        del bed.kube.pods[first]
+    bed.step()
+    op = bed.op
+    assert op is not None and (op.kind, op.step, op.restore) == (
+        OpKind.RESTART,
+        Step.REMOVE_DRIVER,
+        "latest",
+    )
+    reason = "driver pod Failed (exit 137)" if how == "failed" else "driver pod gone (exit None)"
+    assert bed.status["lastError"] == reason
+    assert (bed.status["restarts"], bed.status["phase"]) == (1, "Restarting")
+    assert ("Warning", "DriverFailed", f"{reason}; restart 1 of 10") in bed.events
+    assert op.not_before is not None and op.not_before > time.time()
+    assert bed.step() > 0 and not bed.kube.deleted, "waits out the backoff"
+    bed.edit_operation(notBefore=0)
+    bed.finish()
+    assert restore_arg(bed) == "latest" and bed.status["phase"] == "Running"
+    assert bed.status["deployment"]["restoredFrom"] == "latest"
+    assert "RestartCompleted" in bed.reasons()
+
+
+def test_restarts_exhausted_fail_the_pipeline(tmp_path: Path) -> None:
+    bed = Bed(tmp_path, failover={"maxRestarts": 1})
+    bed.deploy()
+    bed.kube.set_phase(bed.driver_pod(), "Failed", exit_code=1)
+    bed.step()
+    bed.edit_operation(notBefore=0)
+    bed.until(lambda: bed.op is not None and bed.op.step is Step.AWAIT_READY)
+    bed.kube.set_phase(bed.driver_pod(), "Failed", exit_code=1)  # fails again, never ready
+    bed.step()
+    s = bed.status
+    assert (s["phase"], s["restarts"], "operation" in s) == ("Failed", 2, False)
+    assert conditions(bed)["Ready"] == ("False", "RestartsExhausted")
+    assert bed.reasons()[-1] == "Failed"
+    events = len(bed.events)
+    for _ in range(3):
+        bed.step()
+    assert len(bed.events) == events and bed.status["restarts"] == 2, "given up: stays so"
+    bed.edit_spec(image="stator-runtime:2")  # a new spec is tried
+    bed.step()
+    assert bed.op is not None and bed.op.kind is OpKind.UPGRADE
+
+
+def test_a_first_deployment_that_never_gets_ready_restarts(tmp_path: Path) -> None:
+    bed = Bed(tmp_path)
+    bed.until(lambda: bed.op is not None and bed.op.step is Step.AWAIT_READY)
+    bed.edit_operation(stepStartedAt=LONG_AGO)
+    bed.step()
+    op = bed.op
+    assert op is not None and op.kind is OpKind.RESTART
+    assert bed.status["lastError"] == "driver not ready within 300s"
+
+
+# ---------------------------------------------------------------------- spec changes
+
+
+def test_fields_with_their_own_flows_do_not_redeploy(tmp_path: Path) -> None:
+    bed = Bed(tmp_path)
+    bed.deploy()
+    bed.edit_spec(
+        deletion={"finalSavepoint": False},
+        savepoints={"directory": f"file://{tmp_path}/sp", "historyMaxCount": 3},
+        restore={"initialSavepoint": "file:///elsewhere"},
+        failover={"readinessTimeoutSeconds": 60},
+    )
+    bed.step()
+    assert bed.op is None and bed.status["phase"] == "Running"
+    assert "SpecChanged" not in bed.reasons() and not bed.kube.deleted
+
+
+def test_a_rescale_stops_with_a_savepoint_and_restores_it(tmp_path: Path) -> None:
+    bed = Bed(tmp_path)
+    driver = bed.deploy()
+    first = bed.driver_pod()
+    bed.edit_spec(replicas=4)
+    bed.step()
+    op = bed.op
+    assert op is not None
+    assert (op.kind, op.step, op.mode) == (OpKind.RESCALE, Step.SAVEPOINT, UpgradeMode.SAVEPOINT)
+    assert bed.status["phase"] == "Rescaling"
+    assert ("Normal", "SpecChanged", "rescale (savepoint): replicas") in bed.events
+
+    bed.step()  # 1 -> 2
+    op = bed.op
+    assert op is not None and op.step is Step.AWAIT_SAVEPOINT and op.savepoint_request == "req1"
+    assert driver.requests["req1"]["stop"] is True
+    assert bed.step() > 0 and bed.op is not None and bed.op.step is Step.AWAIT_SAVEPOINT
+
+    location = f"file://{tmp_path}/sp/team.counts/savepoint-0000000007-req1"
+    driver.complete("req1", location)
+    bed.step()  # 2 -> 3
+    op = bed.op
+    assert op is not None and (op.step, op.restore, op.savepoint) == (
+        Step.REMOVE_DRIVER,
+        location,
+        location,
+    )
+    history = bed.status["savepoints"]
+    assert [(h["path"], h["trigger"], h["epoch"]) for h in history] == [(location, "rescale", 7)]
+    assert conditions(bed)["SavepointSucceeded"] == ("True", "Completed")
+
+    assert bed.step() > 0 and bed.kube.deleted == [first]  # 3: asked to go, still there
+    bed.step()  # 3 -> 4: gone
+    assert bed.op is not None and bed.op.step is Step.DEPLOY and not bed.kube.pods
+    bed.finish()
+    assert restore_arg(bed) == location and job_yaml(bed)["parallelism"] == 4
+    s = bed.status
+    assert (s["phase"], s["replicas"], s["deployment"]["restoredFrom"]) == (
+        "Running",
+        4,
+        location,
+    )
+    assert conditions(bed)["UpgradeSucceeded"] == ("True", "Completed")
+    steps = [m for _, r, m in bed.events if r == "RescaleStep"]
+    assert steps == [
+        "rescale: step 1 (savepoint)",
+        "rescale: step 2 (await-savepoint)",
+        "rescale: step 3 (remove-driver)",
+        "rescale: step 4 (deploy)",
+        "rescale: step 5 (await-ready)",
+    ]
+    assert bed.reasons()[-1] == "RescaleCompleted"
+
+
+@pytest.mark.parametrize(
+    ("mode", "first_step", "restore"),
+    [
+        ("savepoint", Step.SAVEPOINT, None),
+        ("last-state", Step.REMOVE_DRIVER, "latest"),
+        ("stateless", Step.REMOVE_DRIVER, "none"),
+    ],
+)
+def test_an_upgrade_goes_by_its_upgrade_mode(
+    tmp_path: Path, mode: str, first_step: Step, restore: str | None
+) -> None:
+    bed = Bed(tmp_path, upgradeMode=mode)
+    driver = bed.deploy()
+    bed.edit_spec(image="stator-runtime:2")
+    bed.step()
+    op = bed.op
+    assert op is not None
+    assert (op.kind, op.step, op.mode, op.restore) == (
+        OpKind.UPGRADE,
+        first_step,
+        UpgradeMode(mode),
+        restore,
+    )
+    assert ("Normal", "SpecChanged", f"upgrade ({mode}): image") in bed.events
+    if mode == "savepoint":
+        restore = f"file://{tmp_path}/sp/team.counts/savepoint-0000000007-req1"
+        stopped_with_savepoint(bed, driver, restore)
+    else:
+        assert not driver.requests, "no savepoint is taken"
+    bed.finish()
+    assert restore_arg(bed) == restore
+    assert ("restore.force_empty=true" in args_of(bed)) is (mode == "stateless")
+    assert bed.kube.pods[bed.driver_pod()]["spec"]["containers"][0]["image"] == "stator-runtime:2"
+    assert bed.status["lastReconciledSpec"]["image"] == "stator-runtime:2"
+    assert bed.reasons()[-1] == "UpgradeCompleted"
+
+
+def test_a_failed_upgrade_rolls_back_and_is_not_retried(tmp_path: Path) -> None:
+    bed = Bed(tmp_path)
+    driver = bed.deploy()
+    stable = bed.status["lastStableSpec"]
+    bed.edit_spec(entrypoint="pipelines.counts:missing")
+    bed.step()
+    location = f"file://{tmp_path}/sp/team.counts/savepoint-0000000007-req1"
+    stopped_with_savepoint(bed, driver, location)
+    bed.until(lambda: bed.op is not None and bed.op.step is Step.AWAIT_READY)
+    bed.kube.set_phase(bed.driver_pod(), "Failed", exit_code=1)
+    bed.step()
+
+    op = bed.op
+    assert op is not None
+    assert (op.kind, op.step, op.restore) == (OpKind.ROLLBACK, Step.REMOVE_DRIVER, location)
+    assert op.target == stable
+    stored = bed.status["operation"]
+    assert "savepointRequest" not in stored and "mode" not in stored, "replaced whole"
+    s = bed.status
+    assert s["phase"] == "RollingBack" and s["lastError"] == "driver pod Failed"
+    assert s["failedSpec"] == fingerprint(bed.kube.pipeline["spec"])
+    assert conditions(bed)["UpgradeSucceeded"] == ("False", "RolledBack")
+    assert ("Warning", "UpgradeFailed", "driver pod Failed; rolling back") in bed.events
+
+    bed.finish()
+    assert restore_arg(bed) == location
+    assert args_of(bed)[2] == stable["entrypoint"]
+    s = bed.status
+    assert s["phase"] == "Running" and s["lastReconciledSpec"] == stable
+    assert s["lastError"] == "driver pod Failed", "a rollback keeps its cause in view"
+    assert bed.reasons()[-1] == "RollbackCompleted"
+
+    changes = bed.reasons().count("SpecChanged")
+    for _ in range(3):
+        bed.step()
+    assert bed.op is None and bed.reasons().count("SpecChanged") == changes, "not retried"
+    bed.edit_spec(entrypoint="pipelines.counts:build2")  # any new change is tried
+    bed.step()
+    assert bed.op is not None and bed.op.kind is OpKind.UPGRADE
+
+
+def test_an_upgrade_not_ready_in_time_rolls_back_to_the_latest_checkpoint(tmp_path: Path) -> None:
+    bed = Bed(tmp_path, upgradeMode="last-state")
+    bed.deploy()
+    bed.edit_spec(image="stator-runtime:2")
+    bed.until(lambda: bed.op is not None and bed.op.step is Step.AWAIT_READY)
+    bed.edit_operation(stepStartedAt=LONG_AGO)
+    bed.step()
+    op = bed.op
+    assert op is not None and (op.kind, op.restore) == (OpKind.ROLLBACK, "latest")
+    assert bed.status["lastError"] == "driver not ready within 300s"
+
+
+# ---------------------------------------------------------------------- savepoint failures
+
+
+def _at_savepoint_step(tmp_path: Path) -> tuple[Bed, FakeDriver]:
+    """A running pipeline whose rescale is at step 1."""
+    bed = Bed(tmp_path)
+    driver = bed.deploy()
+    bed.edit_spec(replicas=3)
+    bed.step()
+    return bed, driver
+
+
+def _fell_back(bed: Bed, reason: str) -> None:
+    op = bed.op
+    assert op is not None and (op.step, op.restore, op.savepoint) == (
+        Step.REMOVE_DRIVER,
+        "latest",
+        None,
+    )
+    assert conditions(bed)["SavepointSucceeded"] == ("False", "FellBackToCheckpoint")
+    message = f"{reason}; continuing from the latest completed checkpoint"
+    assert [m for _, r, m in bed.events if r == "SavepointFailed"] == [message]
+
+
+def test_an_unreachable_driver_falls_back_to_the_latest_checkpoint(tmp_path: Path) -> None:
+    bed, driver = _at_savepoint_step(tmp_path)
+    driver.reachable = False
+    bed.step()
+    _fell_back(
+        bed, f"the driver is unreachable: cannot reach the control API at {driver.url}: refused"
+    )
+    bed.finish()
+    assert restore_arg(bed) == "latest" and bed.status["replicas"] == 3
+
+
+def test_a_refused_savepoint_falls_back(tmp_path: Path) -> None:
+    bed, driver = _at_savepoint_step(tmp_path)
+    driver.refuse = (409, "the job has ended")
+    bed.step()
+    _fell_back(bed, "the driver refused the savepoint: the job has ended")
+
+
+def test_a_failed_savepoint_falls_back(tmp_path: Path) -> None:
+    bed, driver = _at_savepoint_step(tmp_path)
+    bed.step()
+    driver.fail("req1", "disk full")
+    bed.step()
+    _fell_back(bed, "savepoint failed: disk full")
+
+
+def test_a_savepoint_that_takes_too_long_falls_back(tmp_path: Path) -> None:
+    bed, _ = _at_savepoint_step(tmp_path)
+    bed.step()
+    bed.edit_operation(stepStartedAt=LONG_AGO)
+    bed.step()
+    _fell_back(bed, "savepoint still PENDING after 300s")
+
+
+def test_a_request_the_driver_does_not_know_falls_back(tmp_path: Path) -> None:
+    bed, driver = _at_savepoint_step(tmp_path)
+    bed.step()
+    driver.requests.clear()  # e.g. a driver restarted in between
+    bed.step()
+    _fell_back(bed, "savepoint failed: no savepoint request with id 'req1'")
+
+
+def test_a_driver_gone_before_answering_falls_back(tmp_path: Path) -> None:
+    bed, driver = _at_savepoint_step(tmp_path)
+    bed.step()
+    driver.reachable = False
+    assert bed.step() > 0, "it may only be busy: ask again"
+    bed.kube.set_phase(bed.driver_pod(), "Succeeded")
+    bed.step()
+    _fell_back(
+        bed, f"the driver is unreachable: cannot reach the control API at {driver.url}: refused"
+    )
+
+
+def test_a_driver_gone_after_its_savepoint_is_found_in_storage(tmp_path: Path) -> None:
+    bed, driver = _at_savepoint_step(tmp_path)
+    bed.step()
+    location = f"file://{tmp_path}/sp/team.counts/savepoint-0000000009-req1"
+    write_savepoint(location)  # the driver wrote it, stopped and lingered no longer
+    write_savepoint(f"file://{tmp_path}/sp/team.counts/savepoint-0000000003-other")
+    driver.reachable = False
+    bed.step()
+    op = bed.op
+    assert op is not None and (op.step, op.restore) == (Step.REMOVE_DRIVER, location)
+    assert bed.status["savepoints"][-1]["path"] == location
+
+
+def test_a_stop_requested_before_an_operator_restart_is_adopted(tmp_path: Path) -> None:
+    bed, driver = _at_savepoint_step(tmp_path)
+    driver.trigger_savepoint(stop=True)  # taken, but the operator died before recording it
+    bed.step()
+    op = bed.op
+    assert op is not None and (op.step, op.savepoint_request) == (Step.AWAIT_SAVEPOINT, "req1")
+    assert len(driver.requests) == 1
+
+
+# ---------------------------------------------------------------------- suspend, resume
+
+
+def test_suspend_stops_with_a_savepoint_and_resume_restores_it(tmp_path: Path) -> None:
+    bed = Bed(tmp_path)
+    driver = bed.deploy()
+    bed.edit_spec(state="suspended")
+    bed.step()
+    op = bed.op
+    assert op is not None and (op.kind, op.step) == (OpKind.SUSPEND, Step.SAVEPOINT)
+    assert bed.status["phase"] == "Suspending"
+    location = f"file://{tmp_path}/sp/team.counts/savepoint-0000000007-req1"
+    stopped_with_savepoint(bed, driver, location)
+    bed.until(lambda: bed.status["phase"] == "Suspended")
+    assert bed.op is None and not bed.kube.pods
+    assert bed.status["suspendedWith"] == location
+    assert ("Normal", "Suspended", f"suspended with {location}") in bed.events
+    assert bed.step() == 30.0 and not bed.kube.pods, "stays suspended"
+
+    bed.edit_spec(state="running")
+    bed.step()
+    op = bed.op
+    assert op is not None and (op.kind, op.step, op.restore) == (
+        OpKind.RESUME,
+        Step.DEPLOY,
+        location,
+    )
+    bed.finish()
+    assert restore_arg(bed) == location and bed.status["phase"] == "Running"
+    assert bed.reasons()[-1] == "ResumeCompleted"
+
+
+# ---------------------------------------------------------------------- savepoints alone
+
+
+def test_a_savepoint_on_demand_does_not_redeploy(tmp_path: Path) -> None:
+    bed = Bed(tmp_path)
+    driver = bed.deploy()
+    bed.edit_spec(savepoints={"directory": f"file://{tmp_path}/sp", "triggerNonce": 1})
+    bed.step()
+    op = bed.op
+    assert op is not None and (op.kind, op.step, op.nonce) == (OpKind.SAVEPOINT, Step.SAVEPOINT, 1)
+    assert bed.status["phase"] == "Running"
+    location = f"file://{tmp_path}/sp/team.counts/savepoint-0000000007-req1"
+    stopped_with_savepoint(bed, driver, location)
+    s = bed.status
+    assert "operation" not in s and (s["phase"], s["savepointNonce"]) == ("Running", 1)
+    assert [h["trigger"] for h in s["savepoints"]] == ["savepoint"]
+    assert not bed.kube.deleted and driver.requests["req1"]["stop"] is False
+    bed.step()
+    assert bed.op is None, "answered once"
+
+
+def test_a_failed_savepoint_on_demand_is_answered_and_not_retried(tmp_path: Path) -> None:
+    bed = Bed(tmp_path)
+    driver = bed.deploy()
+    driver.refuse = (400, "no")
+    bed.edit_spec(savepoints={"directory": f"file://{tmp_path}/sp", "triggerNonce": 5})
+    bed.step()
+    bed.step()
+    s = bed.status
+    assert "operation" not in s and s["savepointNonce"] == 5
+    assert s["lastError"] == "the driver refused the savepoint: no"
+    bed.step()
+    assert bed.op is None and len(bed.kube.patches) > 0
+
+
+def test_periodic_savepoints_keep_a_bounded_history(tmp_path: Path) -> None:
+    bed = Bed(tmp_path)
+    driver = bed.deploy()
+    bed.edit_spec(
+        savepoints={
+            "directory": f"file://{tmp_path}/sp",
+            "periodicSeconds": 60,
+            "historyMaxCount": 1,
+        }
+    )
+    bed.step()
+    assert bed.op is None, "not due: the deployment is fresh"
+    taken = []
+    for n in (1, 2):
+        bed.kube.pipeline["status"]["deployment"]["readyAt"] = LONG_AGO
+        bed.kube.pipeline["status"]["periodicSavepointAt"] = LONG_AGO
+        for h in bed.kube.pipeline["status"].get("savepoints", []):
+            h["time"] = LONG_AGO
+        bed.step()
+        op = bed.op
+        assert op is not None and (op.kind, op.trigger) == (OpKind.SAVEPOINT, "periodic")
+        taken.append(f"file://{tmp_path}/sp/team.counts/savepoint-000000000{n}-req{n}")
+        stopped_with_savepoint(bed, driver, taken[-1])
+    history = bed.status["savepoints"]
+    assert [(h["path"], h["trigger"]) for h in history] == [(taken[1], "periodic")]
+    assert not is_savepoint(taken[0]) and is_savepoint(taken[1]), "the pruned one is disposed"
+
+
+def test_savepoints_of_upgrades_are_pruned_but_left_to_their_owner(tmp_path: Path) -> None:
+    bed = Bed(tmp_path, savepoints={"directory": f"file://{tmp_path}/sp", "historyMaxCount": 1})
+    driver = bed.deploy()
+    bed.edit_spec(replicas=3)
+    bed.step()
+    rescale = f"file://{tmp_path}/sp/team.counts/savepoint-0000000007-req1"
+    stopped_with_savepoint(bed, driver, rescale)
+    driver = bed.finish()
+    bed.edit_spec(
+        savepoints={"directory": f"file://{tmp_path}/sp", "historyMaxCount": 1, "triggerNonce": 1}
+    )
+    bed.step()
+    stopped_with_savepoint(bed, driver, f"file://{tmp_path}/sp/team.counts/savepoint-8-req1")
+    assert [h["trigger"] for h in bed.status["savepoints"]] == ["savepoint"]
+    assert is_savepoint(rescale)
+
+
+# ---------------------------------------------------------------------- delete
+
+
+def test_delete_with_a_final_savepoint(tmp_path: Path) -> None:
+    bed = Bed(tmp_path)
+    driver = bed.deploy()
+    assert bed.delete_step() == 0.0
+    op = bed.op
+    assert op is not None and (op.kind, op.step) == (OpKind.DELETE, Step.SAVEPOINT)
+    assert bed.status["phase"] == "Deleting" and op.delete_started_at
+    bed.delete_step()
+    location = f"file://{tmp_path}/sp/team.counts/savepoint-0000000007-req1"
+    driver.complete("req1", location)
+    assert driver.requests["req1"]["stop"] is True
+    steps = 0
+    while bed.delete_step() is not None:
+        steps += 1
+        assert steps < 10
+    assert not bed.kube.pods and is_savepoint(location)
+    assert bed.status["savepoints"][-1]["trigger"] == "delete"
+    assert bed.reasons()[-1] == "Deleted"
+
+
+def test_delete_without_a_final_savepoint_and_disposing_the_history(tmp_path: Path) -> None:
+    kept = f"file://{tmp_path}/sp/team.counts/savepoint-0000000001-x"
+    write_savepoint(kept)
+    bed = Bed(
+        tmp_path,
+        deletion={"finalSavepoint": False},
+        savepoints={"directory": f"file://{tmp_path}/sp", "disposeOnDelete": True},
+    )
+    driver = bed.deploy()
+    bed.kube.pipeline["status"]["savepoints"] = [{"path": kept, "trigger": "savepoint"}]
+    bed.delete_step()
+    op = bed.op
+    assert op is not None and op.step is Step.REMOVE_DRIVER
+    while bed.delete_step() is not None:
+        pass
+    assert not driver.requests and not bed.kube.pods
+    assert not is_savepoint(kept)
+    assert bed.reasons()[-2:] == ["SavepointsDisposed", "Deleted"]
+
+
+def test_delete_never_waits_past_its_timeout(tmp_path: Path) -> None:
+    bed = Bed(tmp_path, deletion={"finalSavepoint": True, "timeoutSeconds": 10})
+    bed.deploy()
+    bed.delete_step()
+    bed.delete_step()  # the driver takes its time with the final savepoint
+    bed.edit_operation(deleteStartedAt=LONG_AGO)
+    assert bed.delete_step() is None
+    assert bed.kube.deleted, "the driver is removed regardless"
+    assert "DeleteTimedOut" in bed.reasons()
+
+
+def test_delete_of_a_pipeline_that_never_ran(tmp_path: Path) -> None:
+    bed = Bed(tmp_path, config={"epoch.max_recods": "1"})
+    bed.step()
+    bed.delete_step()
+    assert bed.op is not None and bed.op.step is Step.REMOVE_DRIVER
+    assert bed.delete_step() == 0.0
+    assert bed.delete_step() is None
+
+
+# ---------------------------------------------------------------------- the stored operation
+
+OLD_FORMAT = {
+    "kind": "rescale",
+    "startedAt": "2026-11-20T10:00:00Z",
+    "id": "ab12cd34",
+    "target": {"image": "stator-runtime:1", "replicas": 4},
+    "mode": "savepoint",
+    "step": 2,
+    "stepName": "await-savepoint",
+    "stepStartedAt": "2026-11-20T10:00:01Z",
+    "savepointRequest": "0123456789ab",
+}
+
+
+def test_an_operation_written_by_the_previous_operator_is_read() -> None:
+    op = Operation.from_json(OLD_FORMAT)
+    assert (op.kind, op.step, op.mode, op.savepoint_request, op.id) == (
+        OpKind.RESCALE,
+        Step.AWAIT_SAVEPOINT,
+        UpgradeMode.SAVEPOINT,
+        "0123456789ab",
+        "ab12cd34",
+    )
+    assert op.to_json() == OLD_FORMAT, "written back with the same keys"
+    restart = {
+        "kind": "restart",
+        "startedAt": "2026-11-20T10:00:00Z",
+        "id": "ff00ff00",
+        "target": {},
+        "restore": "latest",
+        "notBefore": 1795000000.5,
+        "step": 3,
+        "stepName": "remove-driver",
+        "stepStartedAt": "2026-11-20T10:00:00Z",
+    }
+    assert Operation.from_json(restart).not_before == 1795000000.5
+    assert Operation.from_json(restart).to_json() == restart
+    deleting = {
+        **restart,
+        "kind": "delete",
+        "deleteStartedAt": "2026-11-20T10:00:00Z",
+        "done": True,
+    }
+    assert Operation.from_json(deleting).done is True
+    patch = Operation.from_json(OLD_FORMAT).to_patch()
+    assert patch["notBefore"] is None and patch["savepointRequest"] == "0123456789ab"
+    assert json.loads(json.dumps(patch)) == patch
+
+
+def test_an_operator_upgraded_mid_flow_finishes_the_flow(tmp_path: Path) -> None:
+    bed = Bed(tmp_path)
+    driver = bed.deploy()
+    bed.edit_spec(replicas=4)
+    driver.trigger_savepoint(stop=True)
+    old = {
+        **OLD_FORMAT,
+        "target": bed.kube.pipeline["spec"],
+        "savepointRequest": "req1",
+        "stepStartedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    bed.kube.pipeline["status"].update(operation=old, phase="Rescaling")
+    location = f"file://{tmp_path}/sp/team.counts/savepoint-0000000007-req1"
+    driver.complete("req1", location)
+    bed.finish()
+    s = bed.status
+    assert (s["replicas"], s["deployment"]["id"]) == (4, "ab12cd34")
+    assert s["deployment"]["restoredFrom"] == location
