@@ -19,7 +19,7 @@ from typing import Any
 from stator import Pipeline
 from stator.cluster.session import create_session
 from stator.config import SparkConfig, load_config
-from stator.execution.driver import EpochResult, JobDriver
+from stator.driver.epoch_loop import EpochResult, JobDriver
 from stator.sinks.base import Sink, SinkWriter
 from stator.sources import GeneratorSource, KeyedEvents, SweepEvents
 

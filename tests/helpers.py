@@ -6,8 +6,8 @@ from typing import Any
 
 from stator.api.pipeline import Pipeline
 from stator.config import JobConfig, build
-from stator.execution.driver import EpochResult, JobDriver
-from stator.execution.status import JobStatus
+from stator.driver.epoch_loop import EpochResult, JobDriver
+from stator.driver.status import JobStatus
 
 
 def with_overrides(config: JobConfig, **sections: dict[str, Any] | Any) -> JobConfig:

@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     from .config import load_config  # noqa: PLC0415
     from .control.server import serving  # noqa: PLC0415 - aiohttp only when running a job
-    from .execution.driver import JobDriver  # noqa: PLC0415
+    from .driver.epoch_loop import JobDriver  # noqa: PLC0415
     from .loader import load_pipeline  # noqa: PLC0415
 
     config = load_config(args.config, args.set)

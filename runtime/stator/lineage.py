@@ -119,7 +119,7 @@ def check_restorable(uri: str, s3: S3Options | None = None) -> None:
     """Raise a StatorError saying why ``uri`` (a savepoint or a chk-N directory) cannot be
     restored from; reads, never writes."""
     # Imported here: the restore planner may come to use this module itself.
-    from .execution.restore import load_target  # noqa: PLC0415
+    from .driver.restore import load_target  # noqa: PLC0415
 
     load_target(uri, s3 or S3Options())
 

@@ -15,7 +15,7 @@ import pytest
 from stator import Pipeline
 from stator.config import JobConfig
 from stator.control.server import serving
-from stator.execution.driver import JobDriver
+from stator.driver.epoch_loop import JobDriver
 from stator.savepoint.metadata import SavepointMetadata
 from stator.sinks import CollectSink
 from stator.sources import GeneratorSource, KeyedEvents

@@ -10,7 +10,7 @@ from stator import Pipeline
 from stator.checkpoint.coordinator import CheckpointCoordinator
 from stator.checkpoint.metadata import CheckpointMetadata
 from stator.config import JobConfig
-from stator.execution.driver import EpochResult, JobDriver
+from stator.driver.epoch_loop import EpochResult, JobDriver
 from stator.sinks import CollectSink
 from stator.sources import GeneratorSource, SweepEvents
 from stator.storage import S3Options, open_store

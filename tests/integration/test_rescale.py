@@ -12,8 +12,8 @@ import pytest
 
 from stator import BoundedOutOfOrderness, Pipeline
 from stator.config import JobConfig
+from stator.driver.epoch_loop import JobDriver
 from stator.errors import ConfigError
-from stator.execution.driver import JobDriver
 from stator.sinks import FileSink, read_committed
 from stator.sources import GeneratorSource, KeyedEvents
 from stator.windows import Count, Tumbling

@@ -12,8 +12,8 @@ import pytest
 from stator import INT64, JSON, Context, KeyedProcessFunction, Pipeline, RuntimeContext
 from stator import ValueStateDescriptor as Value
 from stator.config import JobConfig
+from stator.driver.epoch_loop import JobDriver
 from stator.errors import ConfigError, JobFailed
-from stator.execution.driver import JobDriver
 from stator.sinks import CollectSink
 from stator.sources import list_source
 from tests.helpers import stop_with_savepoint_after, with_overrides

@@ -13,14 +13,14 @@ import pytest
 from stator.api.pipeline import SinkNode
 from stator.checkpoint.coordinator import CheckpointCoordinator
 from stator.checkpoint.metadata import SubtaskSnapshot
-from stator.errors import SinkCommitError, StorageError
-from stator.execution.completion import (
+from stator.driver.completion import (
     CheckpointRequest,
     PendingOutput,
     commit_completed,
     complete_checkpoint,
 )
-from stator.execution.reports import SinkReport, StateReport
+from stator.epoch.reports import SinkReport, StateReport
+from stator.errors import SinkCommitError, StorageError
 from stator.sinks.base import Sink, SinkWriter
 from stator.storage import FileStore
 

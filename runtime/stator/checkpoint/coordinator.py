@@ -16,7 +16,7 @@ Completing checkpoint N, step by step, with what a failure at each step leaves b
 2. Write ``chk-N/_metadata``, one atomic object. A failure here aborts N as in step 1. A crash
    of the driver before this step leaves files without metadata: :meth:`recover` deletes them.
 3. Register N's shared files in the registry and append N to the retained list (memory only).
-4. Sinks commit the epochs N covers (the caller, ``execution/completion.py``; idempotent;
+4. Sinks commit the epochs N covers (the caller, ``driver/completion.py``; idempotent;
    N's metadata lists them, so a crash or a failed commit here is repaired by committing
    again when N is restored).
 5. Subsume checkpoints beyond ``retained``: delete an old checkpoint's metadata *first* (it

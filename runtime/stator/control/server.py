@@ -19,8 +19,8 @@ from aiohttp import web
 
 from ..checkpoint.metadata import CheckpointMetadata
 from ..config import ControlConfig
-from ..execution.savepoints import SavepointConflict, SavepointRequest
-from ..execution.status import JobState
+from ..driver.savepoints import SavepointConflict, SavepointRequest
+from ..driver.status import JobState
 from .metrics import render_metrics
 from .view import JobView
 

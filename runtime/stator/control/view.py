@@ -7,9 +7,9 @@ from typing import Protocol
 
 from ..api.pipeline import Pipeline
 from ..checkpoint.metadata import CheckpointMetadata
-from ..execution.parallelism import Parallelism
-from ..execution.savepoints import SavepointRequest, SavepointRequests
-from ..execution.status import CheckpointHistory, JobStatus
+from ..driver.parallelism import Parallelism
+from ..driver.savepoints import SavepointRequest, SavepointRequests
+from ..driver.status import CheckpointHistory, JobStatus
 from ..storage import ObjectStore
 
 

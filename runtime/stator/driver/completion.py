@@ -31,8 +31,8 @@ from ..checkpoint.metadata import (
     PendingCommit,
     SubtaskSnapshot,
 )
+from ..epoch.reports import SinkReport, StateReport
 from ..errors import SinkCommitError, StatorError
-from .reports import SinkReport, StateReport
 
 log = logging.getLogger("stator.checkpoint")
 

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 from ..checkpoint.coordinator import load_checkpoint
 from ..checkpoint.metadata import CheckpointMetadata
+from ..epoch.spec import RestoreTask
 from ..errors import CheckpointNotFoundError, ConfigError, StorageError
 from ..savepoint.metadata import METADATA_NAME as SAVEPOINT_METADATA
 from ..savepoint.metadata import SavepointMetadata
 from ..storage import ObjectStore, S3Options, open_store
-from .spec import RestoreTask
 
 Snapshot = CheckpointMetadata | SavepointMetadata
 

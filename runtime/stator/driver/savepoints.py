@@ -26,12 +26,12 @@ from typing import Any, Protocol
 
 from ..api.time import MAX_TIMESTAMP
 from ..checkpoint.coordinator import now_ms
+from ..epoch.reports import StateReport
+from ..epoch.spec import SavepointTask
 from ..errors import StatorError
 from ..savepoint.metadata import METADATA_NAME, OperatorSavepoint, SavepointMetadata
 from ..storage import S3Options, open_store
 from .parallelism import Parallelism
-from .reports import StateReport
-from .spec import SavepointTask
 
 log = logging.getLogger("stator.savepoint")
 

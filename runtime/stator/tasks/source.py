@@ -9,9 +9,9 @@ from typing import Any
 
 from ..api.pipeline import SourceNode
 from ..api.time import MAX_TIMESTAMP, MIN_TIMESTAMP
-from .reports import Report, SplitReport
+from ..epoch.reports import Report, SplitReport
+from ..epoch.spec import EpochSpec
 from .routing import Batch, Router, Shuffled
-from .spec import EpochSpec
 
 
 def part_name(*parts: object) -> str:

@@ -18,16 +18,16 @@ from typing import Any
 
 from ..api.pipeline import KeyedNode, ProcessNode, ReduceNode
 from ..api.time import MIN_TIMESTAMP
+from ..epoch.reports import Report, SavepointPart, StateReport
+from ..epoch.spec import EpochSpec
 from ..errors import StateCompatibilityError
 from ..keygroups import range_for_subtask
 from ..savepoint.transfer import export_key_groups, state_catalog
 from ..state.backend import KeyedBackend
-from .keyed import ProcessRunner, ReduceRunner
 from .local_state import open_state, take_snapshot
-from .reports import Report, SavepointPart, StateReport
+from .operators import ProcessRunner, ReduceRunner
 from .routing import Header, Router, Shuffled
-from .source_task import part_name
-from .spec import EpochSpec
+from .source import part_name
 
 
 def keyed_task(

@@ -11,10 +11,10 @@ import functools
 from typing import Any
 
 from ..api.pipeline import KeyedNode, Pipeline, SinkNode, SourceNode
-from .keyed_task import keyed_task
-from .reports import Report
-from .source_task import drain, source_task
-from .spec import EpochSpec
+from ..epoch.reports import Report
+from ..epoch.spec import EpochSpec
+from ..tasks.keyed import keyed_task
+from ..tasks.source import drain, source_task
 
 
 def run_epoch_job(spark: Any, spec: EpochSpec, description: str) -> list[Report]:

@@ -34,8 +34,8 @@ from ..checkpoint.metadata import CheckpointMetadata
 from ..config import JobConfig
 from ..errors import ConfigError, JobFailed, PipelineError
 from ..storage import ObjectStore
+from ..tasks.local_state import RESTORE_ERROR_MARKER
 from .completion import PendingOutput
-from .local_state import RESTORE_ERROR_MARKER
 from .parallelism import Parallelism
 from .planning import EpochPlanner
 from .restart import RestartStrategy

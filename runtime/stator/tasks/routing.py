@@ -13,10 +13,10 @@ from collections import Counter
 from typing import Any
 
 from ..api.pipeline import KeyedNode, Pipeline, ReduceNode, SinkNode, TransformNode, _add, _one
+from ..epoch.reports import SinkReport
 from ..keygroups import encode_key, stable_hash
 from ..sinks.base import SinkWriter
 from ..state.layout import HEADER, MAX_KEY_BYTES
-from .reports import SinkReport
 
 Batch = tuple[list[Any], list[Any]]  # (values, timestamps)
 Columns = tuple[list[bytes], list[Any], list[Any]]  # (kkeys, values, timestamps)

@@ -13,8 +13,8 @@ from ..api.pipeline import SourceNode
 from ..api.time import MIN_TIMESTAMP
 from ..checkpoint.coordinator import now_ms
 from ..config import CheckpointConfig, EpochConfig
+from ..epoch.reports import SplitReport
 from ..sources.base import SplitRange, SplitState
-from .reports import SplitReport
 
 Plan = dict[str, list[SplitRange]]  # source uid -> ranges, in split order
 

@@ -21,11 +21,11 @@ from typing import Any
 from ..api.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 from ..checkpoint.metadata import SubtaskSnapshot
 from ..checkpoint.transfer import download_snapshot, upload_snapshot
+from ..epoch.spec import EpochSpec, RestoreTask
 from ..errors import StateMismatchError, StatorError
 from ..keygroups import KeyGroupRange
 from ..savepoint.transfer import database_entries, import_entries, savepoint_entries, state_catalog
 from ..state.backend import KeyedBackend
-from .spec import EpochSpec, RestoreTask
 
 RESTORE_ERROR_MARKER = "StatorRestoreError"
 

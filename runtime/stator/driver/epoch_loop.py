@@ -29,6 +29,8 @@ from ..api.pipeline import Pipeline, SinkNode, SourceNode
 from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.metadata import CheckpointMetadata, RemoteFile
 from ..config import JobConfig
+from ..epoch.reports import Report, SinkReport, SplitReport, StateReport
+from ..epoch.spec import CheckpointTask, EpochSpec, SavepointTask
 from ..storage import ObjectStore, open_store
 from .completion import (
     CheckpointRequest,
@@ -39,11 +41,9 @@ from .completion import (
 from .parallelism import Parallelism, resolve_parallelism
 from .planning import CheckpointSchedule, EpochPlanner, Plan
 from .recovery import Recovery
-from .reports import Report, SinkReport, SplitReport, StateReport
 from .restore import restore_task
 from .savepoints import SavepointEpoch, SavepointRequest, SavepointRequests, take_savepoint
 from .sparkjob import run_epoch_job
-from .spec import CheckpointTask, EpochSpec, SavepointTask
 from .status import CheckpointHistory, JobState, JobStatus
 
 log = logging.getLogger("stator.driver")
