@@ -2,6 +2,7 @@
 # Spark's Kubernetes backend starts executor pods with the single argument "executor" and
 # passes everything else in the environment. Anything else is run as given (e.g. the driver:
 # `stator run module:function`). Arguments are passed as an array, never through a shell string.
+# The main class is Spark 4's Kubernetes backend: CoarseGrainedExecutorBackend rejects --podName.
 set -euo pipefail
 
 if [ "${1:-}" = "executor" ]; then
@@ -12,7 +13,7 @@ if [ "${1:-}" = "executor" ]; then
     "${java_opts[@]}" \
     -Xms"${SPARK_EXECUTOR_MEMORY:-1g}" -Xmx"${SPARK_EXECUTOR_MEMORY:-1g}" \
     -cp "${SPARK_HOME}/jars/*:${SPARK_EXTRA_CLASSPATH:-}" \
-    org.apache.spark.executor.CoarseGrainedExecutorBackend \
+    org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend \
     --driver-url "${SPARK_DRIVER_URL}" \
     --executor-id "${SPARK_EXECUTOR_ID}" \
     --cores "${SPARK_EXECUTOR_CORES:-1}" \

@@ -2,12 +2,16 @@
 
 It registers Node objects with capacity and a Ready condition and keeps their leases fresh,
 lets the real scheduler bind pods, and runs each bound pod's first container as a process:
-its command and args with ``$(VAR)`` expanded (without a command, the image's entrypoint is
-taken to pass its arguments through, as images/runtime's does), its env (values, Secret and
-ConfigMap keys, pod fields), volumes mapped to per-node (hostPath, PVC) or per-pod (emptyDir)
-directories and mount paths rewritten to them. Every pod gets its own loopback address as pod
-IP. Phases and exit codes are reported in the pod status; deleted pods are stopped with SIGTERM
-and then SIGKILL; a "lost" node kills all its processes and stops heartbeating.
+its command and args with ``$(VAR)`` expanded (without a command, through the runtime image's
+entrypoint, images/runtime/entrypoint.sh, with the local Java and PySpark as ``JAVA_HOME`` and
+``SPARK_HOME``: so a Spark executor pod, which has only ``args: [executor]``, starts a real
+executor), its env (values, Secret and ConfigMap keys, pod fields) plus
+``KUBERNETES_SERVICE_HOST/PORT``, volumes mapped to per-node (hostPath, PVC) or per-pod
+(emptyDir, ConfigMap, Secret, projected service-account token/CA/namespace) directories and
+mount paths rewritten to them. Every pod gets its own loopback address as pod IP. Phases and
+exit codes are reported in the pod status; a pod whose process cannot start is ``Failed`` with
+the reason (the agent goes on with the other pods); deleted pods are stopped with SIGTERM and
+then SIGKILL; a "lost" node kills all its processes and stops heartbeating.
 """
 
 from __future__ import annotations
@@ -27,10 +31,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
+import pyspark
 from kubernetes import client, config
 
 log = logging.getLogger("testbed.nodeagent")
+ENTRYPOINT = Path(__file__).resolve().parents[2] / "images" / "runtime" / "entrypoint.sh"
 _VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
 
@@ -281,6 +288,12 @@ class NodeAgent:
                 for k, v in (secret.data or {}).items():
                     (path / k).write_bytes(base64.b64decode(v))
                 local[vol.name] = path
+            elif vol.projected is not None:
+                path = pod_dir / "volumes" / vol.name
+                path.mkdir(parents=True, exist_ok=True)
+                for name, data in self._projected(pod, vol.projected.sources or []).items():
+                    (path / name).write_bytes(data)
+                local[vol.name] = path
             else:  # emptyDir and anything else: a per-pod directory
                 local[vol.name] = pod_dir / "volumes" / vol.name
         mounts = {}
@@ -290,6 +303,43 @@ class NodeAgent:
                 path.mkdir(parents=True, exist_ok=True)
                 mounts[m.mount_path.rstrip("/")] = str(path)
         return mounts
+
+    def _projected(self, pod: Any, sources: list[Any]) -> dict[str, bytes]:
+        """A projected volume's files, as the kubelet writes them: a bound service-account
+        token (TokenRequest), ConfigMap and Secret keys, downward-API fields."""
+        ns, files = pod.metadata.namespace, {}
+        for src in sources:
+            if src.service_account_token is not None:
+                sat = src.service_account_token
+                request = {
+                    "spec": {
+                        "audiences": [sat.audience] if sat.audience else None,
+                        "expirationSeconds": sat.expiration_seconds or 3600,
+                        "boundObjectRef": {
+                            "apiVersion": "v1",
+                            "kind": "Pod",
+                            "name": pod.metadata.name,
+                            "uid": pod.metadata.uid,
+                        },
+                    }
+                }
+                sa = pod.spec.service_account_name or "default"
+                token = self.api.create_namespaced_service_account_token(sa, ns, request)
+                files[sat.path] = token.status.token.encode()
+            elif src.config_map is not None:
+                cm = self.api.read_namespaced_config_map(src.config_map.name, ns)
+                data = {k: v.encode() for k, v in (cm.data or {}).items()}
+                files.update(_items(data, src.config_map.items))
+            elif src.secret is not None:
+                secret = self.api.read_namespaced_secret(src.secret.name, ns)
+                data = {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+                files.update(_items(data, src.secret.items))
+            elif src.downward_api is not None:
+                fields = {"metadata.namespace": ns, "metadata.name": pod.metadata.name}
+                for item in src.downward_api.items or []:
+                    if item.field_ref is not None:
+                        files[item.path] = fields.get(item.field_ref.field_path, "").encode()
+        return files
 
     def _start(self, pod: Any) -> None:
         key = f"{pod.metadata.namespace}/{pod.metadata.name}"
@@ -324,6 +374,8 @@ class NodeAgent:
         if not argv:
             self._status(pod, "Failed", exit_code=127, reason="no command in the pod spec")
             return
+        if not container.command:  # the image's ENTRYPOINT, as images/runtime sets it
+            argv = ["bash", str(ENTRYPOINT), *argv]
         path = os.pathsep.join(
             [*self.path_prefix, str(Path(sys.executable).parent), os.environ.get("PATH", "")]
         )
@@ -336,20 +388,37 @@ class NodeAgent:
             "STATOR_POD_IP": ip,
             "HOSTNAME": pod.metadata.name,
             "KUBERNETES_NODE_NAME": pod.spec.node_name,
+            **self._image_env(),
         }
         log_path = pod_dir / "container.log"
         with log_path.open("ab") as out:
-            proc = subprocess.Popen(
-                argv,
-                cwd=pod_dir,
-                env=full_env,
-                stdout=out,
-                stderr=out,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    cwd=pod_dir,
+                    env=full_env,
+                    stdout=out,
+                    stderr=out,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            except OSError as exc:  # as a kubelet reports a container that cannot start
+                self._status(pod, "Failed", exit_code=128, reason=f"StartError: {exc}")
+                return
         self.pods[key] = PodProcess(key, pod.metadata.uid, pod.spec.node_name, ip, proc, log_path)
         self._status(pod, "Running", ip=ip)
+
+    def _image_env(self) -> dict[str, str]:
+        """What the runtime image's environment provides, from this machine: the API server
+        as a pod sees it, and the Java and Spark the entrypoint runs."""
+        server = urlparse(self.api.api_client.configuration.host)
+        java = Path(shutil.which("java") or "/usr/bin/java").resolve()
+        return {
+            "KUBERNETES_SERVICE_HOST": server.hostname or "127.0.0.1",
+            "KUBERNETES_SERVICE_PORT": str(server.port or 443),
+            "SPARK_HOME": os.environ.get("SPARK_HOME", str(Path(pyspark.__file__).parent)),
+            "JAVA_HOME": os.environ.get("JAVA_HOME") or str(java.parent.parent),
+        }
 
     def _report_exit(self, pod: Any, running: PodProcess, code: int) -> None:
         running.reported = "Succeeded" if code == 0 else "Failed"
@@ -410,3 +479,10 @@ class NodeAgent:
     def pod_log(self, namespace: str, name: str) -> str:
         path = self.workdir / "pods" / namespace / name / "container.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _items(data: dict[str, bytes], items: list[Any] | None) -> dict[str, bytes]:
+    """ConfigMap/Secret keys as files: every key, or the listed ones under their paths."""
+    if not items:
+        return data
+    return {item.path: data[item.key] for item in items if item.key in data}
