@@ -16,6 +16,8 @@ from .spec import CONTROL_PORT, SpecError, get, savepoint_dir
 RUNTIME_UID = 185
 STATE_MOUNT = "/var/lib/stator"
 CONFIG_MOUNT = "/etc/stator"
+EXECUTOR_TEMPLATE = "executor-pod.yaml"
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 def owner(body: dict[str, Any]) -> dict[str, Any]:
@@ -110,7 +112,7 @@ def job_config(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any
             "strategy": get(spec, "failover", "restartStrategy", default="exponential-backoff"),
             "attempts": int(get(spec, "failover", "maxRestarts", default=10)),
         },
-        "spark": {"master": "local[*]", "conf": dict(spec.get("sparkConf") or {})},
+        "spark": _spark(spec, name),
         "savepoint": {"dir": savepoint_dir(spec)},
     }
     if "replicas" in spec:
@@ -126,6 +128,65 @@ def job_config(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any
             node = node.setdefault(part, {})
         node[parts[-1]] = yaml.safe_load(value)
     return cfg
+
+
+def _spark(spec: dict[str, Any], name: str) -> dict[str, Any]:
+    """Spark in the driver pod (``local[*]``), or executors as pods when ``spec.executor`` is
+    set: the settings known here; what only the running pod knows (API server, pod name
+    and IP, token) the driver derives itself (``stator.cluster.kubernetes``)."""
+    conf = dict(spec.get("sparkConf") or {})
+    executor = spec.get("executor")
+    if executor is None:
+        return {"master": "local[*]", "conf": conf}
+    cores = int(executor.get("cores", 1))
+    replicas = int(spec.get("replicas", JobConfig.parallelism))
+    instances = int(executor.get("instances", -(-replicas // cores)))
+    pods: dict[str, str] = {
+        "spark.executor.instances": str(instances),
+        "spark.executor.cores": str(cores),
+        "spark.executor.memory": str(executor.get("memory", "1g")),
+        "spark.kubernetes.container.image": spec["image"],
+        "spark.kubernetes.container.image.pullPolicy": spec.get("imagePullPolicy", "IfNotPresent"),
+        "spark.kubernetes.executor.podNamePrefix": name,  # pods NAME-exec-N
+        # Every executor before the first epoch, so keyed tasks spread over all of them.
+        "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+        "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s",
+    }
+    for key, value in labels(name, "executor").items():
+        pods[f"spark.kubernetes.executor.label.{key}"] = value
+    secret = get(spec, "checkpointing", "credentialsSecret")
+    if secret:  # executors read and write checkpoints and sink output too
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            pods[f"spark.kubernetes.executor.secretKeyRef.{key}"] = f"{secret}:{key}"
+    for item in executor.get("env") or []:
+        pods[f"spark.executorEnv.{item['name']}"] = str(item["value"])
+    return {"master": "kubernetes", "conf": {**pods, **conf}}
+
+
+def executor_pod_template() -> dict[str, Any]:
+    """The executor pods' template (spark.kubernetes.executor.podTemplateFile): non-root,
+    no privilege escalation, a read-only root filesystem with writable scratch space."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "spec": {
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": RUNTIME_UID,
+                "fsGroup": RUNTIME_UID,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "executor",
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+        },
+    }
 
 
 def check_job_config(spec: dict[str, Any], name: str, namespace: str) -> None:
@@ -144,7 +205,10 @@ def config_map(body: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta(body, f"{meta['name']}-config", "config"),
-        "data": {"job.yaml": yaml.safe_dump(cfg, sort_keys=True)},
+        "data": {
+            "job.yaml": yaml.safe_dump(cfg, sort_keys=True),
+            EXECUTOR_TEMPLATE: yaml.safe_dump(executor_pod_template(), sort_keys=True),
+        },
     }
 
 
@@ -175,6 +239,20 @@ def driver_pod(
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "HOME", "value": f"{STATE_MOUNT}/home"},
     ]
+    if spec.get("executor") is not None:  # what stator.cluster.kubernetes reads
+        env += [
+            {"name": "STATOR_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "STATOR_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {
+                "name": "STATOR_POD_NAMESPACE",
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+            },
+            {"name": "STATOR_SERVICE_ACCOUNT_DIR", "value": SERVICE_ACCOUNT_DIR},
+            {
+                "name": "STATOR_EXECUTOR_POD_TEMPLATE",
+                "value": f"{CONFIG_MOUNT}/{EXECUTOR_TEMPLATE}",
+            },
+        ]
     secret = get(spec, "checkpointing", "credentialsSecret")
     if secret:
         env += [

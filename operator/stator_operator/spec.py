@@ -153,11 +153,6 @@ def validate(spec: dict[str, Any]) -> None:
 # manifest that sets them is refused rather than silently run without them.
 _PLANNED: tuple[tuple[tuple[str, ...], str], ...] = (
     (
-        ("executor",),
-        "executors as pods are planned; today the job runs Spark in the driver pod "
-        "(size it with spec.driver.resources): remove spec.executor",
-    ),
-    (
         ("localRecovery",),
         "task-local recovery and node pinning are planned; today every restore reads the "
         "checkpoint from object storage: remove spec.localRecovery",

@@ -98,6 +98,8 @@ class RestartConfig:
 
 @dataclass(frozen=True)
 class SparkConfig:
+    # local[N], local-cluster[...], a Spark master URL, or "kubernetes": executors as pods,
+    # the driver being in a pod the operator created (cluster/kubernetes.py).
     master: str = "local[*]"
     # A local master gets this many task attempts (local[N] alone never retries a task).
     task_attempts: int = 4

@@ -361,7 +361,12 @@ class Space:
 
     def driver_pods(self, name: str) -> list[dict[str, Any]]:
         pods: list[dict[str, Any]] = self.kube.kubectl_json(
-            "get", "pods", "-n", self.name, "-l", f"stator.dev/pipeline={name}"
+            "get",
+            "pods",
+            "-n",
+            self.name,
+            "-l",
+            f"stator.dev/pipeline={name},stator.dev/component=driver",
         )["items"]
         return pods
 

@@ -98,7 +98,6 @@ def test_fingerprint_recognises_a_spec_but_not_its_flow_fields() -> None:
             "spec.driver.podTemplate.spec.hostNetwork: not allowed",
         ),
         # Accepted by the schema, not done yet: refused instead of silently ignored.
-        (changed(executor={"resources": {}}), "spec.executor: executors as pods are planned"),
         (
             changed(localRecovery={"enabled": True}),
             "spec.localRecovery: task-local recovery and node pinning are planned",

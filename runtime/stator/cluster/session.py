@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from ..config import SparkConfig
+from .kubernetes import MASTER, in_cluster_conf
 
 # Settings Stator needs whatever the user configures: a speculative duplicate of a keyed
 # task would open the same RocksDB twice; workers are reused across epochs.
@@ -34,6 +35,10 @@ def create_session(cfg: SparkConfig, app_name: str) -> Any:
     from pyspark.sql import SparkSession  # noqa: PLC0415 - starting a JVM is expensive
 
     master = effective_master(cfg)
+    cluster: dict[str, str] = {}
+    if master == MASTER:  # executors as pods, from inside the driver pod
+        cluster = in_cluster_conf(os.environ)
+        master = cluster.pop("spark.master")
     builder = SparkSession.builder.master(master).appName(app_name)
     builder = builder.config("spark.ui.enabled", str(cfg.ui).lower()).config(
         "spark.ui.showConsoleProgress", "false"
@@ -45,7 +50,7 @@ def create_session(cfg: SparkConfig, app_name: str) -> Any:
         )
     if master.startswith("local"):
         builder = builder.config("spark.task.maxFailures", str(cfg.task_attempts))
-    for key, value in cfg.conf.items():
+    for key, value in {**cluster, **cfg.conf}.items():
         builder = builder.config(key, value)
     for key, value in REQUIRED.items():
         builder = builder.config(key, value)

@@ -1,0 +1,48 @@
+"""Executors as pods: a StatefulPipeline with ``spec.executor`` runs Spark's Kubernetes
+backend in client mode from its driver pod; executor pods (run by the node agent through the
+runtime image's entrypoint) are owned by the driver pod, and the output is exact."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.e2e.conftest import Space
+from tests.e2e.test_operator import assert_exact, committed
+
+COUNT = 12_000
+
+
+def test_executor_pods_owned_by_the_driver_exact_output(space: Space) -> None:
+    name = "pods"
+    manifest = space.manifest(name, env={"COUNT": COUNT, "RATE": 1500})
+    env = {e["name"]: e["value"] for e in manifest["spec"]["driver"]["env"]}
+    manifest["spec"]["executor"] = {
+        "cores": 1,
+        "memory": "512m",
+        # The executors write sink output and checkpoints to the same S3 endpoint.
+        "env": [{"name": "AWS_ENDPOINT_URL_S3", "value": env["AWS_ENDPOINT_URL_S3"]}],
+    }
+    space.apply(manifest)
+    status = space.wait(
+        name,
+        "running with three checkpoints",
+        lambda s: (
+            s.get("phase") in ("Running", "Finished")
+            and s.get("latestCheckpoint", {}).get("id", 0) >= 3
+        ),
+        timeout=300,
+    )
+    assert status["replicas"] == 2
+    driver = space.driver_pods(name)[0]
+    executors: list[dict[str, Any]] = space.kube.kubectl_json(
+        "get", "pods", "-n", space.name, "-l", f"stator.dev/pipeline={name},spark-role=executor"
+    )["items"]
+    # replicas 2, one core each: two executor pods, each owned by the driver pod.
+    assert len(executors) == 2, [p["metadata"]["name"] for p in executors]
+    for pod in executors:
+        owners = pod["metadata"]["ownerReferences"]
+        assert [(o["kind"], o["name"]) for o in owners] == [("Pod", driver["metadata"]["name"])]
+        assert pod["metadata"]["labels"]["stator.dev/component"] == "executor"
+        assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=300)
+    assert_exact(committed(space, name), COUNT)
