@@ -33,7 +33,6 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="stator.dev")
     settings.posting.level = logging.INFO
     settings.watching.server_timeout = 120
-    settings.batching.worker_limit = 16
 
 
 def _pipeline(body: Any) -> Pipeline:

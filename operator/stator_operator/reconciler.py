@@ -12,7 +12,7 @@ from .flows import DriverFailed, Flows
 from .observer import Observation
 from .operation import OpKind, Step
 from .ports import EventSink, KubeApi
-from .resources import check_job_config
+from .resources import check_job_config, check_pod_security
 from .spec import SpecDiff, UpgradeMode, classify, fingerprint, get, upgrade_mode, validate
 from .status import StatusWriter, age_s, now, stamp_ms
 from .storage import SavepointStorage
@@ -239,6 +239,7 @@ class Reconciler:
         try:
             validate(p.spec)
             check_job_config(p.spec, p.name, p.namespace)
+            check_pod_security(p.spec, p.name, p.namespace)
         except ValueError as exc:
             self._spec_invalid("InvalidSpec", str(exc))
             return False

@@ -11,6 +11,7 @@ import yaml
 from stator.config import JobConfig, build
 from stator.errors import ConfigError
 
+from .podsecurity import pod_violations, template_violations
 from .spec import CONTROL_PORT, SpecError, get, savepoint_dir
 
 RUNTIME_UID = 185
@@ -187,6 +188,19 @@ def executor_pod_template() -> dict[str, Any]:
             ],
         },
     }
+
+
+def check_pod_security(spec: dict[str, Any], name: str, namespace: str) -> None:
+    """The driver pod this spec gives, user template merged, against the restricted Pod
+    Security Standard (podsecurity.py); every violation named with its field."""
+    where = "spec.driver.podTemplate"
+    template = get(spec, "driver", "podTemplate", default=None) or {}
+    problems = template_violations(template, where)
+    body = {"metadata": {"name": name, "namespace": namespace, "uid": "-"}}
+    problems += pod_violations(driver_pod(body, spec, "check", "none", False), where)
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise SpecError("; ".join(problems[:3]) + more)
 
 
 def check_job_config(spec: dict[str, Any], name: str, namespace: str) -> None:

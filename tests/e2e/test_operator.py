@@ -9,6 +9,7 @@ from typing import Any
 from stator.sinks import read_committed
 from stator.storage import S3Options
 from tests.e2e.conftest import Space
+from tests.hostile_specs import HOSTILE
 
 COUNT = 24_000
 
@@ -165,3 +166,55 @@ def test_misspelled_config_key_is_reported_before_anything_runs(space: Space) ->
         json.dumps({"spec": {"config": {"epoch.max_recods": None, "epoch.max_records": "3000"}}}),
     )
     space.wait(name, "deployed after the fix", lambda s: s.get("phase") == "Running")
+
+
+def test_hostile_pod_templates_and_plain_text_secrets_are_refused(space: Space) -> None:
+    """Each hostile spec (tests/hostile_specs.py) is refused with SpecValid=False and a
+    message naming the field and the rule; nothing is created for it."""
+    names = {}
+    for i, (case, (change, _)) in enumerate(sorted(HOSTILE.items())):
+        name = f"hostile-{i}"
+        names[case] = name
+        manifest = space.manifest(name)
+        manifest["spec"].update(change)
+        space.apply(manifest)
+    for case, name in names.items():
+        message = HOSTILE[case][1]
+        status = space.wait(
+            name,
+            f"{case} refused",
+            lambda s: any(
+                c["type"] == "SpecValid" and c["status"] == "False" for c in s.get("conditions", [])
+            ),
+            timeout=60,
+        )
+        assert message in status["lastError"], (case, status["lastError"])
+        assert status["phase"] == "Failed", case
+    created = space.kube.kubectl(
+        "get",
+        "pods,configmaps,services",
+        "-n",
+        space.name,
+        "-l",
+        "app.kubernetes.io/name=stator",
+        "-o",
+        "name",
+    ).stdout
+    assert created == "", created
+
+
+def test_namespace_admission_enforces_the_restricted_profile(space: Space) -> None:
+    """Defence in depth: a pod that bypasses the operator is refused by the API server."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "rooted", "namespace": space.name},
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "busybox", "securityContext": {"privileged": True}}
+            ]
+        },
+    }
+    result = space.kube.kubectl("create", "-f", "-", input=json.dumps(pod), check=False)
+    assert result.returncode != 0
+    assert 'violates PodSecurity "restricted:latest"' in result.stderr, result.stderr

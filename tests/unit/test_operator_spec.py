@@ -89,14 +89,6 @@ def test_fingerprint_recognises_a_spec_but_not_its_flow_fields() -> None:
             changed(config={"max_parallelism": "3"}),
             "spec.config.max_parallelism is set by the operator",
         ),
-        (
-            changed(driver={"podTemplate": {"spec": {"securityContext": {"runAsUser": 0}}}}),
-            "spec.driver.podTemplate.spec.securityContext: Stator pods run as non-root",
-        ),
-        (
-            changed(driver={"podTemplate": {"spec": {"hostNetwork": True}}}),
-            "spec.driver.podTemplate.spec.hostNetwork: not allowed",
-        ),
         # Accepted by the schema, not done yet: refused instead of silently ignored.
         (
             changed(localRecovery={"enabled": True}),

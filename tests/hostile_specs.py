@@ -1,0 +1,101 @@
+"""Hostile StatefulPipeline specs: each is a change to a good spec and the words its refusal
+must contain. Used by the unit test of the operator's checks and by the end-to-end test that
+applies them with kubectl."""
+
+from __future__ import annotations
+
+from typing import Any
+
+ROOT_INIT = {
+    "name": "setup",
+    "image": "busybox",
+    "securityContext": {"privileged": True, "runAsUser": 0},
+}
+SAFE = {
+    "allowPrivilegeEscalation": False,
+    "runAsNonRoot": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+def _pod(**spec: Any) -> dict[str, Any]:
+    return {"driver": {"podTemplate": {"spec": spec}}}
+
+
+def _container(**ctx: Any) -> dict[str, Any]:
+    return _pod(initContainers=[{"name": "init", "image": "busybox", "securityContext": ctx}])
+
+
+T = "spec.driver.podTemplate"
+HOSTILE: dict[str, tuple[dict[str, Any], str]] = {
+    "privileged root init container": (
+        _pod(initContainers=[ROOT_INIT]),
+        f"{T}.spec.initContainers[setup].securityContext.privileged",
+    ),
+    "privileged flag alone": (
+        _container(**SAFE, privileged=True),
+        f"{T}.spec.initContainers[init].securityContext.privileged",
+    ),
+    "privilege escalation": (
+        _container(**{**SAFE, "allowPrivilegeEscalation": True}),
+        f"{T}.spec.initContainers[init].securityContext.allowPrivilegeEscalation",
+    ),
+    "added capability": (
+        _container(**{**SAFE, "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}}),
+        "capabilities.add: SYS_ADMIN not allowed",
+    ),
+    "capabilities not dropped": (
+        _container(**{**SAFE, "capabilities": {}}),
+        "capabilities.drop: must include ALL",
+    ),
+    "root user": (_pod(securityContext={"runAsUser": 0}), f"{T}.spec.securityContext.runAsUser"),
+    "runAsNonRoot false": (
+        _pod(securityContext={"runAsNonRoot": False}),
+        f"{T}.spec.securityContext.runAsNonRoot",
+    ),
+    "hostPath volume": (
+        _pod(volumes=[{"name": "state", "hostPath": {"path": "/"}}]),
+        f"{T}.spec.volumes[state].hostPath: volume type not allowed",
+    ),
+    "hostNetwork": (_pod(hostNetwork=True), f"{T}.spec.hostNetwork"),
+    "hostPID": (_pod(hostPID=True), f"{T}.spec.hostPID"),
+    "hostIPC": (_pod(hostIPC=True), f"{T}.spec.hostIPC"),
+    "nodeName": (_pod(nodeName="node-0"), f"{T}.spec.nodeName: not allowed"),
+    "foreign namespace": (
+        {"driver": {"podTemplate": {"metadata": {"namespace": "kube-system"}}}},
+        f"{T}.metadata.namespace: not allowed",
+    ),
+    "other owner": (
+        {"driver": {"podTemplate": {"metadata": {"ownerReferences": []}}}},
+        f"{T}.metadata.ownerReferences: not allowed",
+    ),
+    "seccomp unconfined": (
+        _pod(securityContext={"seccompProfile": {"type": "Unconfined"}}),
+        f"{T}.spec.securityContext.seccompProfile.type",
+    ),
+    "unsafe sysctl": (
+        _pod(securityContext={"sysctls": [{"name": "kernel.msgmax", "value": "1"}]}),
+        "sysctls[kernel.msgmax]: unsafe sysctl",
+    ),
+    "host port": (
+        _pod(
+            initContainers=[
+                {
+                    "name": "init",
+                    "image": "busybox",
+                    "securityContext": SAFE,
+                    "ports": [{"containerPort": 80, "hostPort": 80}],
+                }
+            ]
+        ),
+        "ports.hostPort: host ports are not allowed",
+    ),
+    "plain-text secret key": (
+        {"config": {"s3.secret_access_key": "hunter2"}},
+        "spec.config.s3.secret_access_key: credentials are not accepted in plain text",
+    ),
+    "plain-text access key": (
+        {"config": {"s3.access_key_id": "AKIA"}},
+        "spec.config.s3.access_key_id: credentials are not accepted in plain text",
+    ),
+}

@@ -1,0 +1,40 @@
+"""Hostile pod templates and plain-text credentials are refused with the field and the rule;
+the operator's own driver pod passes the restricted profile."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from stator_operator.podsecurity import pod_violations
+from stator_operator.resources import check_pod_security, driver_pod, executor_pod_template
+from stator_operator.spec import SpecError, validate
+from tests.hostile_specs import HOSTILE
+
+GOOD: dict[str, Any] = {
+    "image": "stator-runtime:test",
+    "entrypoint": "pipelines.counts:build",
+    "checkpointing": {"storage": "file:///tmp/ck"},
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_spec_is_refused_with_field_and_rule(case: str) -> None:
+    change, message = HOSTILE[case]
+    spec = {**GOOD, **change}
+    with pytest.raises(SpecError) as info:
+        validate(spec)
+        check_pod_security(spec, "counts", "team")
+    assert message in str(info.value)
+
+
+def test_the_operators_own_pods_are_restricted() -> None:
+    body = {"metadata": {"name": "counts", "namespace": "team", "uid": "u"}}
+    assert pod_violations(driver_pod(body, GOOD, "1", "none", False), "driver") == []
+    assert pod_violations(executor_pod_template(), "executor") == []
+    harmless = {
+        **GOOD,
+        "driver": {"podTemplate": {"spec": {"nodeSelector": {"disk": "ssd"}}}},
+    }
+    check_pod_security(harmless, "counts", "team")
