@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from dataclasses import replace
@@ -44,6 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     sp_trigger = sp_sub.add_parser("trigger", help="ask a running job's driver for a savepoint")
     sp_trigger.add_argument("url", help="the driver's control API, e.g. http://driver:8081")
     sp_trigger.add_argument("--stop", action="store_true", help="stop the job after it")
+    sp_trigger.add_argument(
+        "--token-file",
+        default=os.environ.get("STATOR_CONTROL_TOKEN_FILE"),
+        help="file with the control API's bearer token (default: $STATOR_CONTROL_TOKEN_FILE; "
+        "in Kubernetes, key 'token' of the Secret NAME-control)",
+    )
     sp_trigger.add_argument("--target", help="savepoint directory URI (default: savepoint.dir)")
     sp_trigger.add_argument(
         "--wait", type=float, default=600, help="seconds to wait for the result (0: do not wait)"

@@ -68,6 +68,10 @@ class ControlConfig:
     # After a stop-with-savepoint, keep answering until a client has read the result (the
     # operator polls for it), at most this long.
     linger_ms: int = 30_000
+    # A file holding the bearer token every request but /healthz and /readyz must carry
+    # (the operator mounts one from the pipeline's Secret). None: no authentication, for a
+    # control API on 127.0.0.1.
+    token_file: str | None = None
 
 
 @dataclass(frozen=True)

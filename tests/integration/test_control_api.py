@@ -7,6 +7,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +16,11 @@ import pytest
 
 from stator import Pipeline
 from stator.config import JobConfig
+from stator.control.client import ControlClient, ControlHTTPError
 from stator.control.server import serving
+from stator.control.token import read_token
 from stator.driver.epoch_loop import JobDriver
+from stator.errors import ConfigError
 from stator.savepoint.metadata import SavepointMetadata
 from stator.sinks import CollectSink
 from stator.sources import GeneratorSource, KeyedEvents
@@ -24,11 +29,19 @@ from tests.helpers import with_overrides
 
 
 def call(
-    base: str, path: str, method: str = "GET", body: Any = None, raw: bytes | None = None
+    base: str,
+    path: str,
+    method: str = "GET",
+    body: Any = None,
+    raw: bytes | None = None,
+    headers: dict[str, str] | None = None,
 ) -> tuple[int, Any]:
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
     req = urllib.request.Request(
-        base + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        base + path,
+        data=data,
+        method=method,
+        headers={"Content-Type": "application/json", **(headers or {})},
     )
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
@@ -52,8 +65,11 @@ def wait_until(what: str, check: Any, timeout: float = 120) -> Any:
     raise TimeoutError(what)
 
 
-@pytest.fixture
-def running_job(spark: Any, job_config: JobConfig, tmp_path: Path) -> Any:
+ROUTES = (("/v1/job", "GET"), ("/metrics", "GET"), ("/v1/savepoints", "POST"))
+
+
+@contextmanager
+def _running(spark: Any, job_config: JobConfig, tmp_path: Path, **control: Any) -> Iterator[Any]:
     p = Pipeline("control")
     (
         p.source(GeneratorSource(KeyedEvents(50), count=None, splits=2), uid="events")
@@ -64,7 +80,7 @@ def running_job(spark: Any, job_config: JobConfig, tmp_path: Path) -> Any:
     cfg = with_overrides(
         job_config,
         epoch={"max_records": 500},
-        control={"port": 0},
+        control={"port": 0, **control},
         savepoint={"dir": f"file://{tmp_path}/savepoints"},
     )
     driver = JobDriver(p, cfg, spark)
@@ -83,6 +99,38 @@ def running_job(spark: Any, job_config: JobConfig, tmp_path: Path) -> Any:
     yield driver, base, thread, result
     driver.stop()
     thread.join(120)
+
+
+@pytest.fixture
+def running_job(spark: Any, job_config: JobConfig, tmp_path: Path) -> Iterator[Any]:
+    with _running(spark, job_config, tmp_path) as job:
+        yield job
+
+
+def test_a_token_is_required_and_checked(spark: Any, job_config: JobConfig, tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cr3t-token\n")
+    with _running(spark, job_config, tmp_path, token_file=str(token_file)) as job:
+        driver, base, _, _ = job
+        assert call(base, "/healthz")[0] == 200  # probes stay open
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cr3t-token"}):
+            for path, method in (
+                ("/v1/job", "GET"),
+                ("/metrics", "GET"),
+                ("/v1/savepoints", "POST"),
+            ):
+                code, err = call(base, path, method, {"stop": True}, headers=headers)
+                assert code == 401 and "bearer token" in err["error"], (path, headers)
+        assert driver.savepoints.all() == [], "a refused request changed nothing"
+        client = ControlClient(base, token="s3cr3t-token")
+        assert client.job()["state"] == "RUNNING"
+        with pytest.raises(ControlHTTPError) as refused:
+            ControlClient(base, token="nope").job()
+        assert refused.value.status == 401
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    with pytest.raises(ConfigError, match=r"control.token_file=.*is empty"):
+        read_token(str(empty))
 
 
 def test_every_endpoint(running_job: Any, tmp_path: Path) -> None:

@@ -76,13 +76,16 @@ class SavepointRequest(TypedDict, total=False):
 class ControlClient:
     """The control API of one driver, at ``base_url`` (``http://host:port``)."""
 
-    def __init__(self, base_url: str, timeout: float = 5.0) -> None:
+    def __init__(self, base_url: str, timeout: float = 5.0, token: str | None = None) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise StatorError(
                 f"{base_url!r}: the control API URL must start with http:// or https://"
             )
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        self._headers = {"Content-Type": "application/json"}
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
 
     def health(self) -> bool:
         """Whether the driver process serves at all."""
@@ -123,7 +126,7 @@ class ControlClient:
             url,
             data=json.dumps(body).encode() if body is not None else None,
             method=method,
-            headers={"Content-Type": "application/json"},
+            headers=self._headers,
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as resp:  # noqa: S310

@@ -7,11 +7,12 @@ under its own locks or from immutable snapshots; the epoch loop is never blocked
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -22,10 +23,13 @@ from ..config import ControlConfig
 from ..driver.savepoints import SavepointConflict, SavepointRequest
 from ..driver.status import JobState
 from .metrics import render_metrics
+from .token import read_token
 from .view import JobView
 
 log = logging.getLogger("stator.control")
 API = "/v1"
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})  # probes: they tell only whether it runs
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -39,8 +43,9 @@ def _error(status: int, reason: str) -> web.Response:
 class ControlServer:
     """Serves one job's control API from a thread of the driver process."""
 
-    def __init__(self, driver: JobView, host: str, port: int) -> None:
+    def __init__(self, driver: JobView, host: str, port: int, token: str | None = None) -> None:
         self.driver, self.host, self.port = driver, host, port
+        self._token = token.encode() if token else None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -99,7 +104,7 @@ class ControlServer:
     # ------------------------------------------------------------------ routes
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024)
+        app = web.Application(client_max_size=64 * 1024, middlewares=[self._authenticate])
         app.router.add_get("/healthz", self.health)
         app.router.add_get("/readyz", self.ready)
         app.router.add_get("/metrics", self.metrics)
@@ -109,6 +114,19 @@ class ControlServer:
         app.router.add_post(f"{API}/savepoints", self.trigger_savepoint)
         app.router.add_get(f"{API}/savepoints/{{id}}", self.get_savepoint)
         return app
+
+    @web.middleware
+    async def _authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Every route but the probes needs the bearer token (compared in constant time);
+        a refused request changes nothing and its token is never logged."""
+        if self._token is None or request.path in OPEN_PATHS:
+            return await handler(request)
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), self._token):
+            response = _error(401, "a valid bearer token is required (Authorization: Bearer ...)")
+            response.headers["WWW-Authenticate"] = 'Bearer realm="stator"'
+            return response
+        return await handler(request)
 
     async def health(self, _: web.Request) -> web.Response:
         return _json({"status": "ok"})
@@ -202,7 +220,7 @@ def serving(job: JobView, config: ControlConfig) -> Iterator[ControlServer | Non
     if config.port < 0:
         yield None
         return
-    server = ControlServer(job, config.host, config.port)
+    server = ControlServer(job, config.host, config.port, read_token(config.token_file))
     server.start()
     try:
         yield server

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from ..control.client import ControlClient, SavepointRequest
+from ..control.token import read_token
 from ..errors import StatorError
 from ..lineage import dispose_savepoint, list_savepoints, load_savepoint
 from .metadata import SavepointMetadata
@@ -69,7 +70,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _trigger(args: argparse.Namespace) -> int:
-    driver = ControlClient(args.url, timeout=30)
+    driver = ControlClient(args.url, timeout=30, token=read_token(args.token_file))
     created = driver.trigger_savepoint(stop=bool(args.stop), target=args.target or None)
     deadline = time.monotonic() + args.wait
     result: SavepointRequest = created
