@@ -52,6 +52,7 @@ from .operation import Operation, OpKind, Step
 from .ports import DriverApi, EventSink, KubeApi
 from .resources import (
     config_map,
+    control_secret,
     driver_pod,
     role,
     role_binding,
@@ -219,7 +220,8 @@ class Flows:
     def _deploy(self, op: Operation) -> float:
         spec = op.target or {}
         body = {**self.pipeline.body, "spec": spec}
-        for obj in (service_account(body), role(body), role_binding(body), service(body)):
+        objects = (service_account(body), role(body), role_binding(body), service(body))
+        for obj in (*objects, control_secret(body)):
             self.kube.ensure(obj)
         self.kube.apply_config(config_map(body, spec))
         restore = op.restore or "latest"

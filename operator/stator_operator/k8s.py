@@ -65,6 +65,7 @@ class Kube:
         kind, ns = obj["kind"], obj["metadata"].get("namespace")
         create = {
             "ServiceAccount": lambda: self.core.create_namespaced_service_account(ns, obj),
+            "Secret": lambda: self.core.create_namespaced_secret(ns, obj),
             "Service": lambda: self.core.create_namespaced_service(ns, obj),
             "Pod": lambda: self.core.create_namespaced_pod(ns, obj),
             "Role": lambda: self.rbac.create_namespaced_role(ns, obj),
@@ -86,6 +87,12 @@ class Kube:
             self.core.replace_namespaced_config_map(name, ns, obj)
 
     def read_secret(self, namespace: str, name: str) -> dict[str, str]:
-        """A Secret's data, decoded (the S3 credentials the operator reads storage with)."""
-        data = self.core.read_namespaced_secret(name, namespace).data or {}
+        """A Secret's data, decoded (the S3 credentials the operator reads storage with, the
+        control API token). A missing Secret is a LookupError."""
+        try:
+            data = self.core.read_namespaced_secret(name, namespace).data or {}
+        except ApiException as exc:
+            if exc.status == 404:
+                raise LookupError(f"no Secret {namespace}/{name}") from exc
+            raise
         return {k: base64.b64decode(v).decode() for k, v in data.items()}

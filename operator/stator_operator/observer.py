@@ -21,6 +21,7 @@ from stator.control.client import (
 
 from .operation import Operation, Step
 from .ports import Connect, DriverApi, KubeApi
+from .resources import CONTROL_TOKEN_KEY, control_secret_name
 from .spec import CONTROL_PORT, get
 from .status import StatusWriter
 from .storage import SavepointStorage
@@ -74,7 +75,7 @@ class Observer:
         op = pipeline.operation
         pod = self._current_pod(pipeline, op)
         url = control_url(pod)
-        driver = self.connect(url) if url else None
+        driver = self.connect(url, token=self._token(pipeline)) if url else None
         base = Observation(pod=pod, driver=driver)
         if op is None:
             return self._steady(pipeline, base)
@@ -83,6 +84,14 @@ class Observer:
         if op.step is Step.AWAIT_SAVEPOINT and op.savepoint_request:
             return self._savepoint(pipeline, op, op.savepoint_request, base)
         return base
+
+    def _token(self, pipeline: StatusWriter) -> str | None:
+        """The control API's bearer token (None for a driver deployed before tokens)."""
+        try:
+            data = self.kube.read_secret(pipeline.namespace, control_secret_name(pipeline.name))
+        except LookupError:
+            return None
+        return data.get(CONTROL_TOKEN_KEY)
 
     def _current_pod(self, pipeline: StatusWriter, op: Operation | None) -> dict[str, Any] | None:
         """The driver being brought up while an operation awaits readiness, else the one that

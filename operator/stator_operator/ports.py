@@ -52,5 +52,10 @@ class DriverApi(Protocol):
     def savepoints(self) -> list[SavepointRequest]: ...
 
 
-Connect = Callable[[str], DriverApi]  # the control API at a base URL
+class Connect(Protocol):
+    """The control API at a base URL, called with the pipeline's bearer token."""
+
+    def __call__(self, base_url: str, *, token: str | None = None) -> DriverApi: ...
+
+
 EventSink = Callable[[str, str, str], None]  # (type, reason, message) -> a Kubernetes event

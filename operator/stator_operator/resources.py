@@ -4,6 +4,7 @@ control API, and the driver pod. No spec field reaches a shell: commands are arg
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 import yaml
@@ -19,6 +20,8 @@ STATE_MOUNT = "/var/lib/stator"
 CONFIG_MOUNT = "/etc/stator"
 EXECUTOR_TEMPLATE = "executor-pod.yaml"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+CONTROL_MOUNT = "/etc/stator-control"
+CONTROL_TOKEN_KEY = "token"  # noqa: S105 - the key in the Secret, not a secret
 
 
 def owner(body: dict[str, Any]) -> dict[str, Any]:
@@ -57,6 +60,22 @@ def service_account(body: dict[str, Any]) -> dict[str, Any]:
         "kind": "ServiceAccount",
         "metadata": _meta(body, f"{body['metadata']['name']}-stator", "rbac"),
         "automountServiceAccountToken": True,
+    }
+
+
+def control_secret_name(name: str) -> str:
+    return f"{name}-control"
+
+
+def control_secret(body: dict[str, Any]) -> dict[str, Any]:
+    """The bearer token of the driver's control API, one per pipeline (created once, kept
+    across deployments; only the driver, by its mount, and the operator read it)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": _meta(body, control_secret_name(body["metadata"]["name"]), "control"),
+        "stringData": {CONTROL_TOKEN_KEY: secrets.token_urlsafe(32)},
     }
 
 
@@ -289,6 +308,8 @@ def driver_pod(
         restore,
         "--set",
         "control.host=$(POD_IP)",
+        "--set",
+        f"control.token_file={CONTROL_MOUNT}/{CONTROL_TOKEN_KEY}",
     ]
     if restore == "none":
         args += ["--set", "restore.force_empty=true"]
@@ -337,6 +358,7 @@ def driver_pod(
                     },
                     "volumeMounts": [
                         {"name": "config", "mountPath": CONFIG_MOUNT},
+                        {"name": "control", "mountPath": CONTROL_MOUNT, "readOnly": True},
                         {"name": "state", "mountPath": STATE_MOUNT},
                         {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - an emptyDir,
                     ],
@@ -344,6 +366,10 @@ def driver_pod(
             ],
             "volumes": [
                 {"name": "config", "configMap": {"name": f"{name}-config"}},
+                {
+                    "name": "control",
+                    "secret": {"secretName": control_secret_name(name), "defaultMode": 0o440},
+                },
                 {"name": "state", "emptyDir": {}},
                 {"name": "tmp", "emptyDir": {}},
             ],

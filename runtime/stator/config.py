@@ -56,6 +56,9 @@ class SavepointConfig:
     dir: str = f"file://{DEFAULT_ROOT}/savepoints"
     # Per key-group compression of savepoint files.
     compression: Literal["zlib", "none"] = "zlib"
+    # Whether a trigger may name a target outside ``dir`` (the control API refuses it
+    # otherwise: a caller could make the job write anywhere its credentials reach).
+    any_target: bool = False
 
 
 @dataclass(frozen=True)

@@ -169,6 +169,8 @@ def test_every_endpoint(running_job: Any, tmp_path: Path) -> None:
     # A savepoint that keeps the job running.
     code, created = call(base, "/v1/savepoints", "POST", {})
     assert code == 202 and created["status"] in ("PENDING", "IN_PROGRESS")
+    code, err = call(base, "/v1/savepoints", "POST", {})  # one at a time
+    assert code == 429 and created["id"] in err["error"], err
 
     def finished() -> dict[str, Any] | None:
         got: dict[str, Any] = call(base, f"/v1/savepoints/{created['id']}")[1]
@@ -184,7 +186,9 @@ def test_every_endpoint(running_job: Any, tmp_path: Path) -> None:
     assert code == 200 and [r["id"] for r in listed["savepoints"]] == [created["id"]]
 
     # Stop with savepoint: only one at a time.
-    target = f"file://{tmp_path}/final-savepoint"
+    code, err = call(base, "/v1/savepoints", "POST", {"target": f"file://{tmp_path}/elsewhere"})
+    assert code == 400 and "outside the savepoint directory" in err["error"], err
+    target = f"file://{tmp_path}/savepoints/final"
     code, stopping = call(base, "/v1/savepoints", "POST", {"stop": True, "target": target})
     assert code == 202
     code, err = call(base, "/v1/savepoints", "POST", {"stop": True})

@@ -74,6 +74,8 @@ class FakeKube:
         kind, name = obj["kind"], obj["metadata"]["name"]
         if kind == "Pod":
             self.pods.setdefault(name, {**copy.deepcopy(obj), "status": {"phase": "Pending"}})
+        elif kind == "Secret":
+            self.secrets.setdefault(name, dict(obj["stringData"]))
         else:
             self.objects.setdefault((kind, name), copy.deepcopy(obj))
 
@@ -154,10 +156,14 @@ class FakeDriver:
 class FakeDrivers:
     """``connect``: the fake driver at a URL; one that never answers if none listens there."""
 
-    def __init__(self) -> None:
+    def __init__(self, kube: FakeKube) -> None:
         self.by_url: dict[str, FakeDriver] = {}
+        self.kube = kube
 
-    def __call__(self, url: str) -> FakeDriver:
+    def __call__(self, url: str, *, token: str | None = None) -> FakeDriver:
+        """As the real API: a client without the pipeline's token gets nowhere."""
+        expected = self.kube.secrets.get("counts-control", {}).get("token")
+        assert token is not None and token == expected, "the control API token is required"
         return self.by_url.get(url) or FakeDriver(url, reachable=False)
 
     def start(self, ip: str) -> FakeDriver:
@@ -191,7 +197,7 @@ class Bed:
                 "status": {},
             }
         )
-        self.drivers = FakeDrivers()
+        self.drivers = FakeDrivers(self.kube)
         self.events: list[Event] = []
         self._ips = 0
 

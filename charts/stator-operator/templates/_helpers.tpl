@@ -19,10 +19,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - apiGroups: [""]
   resources: [serviceaccounts]
   verbs: [get, create]
-# Checkpoint credentials, read to inspect checkpoints and dispose savepoints.
+# Checkpoint credentials, read to inspect checkpoints and dispose savepoints; each
+# pipeline's control API token (NAME-control), created once and read to call its driver.
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [get]
+  verbs: [get, create]
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
   verbs: [get, create]

@@ -20,7 +20,12 @@ from aiohttp import web
 
 from ..checkpoint.metadata import CheckpointMetadata
 from ..config import ControlConfig
-from ..driver.savepoints import SavepointConflict, SavepointRequest
+from ..driver.savepoints import (
+    SavepointBusy,
+    SavepointConflict,
+    SavepointRequest,
+    SavepointTargetError,
+)
 from ..driver.status import JobState
 from .metrics import render_metrics
 from .token import read_token
@@ -210,6 +215,10 @@ class ControlServer:
             created: SavepointRequest = self.driver.request_savepoint(target, stop)
         except SavepointConflict as exc:
             return _error(409, str(exc))
+        except SavepointBusy as exc:
+            return _error(429, str(exc))
+        except SavepointTargetError as exc:
+            return _error(400, str(exc))
         return _json(created.to_json(), 202)
 
 

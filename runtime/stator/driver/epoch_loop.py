@@ -80,7 +80,7 @@ class JobDriver:
         )
         self.status = JobStatus(self.job)
         self.history = CheckpointHistory()
-        self.savepoints = SavepointRequests()
+        self.savepoints = SavepointRequests(config.savepoint.dir, config.savepoint.any_target)
         self.coordinator = CheckpointCoordinator(self.store, config.checkpoint.retained)
         self.planner = EpochPlanner(
             {n.uid: n for n in pipeline.nodes if isinstance(n, SourceNode)}, config.epoch

@@ -29,6 +29,7 @@ from ..checkpoint.coordinator import now_ms
 from ..epoch.reports import StateReport
 from ..epoch.spec import SavepointTask
 from ..errors import StatorError
+from ..lineage import savepoint_location
 from ..savepoint.metadata import METADATA_NAME, OperatorSavepoint, SavepointMetadata
 from ..storage import S3Options, open_store
 from .parallelism import Parallelism
@@ -38,6 +39,14 @@ log = logging.getLogger("stator.savepoint")
 
 class SavepointConflict(StatorError):
     """A stop-with-savepoint is already pending or running, or the job has ended."""
+
+
+class SavepointBusy(StatorError):
+    """Another savepoint is pending or running: one at a time (the caller may retry)."""
+
+
+class SavepointTargetError(StatorError):
+    """A trigger's target lies outside the job's savepoint directory."""
 
 
 @dataclass
@@ -75,9 +84,14 @@ class SavepointRequest:
 
 
 class SavepointRequests:
-    """Savepoint requests: queued from any thread, taken by the epoch loop."""
+    """Savepoint requests: queued from any thread, taken by the epoch loop. One at a time,
+    with targets under ``root`` unless ``any_target``; the last ``KEEP`` finished requests
+    are remembered for their requesters."""
 
-    def __init__(self) -> None:
+    KEEP = 100
+
+    def __init__(self, root: str, any_target: bool = False) -> None:
+        self.root, self.any_target = root.rstrip("/") + "/", any_target
         self._lock = threading.Lock()
         self._all: list[SavepointRequest] = []
         self._queue: list[SavepointRequest] = []
@@ -87,9 +101,24 @@ class SavepointRequests:
         with self._lock:
             if self._closed is not None:
                 raise SavepointConflict(f"the job is {self._closed}")
-            if stop and any(r.stop and r.status in ("PENDING", "IN_PROGRESS") for r in self._all):
+            active = [r for r in self._all if r.status in ("PENDING", "IN_PROGRESS")]
+            if stop and any(r.stop for r in active):
                 raise SavepointConflict("a stop-with-savepoint is already in progress")
+            if active:
+                raise SavepointBusy(
+                    f"savepoint {active[0].id} is {active[0].status}; one at a time: "
+                    f"retry when it has finished"
+                )
+            if target is not None and not self.any_target and not target.startswith(self.root):
+                raise SavepointTargetError(
+                    f"target {target!r} is outside the savepoint directory {self.root}: "
+                    f"leave the target out, name a directory under it, or set "
+                    f"savepoint.any_target=true"
+                )
             request = SavepointRequest(target, stop)
+            finished = [r for r in self._all if r.status in ("COMPLETED", "FAILED")]
+            for old in finished[: max(0, len(finished) - self.KEEP + 1)]:
+                self._all.remove(old)
             self._all.append(request)
             self._queue.append(request)
             return request
@@ -142,10 +171,6 @@ class SavepointRunner(Protocol):
     def run_savepoint_epoch(self, task: SavepointTask) -> SavepointEpoch: ...
 
 
-def default_location(directory: str, job: str, epoch: int, request_id: str) -> str:
-    return f"{directory.rstrip('/')}/{job}/savepoint-{epoch:010d}-{request_id}"
-
-
 def take_savepoint(
     request: SavepointRequest,
     runner: SavepointRunner,
@@ -156,7 +181,7 @@ def take_savepoint(
     """Steps 2-3 of the module docstring; the caller stops the job for step 4."""
     request.status, request.started_ms = "IN_PROGRESS", now_ms()
     started = time.monotonic()
-    location = request.target or default_location(
+    location = request.target or savepoint_location(
         directory, runner.job, runner.next_epoch(), request.id
     )
     request.location = location
