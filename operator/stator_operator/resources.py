@@ -183,13 +183,26 @@ def _spark(spec: dict[str, Any], name: str) -> dict[str, Any]:
     return {"master": "kubernetes", "conf": {**pods, **conf}}
 
 
-def executor_pod_template() -> dict[str, Any]:
+def executor_pod_template(name: str) -> dict[str, Any]:
     """The executor pods' template (spark.kubernetes.executor.podTemplateFile): non-root,
-    no privilege escalation, a read-only root filesystem with writable scratch space."""
+    no privilege escalation, all capabilities dropped; spread evenly over the nodes (at most
+    one more on any node than on another schedulable one), so that one lost node takes as
+    few key-group ranges as possible with it."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "spec": {
+            "topologySpreadConstraints": [
+                {
+                    "maxSkew": 1,
+                    "topologyKey": "kubernetes.io/hostname",
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    # A lost (tainted) or excluded node is not a domain to balance against.
+                    "nodeTaintsPolicy": "Honor",
+                    "nodeAffinityPolicy": "Honor",
+                    "labelSelector": {"matchLabels": labels(name, "executor")},
+                }
+            ],
             "securityContext": {
                 "runAsNonRoot": True,
                 "runAsUser": RUNTIME_UID,
@@ -240,7 +253,7 @@ def config_map(body: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
         "metadata": _meta(body, f"{meta['name']}-config", "config"),
         "data": {
             "job.yaml": yaml.safe_dump(cfg, sort_keys=True),
-            EXECUTOR_TEMPLATE: yaml.safe_dump(executor_pod_template(), sort_keys=True),
+            EXECUTOR_TEMPLATE: yaml.safe_dump(executor_pod_template(meta["name"]), sort_keys=True),
         },
     }
 

@@ -89,6 +89,7 @@ def agent(kube: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     node_agent = NodeAgent(
         kube.kubeconfig,
         tmp_path_factory.mktemp("agent"),
+        nodes=["node-0", "node-1", "node-2"],
         extra_env={
             "PYTHONPATH": str(ROOT),
             "PYSPARK_PYTHON": sys.executable,

@@ -14,10 +14,10 @@ COUNT = 12_000
 
 def test_executor_pods_owned_by_the_driver_exact_output(space: Space) -> None:
     name = "pods"
-    manifest = space.manifest(name, env={"COUNT": COUNT, "RATE": 1500})
+    manifest = space.manifest(name, replicas=4, env={"COUNT": COUNT, "RATE": 1500})
     env = {e["name"]: e["value"] for e in manifest["spec"]["driver"]["env"]}
     manifest["spec"]["executor"] = {
-        "cores": 1,
+        "cores": 2,
         "memory": "512m",
         # The executors write sink output and checkpoints to the same S3 endpoint.
         "env": [{"name": "AWS_ENDPOINT_URL_S3", "value": env["AWS_ENDPOINT_URL_S3"]}],
@@ -32,13 +32,15 @@ def test_executor_pods_owned_by_the_driver_exact_output(space: Space) -> None:
         ),
         timeout=300,
     )
-    assert status["replicas"] == 2
+    assert status["replicas"] == 4
     driver = space.driver_pods(name)[0]
     executors: list[dict[str, Any]] = space.kube.kubectl_json(
         "get", "pods", "-n", space.name, "-l", f"stator.dev/pipeline={name},spark-role=executor"
     )["items"]
-    # replicas 2, one core each: two executor pods, each owned by the driver pod.
+    # replicas 4, two cores each: ceil(4 / 2) = 2 executor pods, owned by the driver pod.
     assert len(executors) == 2, [p["metadata"]["name"] for p in executors]
+    nodes = sorted(p["spec"]["nodeName"] for p in executors)
+    assert len(set(nodes)) == 2, f"executors not spread over the nodes: {nodes}"
     for pod in executors:
         owners = pod["metadata"]["ownerReferences"]
         assert [(o["kind"], o["name"]) for o in owners] == [("Pod", driver["metadata"]["name"])]

@@ -32,7 +32,7 @@ def test_hostile_spec_is_refused_with_field_and_rule(case: str) -> None:
 def test_the_operators_own_pods_are_restricted() -> None:
     body = {"metadata": {"name": "counts", "namespace": "team", "uid": "u"}}
     assert pod_violations(driver_pod(body, GOOD, "1", "none", False), "driver") == []
-    assert pod_violations(executor_pod_template(), "executor") == []
+    assert pod_violations(executor_pod_template("counts"), "executor") == []
     harmless = {
         **GOOD,
         "driver": {"podTemplate": {"spec": {"nodeSelector": {"disk": "ssd"}}}},
