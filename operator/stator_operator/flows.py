@@ -40,6 +40,7 @@ without a final savepoint); savepoint 1-2.
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from dataclasses import dataclass, replace
@@ -54,6 +55,7 @@ from .resources import (
     config_map,
     control_secret,
     driver_pod,
+    network_policy,
     role,
     role_binding,
     service,
@@ -221,7 +223,8 @@ class Flows:
         spec = op.target or {}
         body = {**self.pipeline.body, "spec": spec}
         objects = (service_account(body), role(body), role_binding(body), service(body))
-        for obj in (*objects, control_secret(body)):
+        policy = network_policy(body, os.environ.get("STATOR_OPERATOR_NAMESPACE"))
+        for obj in (*objects, control_secret(body), policy):
             self.kube.ensure(obj)
         self.kube.apply_config(config_map(body, spec))
         restore = op.restore or "latest"

@@ -18,6 +18,7 @@ class Kube:
         self.client = api_client or client.ApiClient()
         self.core = client.CoreV1Api(self.client)
         self.rbac = client.RbacAuthorizationV1Api(self.client)
+        self.networking = client.NetworkingV1Api(self.client)
         self.custom = client.CustomObjectsApi(self.client)
 
     def patch_status(self, namespace: str, name: str, fields: dict[str, Any]) -> None:
@@ -66,6 +67,7 @@ class Kube:
         create = {
             "ServiceAccount": lambda: self.core.create_namespaced_service_account(ns, obj),
             "Secret": lambda: self.core.create_namespaced_secret(ns, obj),
+            "NetworkPolicy": lambda: self.networking.create_namespaced_network_policy(ns, obj),
             "Service": lambda: self.core.create_namespaced_service(ns, obj),
             "Pod": lambda: self.core.create_namespaced_pod(ns, obj),
             "Role": lambda: self.rbac.create_namespaced_role(ns, obj),

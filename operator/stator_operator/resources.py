@@ -79,6 +79,38 @@ def control_secret(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def network_policy(body: dict[str, Any], operator_namespace: str | None) -> dict[str, Any]:
+    """Who may reach the pipeline's pods: each other (the driver and its executors talk on
+    Spark's ports), and the operator's namespace the driver's control port (all namespaces if
+    the operator's own is unknown: STATOR_OPERATOR_NAMESPACE unset). Enforced where the
+    cluster's network plugin implements NetworkPolicy."""
+    name = body["metadata"]["name"]
+    selector = {"matchLabels": {"stator.dev/pipeline": name}}
+    operator_peer: dict[str, Any] = {"namespaceSelector": {}}
+    if operator_namespace:
+        operator_peer = {
+            "namespaceSelector": {
+                "matchLabels": {"kubernetes.io/metadata.name": operator_namespace}
+            }
+        }
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(body, f"{name}-stator", "network"),
+        "spec": {
+            "podSelector": selector,
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"podSelector": selector}]},
+                {
+                    "from": [operator_peer],
+                    "ports": [{"protocol": "TCP", "port": CONTROL_PORT}],
+                },
+            ],
+        },
+    }
+
+
 def role(body: dict[str, Any]) -> dict[str, Any]:
     """What Spark's Kubernetes backend needs for executors, in this namespace only."""
     return {

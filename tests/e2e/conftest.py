@@ -251,6 +251,7 @@ def operator(
         env={
             "KUBECONFIG": str(kubeconfig),
             "STATOR_OPERATOR_HEALTH": health,
+            "STATOR_OPERATOR_NAMESPACE": OPERATOR_NS,
             "PYTHONPATH": str(ROOT),
         },
     )

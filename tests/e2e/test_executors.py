@@ -46,5 +46,10 @@ def test_executor_pods_owned_by_the_driver_exact_output(space: Space) -> None:
         assert [(o["kind"], o["name"]) for o in owners] == [("Pod", driver["metadata"]["name"])]
         assert pod["metadata"]["labels"]["stator.dev/component"] == "executor"
         assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    # Only the pipeline's own pods, and the operator's namespace on the control port, may
+    # reach them (enforced where the network plugin implements NetworkPolicy).
+    policy = space.kube.kubectl_json("get", "networkpolicy", f"{name}-stator", "-n", space.name)
+    operator_ns = policy["spec"]["ingress"][1]["from"][0]["namespaceSelector"]["matchLabels"]
+    assert operator_ns == {"kubernetes.io/metadata.name": "stator-system"}
     space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=300)
     assert_exact(committed(space, name), COUNT)

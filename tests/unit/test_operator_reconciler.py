@@ -78,7 +78,14 @@ def test_deploy_creates_the_objects_then_awaits_the_driver(tmp_path: Path) -> No
         "Role",
         "RoleBinding",
         "Service",
+        "NetworkPolicy",
     }
+    assert set(bed.kube.secrets) == {"counts-control"}  # the control API's token
+    ingress = bed.kube.objects[("NetworkPolicy", "counts-stator")]["spec"]["ingress"]
+    assert ingress[0]["from"] == [
+        {"podSelector": {"matchLabels": {"stator.dev/pipeline": "counts"}}}
+    ]
+    assert ingress[1]["ports"] == [{"protocol": "TCP", "port": 8081}]
     pod = f"counts-driver-{op.id}"
     assert list(bed.kube.pods) == [pod] and restore_arg(bed) == "latest"
     cfg = job_yaml(bed)

@@ -27,6 +27,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
   verbs: [get, create]
+# Each pipeline's NetworkPolicy (who may reach its driver).
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, create]
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
