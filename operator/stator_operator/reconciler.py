@@ -12,7 +12,7 @@ from .flows import DriverFailed, Flows
 from .observer import Observation
 from .operation import OpKind, Step
 from .ports import EventSink, KubeApi
-from .resources import check_job_config, check_pod_security
+from .resources import STOPPED_EXIT_CODE, check_job_config, check_pod_security
 from .spec import SpecDiff, UpgradeMode, classify, fingerprint, get, upgrade_mode, validate
 from .status import StatusWriter, age_s, now, stamp_ms
 from .storage import SavepointStorage
@@ -162,6 +162,8 @@ class Reconciler:
                 self.pipeline.write(phase="Finished")
                 self.event("Normal", "Finished", "the job finished its input")
             return 10.0
+        if obs.phase == "Failed" and obs.exit_code == STOPPED_EXIT_CODE:
+            return self._stopped_outside(running)
         if obs.pod is None or obs.phase == "Failed":
             gone = "gone" if obs.pod is None else obs.phase
             reason = f"driver pod {gone} (exit {obs.exit_code})"
@@ -192,6 +194,18 @@ class Reconciler:
         if any(status.get(k) != v for k, v in fields.items()):
             self.pipeline.write(**fields)
         return 2.0
+
+    def _stopped_outside(self, running: dict[str, Any]) -> float:
+        """The job stopped with a savepoint that no flow of the operator asked for (another
+        holder of the control token): not Finished; it runs again from its latest checkpoint
+        (the stop took one with the savepoint), as the spec says it should be running."""
+        message = (
+            "the job was stopped with a savepoint the operator did not request; "
+            "redeploying from its latest checkpoint"
+        )
+        self.event("Warning", "StoppedOutsideOperator", message)
+        self.pipeline.write(lastError=message)
+        return self._start(OpKind.RESTART, Step.REMOVE_DRIVER, target=running, restore="latest")
 
     def _driver_failed(
         self, kind: OpKind, target: dict[str, Any], savepoint: str | None, reason: str

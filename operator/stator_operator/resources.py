@@ -21,6 +21,7 @@ CONFIG_MOUNT = "/etc/stator"
 EXECUTOR_TEMPLATE = "executor-pod.yaml"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 CONTROL_MOUNT = "/etc/stator-control"
+STOPPED_EXIT_CODE = 3  # the driver stopped with a savepoint (not: finished its input)
 CONTROL_TOKEN_KEY = "token"  # noqa: S105 - the key in the Secret, not a secret
 
 
@@ -355,6 +356,8 @@ def driver_pod(
         "control.host=$(POD_IP)",
         "--set",
         f"control.token_file={CONTROL_MOUNT}/{CONTROL_TOKEN_KEY}",
+        "--set",
+        f"control.stopped_exit_code={STOPPED_EXIT_CODE}",
     ]
     if restore == "none":
         args += ["--set", "restore.force_empty=true"]

@@ -111,7 +111,7 @@ def _run(args: argparse.Namespace) -> int:
             }
         )
     )
-    return 0
+    return config.control.stopped_exit_code if status.state == "STOPPED" else 0
 
 
 def _checkpoints(args: argparse.Namespace) -> int:

@@ -75,6 +75,10 @@ class ControlConfig:
     # (the operator mounts one from the pipeline's Secret). None: no authentication, for a
     # control API on 127.0.0.1.
     token_file: str | None = None
+    # The exit status of `stator run` when the job ends stopped by a stop-with-savepoint
+    # (a finished job exits 0). The operator sets 3, so that a stop it did not ask for is
+    # not mistaken for a job that read all its input.
+    stopped_exit_code: int = 0
 
 
 @dataclass(frozen=True)

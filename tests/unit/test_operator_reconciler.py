@@ -245,6 +245,24 @@ def test_a_failed_driver_restarts_from_the_latest_checkpoint_after_a_backoff(
     assert "RestartCompleted" in bed.reasons()
 
 
+def test_a_stop_the_operator_did_not_request_is_not_finished(tmp_path: Path) -> None:
+    """A driver stopped with a savepoint by someone else exits 3 (the operator passes
+    control.stopped_exit_code): reported, and redeployed from the latest checkpoint."""
+    bed = Bed(tmp_path)
+    bed.deploy()
+    first = bed.driver_pod()
+    assert "control.stopped_exit_code=3" in bed.kube.pods[first]["spec"]["containers"][0]["args"]
+    bed.kube.set_phase(first, "Failed", exit_code=3)
+    bed.step()
+    op = bed.op
+    assert op is not None and (op.kind, op.restore) == (OpKind.RESTART, "latest")
+    assert bed.status["phase"] != "Finished"
+    assert "StoppedOutsideOperator" in bed.reasons()
+    assert "restarts" not in bed.status, "not a failure: the restart budget is untouched"
+    bed.finish()
+    assert bed.status["phase"] == "Running" and restore_arg(bed) == "latest"
+
+
 def test_restarts_exhausted_fail_the_pipeline(tmp_path: Path) -> None:
     bed = Bed(tmp_path, failover={"maxRestarts": 1})
     bed.deploy()
