@@ -18,7 +18,10 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a pipeline")
-    run.add_argument("pipeline", help="MODULE:FUNCTION or path/to/file.py:FUNCTION")
+    run.add_argument(
+        "pipeline",
+        help="MODULE:FUNCTION, path/to/file.py:FUNCTION or path/to/package:FUNCTION",
+    )
     run.add_argument("--config", "-c", help="YAML config file")
     run.add_argument(
         "--set",
@@ -70,25 +73,42 @@ def main(argv: list[str] | None = None) -> int:
             return savepoint_command(args)
         return _checkpoints(args)
     except StatorError as exc:
-        print(f"stator: error: {exc}", file=sys.stderr)
+        report_error(exc)
         return 2
+
+
+def report_error(exc: StatorError) -> None:
+    """One ``stator: error:`` line a user or a script can find (the message's whitespace,
+    newlines included, collapsed), and the detail (e.g. the user's traceback) below it."""
+    print(f"stator: error: {' '.join(str(exc).split())}", file=sys.stderr)
+    if exc.detail:
+        print(exc.detail, file=sys.stderr)
 
 
 def _run(args: argparse.Namespace) -> int:
     from .config import load_config  # noqa: PLC0415
     from .control.server import serving  # noqa: PLC0415 - aiohttp only when running a job
     from .driver.epoch_loop import JobDriver  # noqa: PLC0415
-    from .loader import load_pipeline  # noqa: PLC0415
+    from .driver.preflight import preflight  # noqa: PLC0415
+    from .loader import load  # noqa: PLC0415
 
     config = load_config(args.config, args.set)
     if args.restore:
         config = replace(config, restore=replace(config.restore, source=args.restore))
     logging.getLogger().setLevel(config.log_level)
-    pipeline = load_pipeline(args.pipeline)
-    driver = JobDriver(pipeline, config)
-    driver.store.check()
-    with serving(driver, config.control):
-        status = driver.run()
+    loaded = load(args.pipeline)
+    # Everything below up to driver.run() runs before Spark starts (driver/preflight.py).
+    driver = JobDriver(
+        loaded.pipeline,
+        config,
+        python_path=[loaded.import_root] if loaded.import_root else [],
+    )
+    preflight(driver.job, config, driver.parallelism, driver.store)
+    try:
+        with serving(driver, config.control):
+            status = driver.run()
+    finally:
+        driver.close()
     print(
         json.dumps(
             {
