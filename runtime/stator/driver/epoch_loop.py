@@ -175,6 +175,7 @@ class JobDriver:
                     time.sleep(self.config.epoch.idle_wait_ms / 1000)
                     continue
                 self._run_epoch(plan)
+                self.recovery.epoch_completed()
             except Exception as exc:
                 self.recovery.failover(exc)
 
