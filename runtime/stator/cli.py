@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # py4j says at exit that it closes its connection: after the result, noise.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         if args.command == "run":
             return _run(args)

@@ -20,9 +20,12 @@ Steps 1-2 only read, and step 3 runs last, so a job refused here has written not
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from ..checkpoint.metadata import CheckpointMetadata
 from ..config import JobConfig
-from ..errors import CheckpointNotFoundError, ConfigError, StatorError
+from ..errors import CheckpointNotFoundError, ConfigError, StatorError, StorageError
 from ..lineage import list_checkpoints
 from ..savepoint.metadata import SavepointMetadata
 from ..storage import ObjectStore
@@ -35,8 +38,20 @@ def preflight(
 ) -> Target | None:
     """Steps 2-3 of the module docstring; returns the restore target it found (if any)."""
     target = check_restore_source(job, config, parallelism, store)
-    store.check()
+    with _checkpoint_storage(store):
+        store.check()
     return target
+
+
+@contextmanager
+def _checkpoint_storage(store: ObjectStore) -> Iterator[None]:
+    """A storage error here is about ``checkpoint.storage``: say so."""
+    try:
+        yield
+    except StorageError as exc:
+        raise StorageError(
+            f"checkpoint.storage {store.uri}: {exc}. Fix checkpoint.storage (and s3.* for S3)"
+        ) from exc
 
 
 def check_restore_source(
@@ -44,7 +59,9 @@ def check_restore_source(
 ) -> Target | None:
     source = config.restore.source
     if source in ("latest", "none"):
-        completed = [e.metadata for e in list_checkpoints(store.uri, config.s3) if e.metadata]
+        with _checkpoint_storage(store):
+            entries = list_checkpoints(store.uri, config.s3)
+        completed = [e.metadata for e in entries if e.metadata]
         if source == "none":
             if completed and not config.restore.force_empty:
                 raise ConfigError(
@@ -58,9 +75,10 @@ def check_restore_source(
         try:
             target = load_target(source, config.s3)
         except CheckpointNotFoundError as exc:
+            text = str(exc) if str(exc).startswith("restore.source") else f"restore.source: {exc}"
             raise CheckpointNotFoundError(
-                f"restore.source: {exc}. Give a savepoint directory (see: stator savepoint "
-                f"list) or a chk-N directory (see: stator checkpoints list)"
+                f"{text}. Give a savepoint directory (see: stator savepoint list) or a chk-N "
+                f"directory (see: stator checkpoints list)"
             ) from exc
         check_files(target)
     if target is not None:
@@ -91,7 +109,9 @@ def check_files(target: Target) -> None:
     try:
         present = dict(target.store.listing())
     except StatorError as exc:
-        raise StatorError(f"restore.source {target.store.uri} cannot be listed: {exc}") from exc
+        raise CheckpointNotFoundError(
+            f"restore.source {target.store.uri} cannot be listed: {exc}"
+        ) from exc
     for key, size in sorted(expected.items()):
         found = present.get(key)
         if found is None:
