@@ -161,17 +161,21 @@ def _pipeline_dir(tmp_path: Path) -> Path:
     pipes.mkdir()
     (pipes / "by_path.py").write_text(PIPELINE_FILE)
     (pipes / "helpers.py").write_text("def key_of(event):\n    return event[0]\n")
+    (pipes / "totals_pkg").mkdir()  # a package whose build comes from a top-level module
+    (pipes / "totals_pkg" / "__init__.py").write_text("from by_path import build\n")
     (tmp_path / "elsewhere").mkdir()
     return pipes
 
 
-def _run_args(tmp_path: Path, *extra: str) -> list[str]:
+def _run_args(
+    tmp_path: Path, *extra: str, pipeline: str = "../pipes/by_path.py:build"
+) -> list[str]:
     return [
         sys.executable,
         "-m",
         "stator",
         "run",
-        "../pipes/by_path.py:build",  # relative to the working directory, not to ROOT
+        pipeline,  # by default relative to the working directory, not to ROOT
         "--set",
         f"checkpoint.storage=file://{tmp_path}/ck",
         "--set",
@@ -193,12 +197,35 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     }
 
 
-def test_pipeline_by_file_path_from_another_directory(tmp_path: Path) -> None:
-    _pipeline_dir(tmp_path)
+@pytest.mark.parametrize(
+    "layout",
+    [
+        "relative-file",  # ../pipes/by_path.py:build from a sibling directory
+        "driver-pod",  # as the operator's driver pod runs it: an absolute reference, cwd /,
+        # --config job.yaml and --restore latest; here a package directory
+    ],
+)
+def test_pipeline_by_file_path_from_another_directory(tmp_path: Path, layout: str) -> None:
+    pipes = _pipeline_dir(tmp_path)
+    if layout == "relative-file":
+        args, cwd = _run_args(tmp_path), tmp_path / "elsewhere"
+    else:
+        (tmp_path / "job.yaml").write_text(f"checkpoint:\n  storage: file://{tmp_path}/ck\n")
+        args = _run_args(
+            tmp_path,
+            "--config",
+            str(tmp_path / "job.yaml"),
+            "--restore",
+            "latest",
+            "--set",
+            "control.host=127.0.0.1",
+            pipeline=f"{pipes}/totals_pkg:build",
+        )
+        cwd = Path("/")
     result = subprocess.run(
-        _run_args(tmp_path),
+        args,
         check=False,
-        cwd=tmp_path / "elsewhere",
+        cwd=cwd,
         text=True,
         capture_output=True,
         timeout=300,
