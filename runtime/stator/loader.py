@@ -17,7 +17,9 @@ values the state serializer pickles, nor a pipeline file's imports of its siblin
 from __future__ import annotations
 
 import importlib
+import site
 import sys
+import sysconfig
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,14 +165,24 @@ def _import(ref: PipelineRef) -> ModuleType:
 
 
 def _import_root(module: ModuleType) -> str | None:
-    """The sys.path entry ``module`` was found under (None for built-in or namespace
-    modules, which workers import the same way anyway)."""
+    """The sys.path entry ``module`` was found under; None when workers import it the same
+    way anyway (a built-in or namespace module, or one installed in the interpreter's own
+    site-packages or standard library)."""
     file = getattr(module, "__file__", None)
     if not file:
         return None
     path = Path(file).resolve()
     depth = module.__name__.count(".") + (1 if path.name == "__init__.py" else 0)
-    return str(path.parents[depth])
+    root = path.parents[depth]
+    if root in _interpreter_paths():
+        return None
+    return str(root)
+
+
+def _interpreter_paths() -> set[Path]:
+    paths = [*site.getsitepackages(), site.getusersitepackages()]
+    paths += [sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")]
+    return {Path(p).resolve() for p in paths if p}
 
 
 def _one_line(exc: BaseException) -> str:
