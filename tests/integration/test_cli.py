@@ -146,8 +146,10 @@ class Totals(KeyedProcessFunction):
 
 def build():
     p = Pipeline("by-path", max_parallelism=32)
+    events = p.source(GeneratorSource(KeyedEvents(num_keys=20, seed=1), count=400), uid="events")
+    events.sink(FileSink(os.environ["STATOR_TEST_OUT"] + "-raw"), uid="raw")  # staged by sources
     (
-        p.source(GeneratorSource(KeyedEvents(num_keys=20, seed=1), count=400), uid="events")
+        events
         .key_by(key_of)
         .process(Totals(), uid="totals")
         .sink(FileSink(os.environ["STATOR_TEST_OUT"]), uid="out")
@@ -237,6 +239,7 @@ def test_pipeline_by_file_path_from_another_directory(tmp_path: Path, layout: st
     final = dict(read_committed(f"file://{tmp_path}/out"))
     assert sum(final.values()) == 400  # running totals: the last one per key is its count
     assert len(final) == 20
+    assert len(read_committed(f"file://{tmp_path}/out-raw")) == 400
 
 
 def test_user_function_that_raises_ends_the_job_with_its_cause(tmp_path: Path) -> None:
@@ -280,7 +283,11 @@ def test_user_function_that_raises_ends_the_job_with_its_cause(tmp_path: Path) -
     # The user's traceback in the driver log, from their file down.
     assert 'by_path.py", line' in stderr and 'value = {}["price"]' in stderr
     assert not stdout.strip()
-    # Staged output of the failed epoch was removed; nothing was committed.
-    out = tmp_path / "out"
-    assert not out.exists() or not [p for p in out.rglob("*") if p.is_file()]
+    # Staged output of the failed epoch was removed (the source tasks had staged the raw
+    # sink's part before the keyed task failed); nothing was committed.
+    for out in (tmp_path / "out", tmp_path / "out-raw"):
+        assert not out.exists() or not [p for p in out.rglob("*") if p.is_file()], out
+    # Its root exists only because a part was put there: staged, then removed (deleting
+    # prunes the emptied directories below the root).
+    assert (tmp_path / "out-raw").is_dir()
     assert elapsed < 120, elapsed
