@@ -108,3 +108,22 @@ def test_infrastructure_failures_are_retried() -> None:
 def test_short_error_prefers_the_user_summary() -> None:
     text = str(_as_spark_reports_it(_raised_in_user_code(), 4))
     assert short_error(text) == "KeyError: 'price' in operator 'totals' key 'u1' epoch 3"
+
+
+def test_other_worker_errors_are_summarized_by_their_python_exception() -> None:
+    text = (
+        "Py4JJavaError: An error occurred while calling o87.collectAndServe.\n"
+        ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage "
+        "2.0 failed 4 times, most recent failure: Lost task 0.3: "
+        "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+        '  File "/x/kafka.py", line 3, in read\n'
+        "    raise ConnectionError('broker kafka:9092 is unreachable')\n"
+        "ConnectionError: broker kafka:9092 is unreachable\n"
+        "\n\tat org.apache.spark.api.python.BasePythonRunner.handlePythonException(x.scala:1)\n"
+    )
+    failure = classify(RuntimeError(text), None, None)
+    assert failure.kind is Kind.RETRY
+    assert failure.summary == "ConnectionError: broker kafka:9092 is unreachable"
+    assert short_error("Py4JJavaError: lost\n: executor 1 exited") == (
+        "Py4JJavaError: lost : executor 1 exited"
+    )

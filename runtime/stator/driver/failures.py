@@ -28,6 +28,7 @@ from ..tasks.user_errors import TRACEBACK_BEGIN, TRACEBACK_END, USER_ERROR_MARKE
 from .restore import Target
 
 _ATTEMPTS = re.compile(r"failed (\d+) times")
+_PYTHON_TRACEBACK = "PythonException: Traceback (most recent call last):"
 
 
 class Kind(Enum):
@@ -82,10 +83,12 @@ def classify(exc: BaseException, target: Target | None, previous: Failure | None
 
 
 def short_error(text: str, limit: int = 600) -> str:
-    """The first meaningful line(s) of a (possibly Py4J-wrapped) error."""
+    """One line that says what failed, out of a (possibly Py4J-wrapped) error: the user's
+    summary, else a Stator error's first line, else the Python exception a worker raised,
+    else the start of the text."""
     idx = text.find(USER_ERROR_MARKER + ": ")
     if idx >= 0:
-        return text[idx + len(USER_ERROR_MARKER) + 2 :].split("\n", 1)[0][:limit]
+        return _one_line(text[idx + len(USER_ERROR_MARKER) + 2 :].split("\n", 1)[0], limit)
     for marker in (
         RESTORE_ERROR_MARKER,
         "StateMismatchError",
@@ -94,8 +97,24 @@ def short_error(text: str, limit: int = 600) -> str:
     ):
         idx = text.find(marker)
         if idx >= 0:
-            return text[idx : idx + limit].split("\n\tat ", maxsplit=1)[0]
-    return text[:limit]
+            return _one_line(text[idx:].split("\n", 1)[0], limit)
+    worker = _worker_exception(text)
+    return _one_line(worker or text, limit)
+
+
+def _worker_exception(text: str) -> str | None:
+    """The exception line of the first Python traceback a worker sent (the last line of it
+    that is not indented), e.g. ``ConnectionError: ...``."""
+    idx = text.find(_PYTHON_TRACEBACK)
+    if idx < 0:
+        return None
+    block = text[idx + len(_PYTHON_TRACEBACK) :].split("\n\tat ", 1)[0]
+    lines = [line for line in block.splitlines() if line and not line[0].isspace()]
+    return lines[-1] if lines else None
+
+
+def _one_line(text: str, limit: int) -> str:
+    return " ".join(text.split())[:limit]
 
 
 def _user_traceback(text: str) -> str | None:
