@@ -389,3 +389,17 @@ def test_bad_input_fails_before_spark(
 
 def test_enough_cases() -> None:
     assert len(CASES) >= 25 and len({c[0] for c in CASES}) == len(CASES)
+
+
+def test_the_error_line_is_the_termination_message_in_a_container(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = isolated / "termination-log"
+    log.write_text("")  # Kubernetes creates it; the CLI only writes where it exists
+    monkeypatch.setenv("STATOR_TERMINATION_LOG", str(log))
+    assert main(["run", "no.such.module:build"]) == 2
+    line = capsys.readouterr().err.splitlines()[0]
+    assert log.read_text() == line and "cannot import pipeline module" in line
+    monkeypatch.setenv("STATOR_TERMINATION_LOG", str(isolated / "absent"))
+    assert main(["run", "no.such.module:build"]) == 2
+    assert not (isolated / "absent").exists()
