@@ -92,6 +92,12 @@ def test_restore_errors_fall_back_for_checkpoints_and_end_the_job_for_savepoints
     savepoint = SavepointMetadata("j", 3, 0, 32, {}, {}, 0, "zlib")
     failure = classify(exc, Target(savepoint, store), None)
     assert failure.kind is Kind.FATAL and "cannot be restored" in failure.reason
+    unreachable = RuntimeError(
+        "Py4JJavaError: ... stator.errors.StorageError: S3 endpoint http://minio:9000 is "
+        "unreachable\n\nThe above exception was the direct cause of the following exception:\n"
+        f"{RestoreError(0, 'S3 endpoint http://minio:9000 is unreachable')}"
+    )
+    assert classify(unreachable, Target(savepoint, store), None).kind is Kind.RETRY
     checkpoint = CheckpointMetadata(2, 3, "j", 0, 32, True, {}, {}, {}, 0)
     assert classify(exc, Target(checkpoint, store), None).kind is Kind.FALL_BACK
 

@@ -6,8 +6,9 @@ only delays the error and buries its cause, so these end the job at once:
 
 - :class:`~stator.errors.ConfigError`, :class:`~stator.errors.PipelineError`, and a
   ``StateCompatibilityError`` (raised on the driver, or found in a task's failure text);
-- a savepoint that cannot be restored (every attempt reads the same bytes). A *checkpoint*
-  that cannot be restored instead falls back to the previous retained checkpoint;
+- a savepoint that cannot be restored (every attempt reads the same bytes; a savepoint whose
+  storage could not be read is retried). A *checkpoint* that cannot be restored instead falls
+  back to the previous retained checkpoint;
 - a user function that raised (``tasks/user_errors.py``) on every one of Spark's attempts of
   its task, or, when Spark does not retry tasks (``spark.task_attempts=1``), raised the same
   error in two attempts of the epoch in a row.
@@ -55,31 +56,43 @@ def classify(exc: BaseException, target: Target | None, previous: Failure | None
     ):
         return Failure(Kind.FATAL, summary, "a restart cannot fix it")
     if RESTORE_ERROR_MARKER in text and target is not None:
-        if target.is_savepoint:
-            return Failure(
-                Kind.FATAL,
-                summary,
-                f"{target.describe()} cannot be restored; restore from another savepoint or "
-                f"checkpoint (restore.source)",
-            )
-        return Failure(Kind.FALL_BACK, summary)
+        return _restore_failure(text, summary, target)
     if USER_ERROR_MARKER in text:
-        failure = Failure(Kind.RETRY, summary, user_traceback=_user_traceback(text))
-        attempts = _spark_attempts(text)
-        if attempts is not None and attempts > 1:
-            reason = f"it raised on all {attempts} attempts of its task"
-        elif previous is not None and previous.summary == summary:
-            reason = "it raised again when the epoch was retried"
-        else:
-            return failure
-        return Failure(
-            Kind.FATAL,
-            summary,
-            f"{reason}, so it is not retried; fix the function or its input and run again: "
-            f"the job resumes from its latest checkpoint",
-            failure.user_traceback,
-        )
+        return _user_failure(text, summary, previous)
     return Failure(Kind.RETRY, summary)
+
+
+def _restore_failure(text: str, summary: str, target: Target) -> Failure:
+    if not target.is_savepoint:
+        return Failure(Kind.FALL_BACK, summary)
+    # A savepoint's bytes do not change: unreadable now, unreadable on every retry. Unless
+    # its storage could not be read (a StorageError caused it): that may pass, so retry.
+    if "StorageError: " in text:
+        return Failure(Kind.RETRY, summary)
+    return Failure(
+        Kind.FATAL,
+        summary,
+        f"{target.describe()} cannot be restored; restore from another savepoint or "
+        f"checkpoint (restore.source)",
+    )
+
+
+def _user_failure(text: str, summary: str, previous: Failure | None) -> Failure:
+    trace = _user_traceback(text)
+    attempts = _spark_attempts(text)
+    if attempts is not None and attempts > 1:
+        reason = f"it raised on all {attempts} attempts of its task"
+    elif previous is not None and previous.summary == summary:
+        reason = "it raised again when the epoch was retried"
+    else:
+        return Failure(Kind.RETRY, summary, user_traceback=trace)
+    return Failure(
+        Kind.FATAL,
+        summary,
+        f"{reason}, so it is not retried; fix the function or its input and run again: "
+        f"the job resumes from its latest checkpoint",
+        trace,
+    )
 
 
 def short_error(text: str, limit: int = 600) -> str:
