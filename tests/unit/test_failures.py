@@ -79,9 +79,19 @@ def test_user_error_without_spark_retries_is_retried_once() -> None:
 
 def test_bad_config_and_incompatible_state_are_fatal() -> None:
     assert classify(ConfigError("parallelism"), None, None).kind is Kind.FATAL
-    text = RuntimeError("Py4JJavaError ... StateCompatibilityError: operator 'x' restored")
+    text = RuntimeError(
+        "Py4JJavaError ... PythonException: Traceback (most recent call last):\n"
+        '  File "keyed.py", line 98, in _verify_declared\n'
+        "    raise StateCompatibilityError(\n"
+        "stator.errors.StateCompatibilityError: operator 'x' restored state ['extra'] that "
+        "the code no longer declares\n\n\tat org.apache.spark.api.python.X(x.scala:1)"
+    )
     failure = classify(text, None, None)
-    assert failure.kind is Kind.FATAL and failure.summary.startswith("StateCompatibilityError")
+    assert failure.kind is Kind.FATAL
+    assert failure.summary == (
+        "StateCompatibilityError: operator 'x' restored state ['extra'] that the code no "
+        "longer declares"
+    )
 
 
 def test_restore_errors_fall_back_for_checkpoints_and_end_the_job_for_savepoints(

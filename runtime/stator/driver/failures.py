@@ -102,11 +102,13 @@ def short_error(text: str, limit: int = 600) -> str:
     idx = text.find(USER_ERROR_MARKER + ": ")
     if idx >= 0:
         return _one_line(text[idx + len(USER_ERROR_MARKER) + 2 :].split("\n", 1)[0], limit)
+    # As the exception's own line prints them (a traceback's source lines, e.g.
+    # "raise StateCompatibilityError(", must not match).
     for marker in (
-        RESTORE_ERROR_MARKER,
-        "StateMismatchError",
-        "StateCompatibilityError",
-        "StorageError",
+        RESTORE_ERROR_MARKER + "[",
+        "StateMismatchError: ",
+        "StateCompatibilityError: ",
+        "StorageError: ",
     ):
         idx = text.find(marker)
         if idx >= 0:
