@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from .errors import StatorError
@@ -19,7 +21,10 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a pipeline")
-    run.add_argument("pipeline", help="MODULE:FUNCTION or path/to/file.py:FUNCTION")
+    run.add_argument(
+        "pipeline",
+        help="MODULE:FUNCTION, path/to/file.py:FUNCTION or path/to/package:FUNCTION",
+    )
     run.add_argument("--config", "-c", help="YAML config file")
     run.add_argument(
         "--set",
@@ -68,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # py4j says at exit that it closes its connection: after the result, noise.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         if args.command == "run":
             return _run(args)
@@ -77,25 +84,53 @@ def main(argv: list[str] | None = None) -> int:
             return savepoint_command(args)
         return _checkpoints(args)
     except StatorError as exc:
-        print(f"stator: error: {exc}", file=sys.stderr)
+        report_error(exc)
         return 2
+
+
+# Where Kubernetes takes a container's termination message from (the file exists only in a
+# container; the operator can read it from the pod status once the driver has ended).
+TERMINATION_LOG = "/dev/termination-log"
+
+
+def report_error(exc: StatorError) -> None:
+    """One ``stator: error:`` line a user or a script can find (the message's whitespace,
+    newlines included, collapsed), and the detail (e.g. the user's traceback) below it. In a
+    container, the line is also the termination message."""
+    line = f"stator: error: {' '.join(str(exc).split())}"
+    print(line, file=sys.stderr)
+    if exc.detail:
+        print(exc.detail, file=sys.stderr)
+    termination_log = Path(os.environ.get("STATOR_TERMINATION_LOG", TERMINATION_LOG))
+    if termination_log.is_file():  # never created here: only written where it exists
+        with contextlib.suppress(OSError):
+            termination_log.write_text(line[:4096])  # Kubernetes keeps at most 4096 bytes
 
 
 def _run(args: argparse.Namespace) -> int:
     from .config import load_config  # noqa: PLC0415
     from .control.server import serving  # noqa: PLC0415 - aiohttp only when running a job
     from .driver.epoch_loop import JobDriver  # noqa: PLC0415
-    from .loader import load_pipeline  # noqa: PLC0415
+    from .driver.preflight import preflight  # noqa: PLC0415
+    from .loader import load  # noqa: PLC0415
 
     config = load_config(args.config, args.set)
     if args.restore:
         config = replace(config, restore=replace(config.restore, source=args.restore))
     logging.getLogger().setLevel(config.log_level)
-    pipeline = load_pipeline(args.pipeline)
-    driver = JobDriver(pipeline, config)
-    driver.store.check()
-    with serving(driver, config.control):
-        status = driver.run()
+    loaded = load(args.pipeline)
+    # Everything below up to driver.run() runs before Spark starts (driver/preflight.py).
+    driver = JobDriver(
+        loaded.pipeline,
+        config,
+        python_path=[loaded.import_root] if loaded.import_root else [],
+    )
+    preflight(driver.job, config, driver.parallelism, driver.store)
+    try:
+        with serving(driver, config.control):
+            status = driver.run()
+    finally:
+        driver.close()
     print(
         json.dumps(
             {

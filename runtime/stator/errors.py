@@ -4,7 +4,14 @@ from __future__ import annotations
 
 
 class StatorError(Exception):
-    """Base class: an error Stator explains (as opposed to a bug)."""
+    """Base class: an error Stator explains (as opposed to a bug).
+
+    ``detail`` is shown below the one-line message (e.g. the traceback of the user's code
+    that raised); the message itself stays one line, so a user or a script finds it."""
+
+    def __init__(self, *args: object, detail: str | None = None) -> None:
+        super().__init__(*args)
+        self.detail = detail
 
 
 class ConfigError(StatorError):

@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,181 @@ def test_run_then_inspect_checkpoints(tmp_path: Path) -> None:
     assert info["epoch"] == 3 and sorted(info["operators"]) == ["counts"]
     assert sum(s["state_bytes"] for s in info["operators"]["counts"]) == info["state_bytes"]
     assert info["sources"]["events"]["gen-0"]["finished"] is True
+
+
+PIPELINE_FILE = """
+import os
+from dataclasses import dataclass
+
+from helpers import key_of  # a sibling module: the file's directory is the import root
+from stator import KeyedProcessFunction, Pipeline, ValueStateDescriptor
+from stator.sinks import FileSink
+from stator.sources import GeneratorSource, KeyedEvents
+
+
+@dataclass
+class Total:  # kept in state: pickled by reference, so workers must import this module
+    key: str
+    n: int
+
+
+class Totals(KeyedProcessFunction):
+    def open(self, ctx):
+        self.total = ctx.get_state(ValueStateDescriptor("total"))
+
+    def process_element(self, value, ctx):
+        total = self.total.value() or Total(value[0], 0)
+        total.n += 1
+        if os.environ.get("STATOR_TEST_RAISE") and total.n > 3:
+            value = {}["price"]
+        self.total.update(total)
+        yield total.key, total.n
+
+
+def build():
+    p = Pipeline("by-path", max_parallelism=32)
+    events = p.source(GeneratorSource(KeyedEvents(num_keys=20, seed=1), count=400), uid="events")
+    events.sink(FileSink(os.environ["STATOR_TEST_OUT"] + "-raw"), uid="raw")  # staged by sources
+    (
+        events
+        .key_by(key_of)
+        .process(Totals(), uid="totals")
+        .sink(FileSink(os.environ["STATOR_TEST_OUT"]), uid="out")
+    )
+    return p
+"""
+
+
+def _pipeline_dir(tmp_path: Path) -> Path:
+    pipes = tmp_path / "pipes"
+    pipes.mkdir()
+    (pipes / "by_path.py").write_text(PIPELINE_FILE)
+    (pipes / "helpers.py").write_text("def key_of(event):\n    return event[0]\n")
+    (pipes / "totals_pkg").mkdir()  # a package whose build comes from a top-level module
+    (pipes / "totals_pkg" / "__init__.py").write_text("from by_path import build\n")
+    (tmp_path / "elsewhere").mkdir()
+    return pipes
+
+
+def _run_args(
+    tmp_path: Path, *extra: str, pipeline: str = "../pipes/by_path.py:build"
+) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "stator",
+        "run",
+        pipeline,  # by default relative to the working directory, not to ROOT
+        "--set",
+        f"checkpoint.storage=file://{tmp_path}/ck",
+        "--set",
+        f"state.local_dir={tmp_path}/state",
+        "--set",
+        "spark.master=local[2]",
+        *extra,
+    ]
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    # Only the runtime on the path: not the repository, not the pipeline's directory.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return {
+        **env,
+        "PYTHONPATH": str(ROOT / "runtime"),
+        "STATOR_TEST_OUT": f"file://{tmp_path}/out",
+        **extra,
+    }
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        "relative-file",  # ../pipes/by_path.py:build from a sibling directory
+        "driver-pod",  # as the operator's driver pod runs it: an absolute reference, cwd /,
+        # --config job.yaml and --restore latest; here a package directory
+    ],
+)
+def test_pipeline_by_file_path_from_another_directory(tmp_path: Path, layout: str) -> None:
+    pipes = _pipeline_dir(tmp_path)
+    if layout == "relative-file":
+        args, cwd = _run_args(tmp_path), tmp_path / "elsewhere"
+    else:
+        (tmp_path / "job.yaml").write_text(f"checkpoint:\n  storage: file://{tmp_path}/ck\n")
+        args = _run_args(
+            tmp_path,
+            "--config",
+            str(tmp_path / "job.yaml"),
+            "--restore",
+            "latest",
+            "--set",
+            "control.host=127.0.0.1",
+            pipeline=f"{pipes}/totals_pkg:build",
+        )
+        cwd = Path("/")
+    result = subprocess.run(
+        args,
+        check=False,
+        cwd=cwd,
+        text=True,
+        capture_output=True,
+        timeout=300,
+        env=_env(tmp_path),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["finished"] and summary["records_in"] == 400
+    final = dict(read_committed(f"file://{tmp_path}/out"))
+    assert sum(final.values()) == 400  # running totals: the last one per key is its count
+    assert len(final) == 20
+    assert len(read_committed(f"file://{tmp_path}/out-raw")) == 400
+
+
+def test_user_function_that_raises_ends_the_job_with_its_cause(tmp_path: Path) -> None:
+    _pipeline_dir(tmp_path)
+    port = free_port()
+    started = time.monotonic()
+    # Output to files: Spark logs every task failure at length, more than a pipe holds.
+    with open(tmp_path / "stdout", "w") as out_f, open(tmp_path / "stderr", "w") as err_f:
+        proc = subprocess.Popen(
+            _run_args(tmp_path, "--set", f"control.port={port}", "--set", "restart.attempts=3"),
+            cwd=tmp_path / "elsewhere",
+            text=True,
+            stdout=out_f,
+            stderr=err_f,
+            env=_env(tmp_path, STATOR_TEST_RAISE="1"),
+        )
+        status: dict[str, object] = {}
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/job", timeout=2) as r:
+                    status = json.loads(r.read())
+            except OSError:
+                pass
+            if status.get("state") == "FAILED":
+                break
+            time.sleep(0.5)
+        proc.wait(timeout=120)
+    stdout, stderr = (tmp_path / "stdout").read_text(), (tmp_path / "stderr").read_text()
+    elapsed = time.monotonic() - started
+    cause = "KeyError: 'price' in operator 'totals' key '"
+    assert proc.returncode == 2, stderr[-3000:]
+    assert status.get("state") == "FAILED", status
+    assert str(status["last_error"]).startswith(cause) and "epoch 1" in str(status["last_error"])
+    assert status["restarts"] == 0  # not retried through the restart strategy
+    errors = [line for line in stderr.splitlines() if line.startswith("stator: error:")]
+    assert len(errors) == 1 and cause in errors[0], stderr[-3000:]
+    assert "it raised on all 4 attempts of its task" in errors[0]
+    assert stderr.rstrip().splitlines()[-1] == errors[0]  # the last thing the user sees
+    assert "Py4JJavaError" not in errors[0]
+    # The user's traceback in the driver log, from their file down.
+    assert 'by_path.py", line' in stderr and 'value = {}["price"]' in stderr
+    assert not stdout.strip()
+    # Staged output of the failed epoch was removed (the source tasks had staged the raw
+    # sink's part before the keyed task failed); nothing was committed.
+    for out in (tmp_path / "out", tmp_path / "out-raw"):
+        assert not out.exists() or not [p for p in out.rglob("*") if p.is_file()], out
+    # Its root exists only because a part was put there: staged, then removed (deleting
+    # prunes the emptied directories below the root).
+    assert (tmp_path / "out-raw").is_dir()
+    assert elapsed < 120, elapsed

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from stator import Pipeline
 from stator.config import load_config, to_dict
@@ -113,3 +116,51 @@ def test_file_store_refuses_escaping_keys(tmp_path: Path) -> None:
     store.move("a/b", "c/d")
     store.move("a/b", "c/d")  # idempotent once moved
     assert store.get("c/d") == b"1" and store.listing() == [("c/d", 1)]
+
+
+GRAPH = """
+from stator import Pipeline
+from stator.sinks import CollectSink
+from stator.sources import GeneratorSource
+
+
+def build():
+    p = Pipeline("nested")
+    p.source(GeneratorSource(), uid="events").sink(CollectSink(), uid="out")
+    return p
+"""
+
+
+def test_files_and_packages_load_under_their_real_dotted_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stator.loader import load, module_name_of, parse_reference
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    sub = tmp_path / "proj" / "top_pkg" / "sub"
+    sub.mkdir(parents=True)
+    (tmp_path / "proj" / "top_pkg" / "__init__.py").write_text("")
+    (sub / "__init__.py").write_text("")
+    (sub / "nested_pipe.py").write_text(GRAPH)
+    assert module_name_of(sub / "nested_pipe.py") == ("top_pkg.sub.nested_pipe", tmp_path / "proj")
+    ref = parse_reference(f"{sub}/nested_pipe.py:build")
+    assert (ref.module, ref.root) == ("top_pkg.sub.nested_pipe", tmp_path / "proj")
+    assert parse_reference(f"{sub}:build").module == "top_pkg.sub"
+    assert parse_reference(f"{sub}/__init__.py:build").module == "top_pkg.sub"
+    assert parse_reference("examples.keyed_count:build").root is None
+
+    monkeypatch.chdir(tmp_path / "proj" / "top_pkg")  # the reference is relative to cwd
+    loaded = load("sub/nested_pipe.py:build")
+    assert loaded.pipeline.name == "nested"
+    assert loaded.import_root == str(tmp_path / "proj")
+    assert sys.path[0] == str(tmp_path / "proj")
+    assert sys.modules["top_pkg.sub.nested_pipe"].__file__ == str(sub / "nested_pipe.py")
+    for name in ("top_pkg.sub.nested_pipe", "top_pkg.sub", "top_pkg"):
+        del sys.modules[name]
+
+
+def test_installed_modules_need_no_worker_path() -> None:
+    from stator.loader import _import_root
+
+    assert _import_root(yaml) is None  # site-packages: workers have it already
+    assert _import_root(json) is None  # the standard library

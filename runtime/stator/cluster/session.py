@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from ..config import SparkConfig
@@ -57,3 +58,20 @@ def create_session(cfg: SparkConfig, app_name: str) -> Any:
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def share_python_path(spark: Any, entries: Sequence[str]) -> None:
+    """Put ``entries`` first on the Python path of every Python worker Spark starts from now.
+
+    The pipeline's module is pickled by name (``loader.py``), so workers must import it from
+    the same root as the driver, whatever their working directory. ``sc.environment`` is the
+    environment PySpark gives the workers of every RDD it creates (``spark.executorEnv.*``
+    lands there too), and the worker factory prepends its ``PYTHONPATH`` to the workers' path.
+    It works for a session that is already running, and with executors elsewhere as long as
+    the code is at the same path there (the runtime image, or a volume).
+    """
+    if not entries:
+        return
+    env = spark.sparkContext.environment
+    current = [p for p in str(env.get("PYTHONPATH", "")).split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([*entries, *current]))

@@ -56,6 +56,7 @@ class ControlServer:
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
+        self._failure_read = threading.Event()  # /job answered after the job failed
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -90,11 +91,18 @@ class ControlServer:
 
     def linger(self, timeout_ms: int) -> None:
         """After a stop-with-savepoint, keep answering until its requester read the result
-        (the operator polls for it), at most ``timeout_ms``."""
-        if self.driver.status.state is not JobState.STOPPED:
+        (the operator polls for it); after a failure, until a client read the job's status
+        (its last_error is the cause: the operator copies it to status.lastError). At most
+        ``timeout_ms``."""
+        state = self.driver.status.state
+        if state is JobState.STOPPED:
+            done = self.driver.savepoints.stop_results_fetched
+        elif state is JobState.FAILED:
+            done = self._failure_read.is_set
+        else:
             return
         deadline = time.monotonic() + timeout_ms / 1000
-        while time.monotonic() < deadline and not self.driver.savepoints.stop_results_fetched():
+        while time.monotonic() < deadline and not done():
             time.sleep(0.1)
 
     def stop(self) -> None:
@@ -148,6 +156,8 @@ class ControlServer:
     async def job(self, _: web.Request) -> web.Response:
         d, st = self.driver, self.driver.status
         latest = st.last_checkpoint
+        if st.state is JobState.FAILED:
+            self._failure_read.set()
         return _json(
             {
                 "job": d.job,
@@ -225,7 +235,8 @@ class ControlServer:
 @contextmanager
 def serving(job: JobView, config: ControlConfig) -> Iterator[ControlServer | None]:
     """The control API for ``job`` while the block runs (None if ``control.port`` is -1);
-    after a stop-with-savepoint it lingers until the requester has read the result."""
+    after a stop-with-savepoint it lingers until the requester has read the result, after a
+    failure until a client has read the job's status (``ControlServer.linger``)."""
     if config.port < 0:
         yield None
         return

@@ -69,6 +69,12 @@ class PendingOutput:
             for uid, epochs in self.pending.items()
         }
 
+    def discard_after(self, epoch: int) -> None:
+        """Remove every sink's staged output of epochs after ``epoch`` (a failed job's)."""
+        self.pending = {}
+        for uid, node in self.sinks.items():
+            node.sink.discard_after(uid, epoch)
+
     def rewind(self, epoch: int, restored: dict[str, tuple[PendingCommit, ...]]) -> None:
         """Back to ``epoch``: staged output of later epochs is discarded (it will be replayed),
         output the restored checkpoint covers but had not committed is committed again."""

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..api.pipeline import Pipeline, SinkNode, SourceNode
 from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.metadata import CheckpointMetadata, RemoteFile
+from ..cluster.session import share_python_path
 from ..config import JobConfig
 from ..epoch.reports import Report, SinkReport, SplitReport, StateReport
 from ..epoch.spec import CheckpointTask, EpochSpec, SavepointTask
@@ -70,9 +71,18 @@ class JobDriver:
     """Runs a pipeline. Thread-safe entry points for other threads (the control API):
     :meth:`stop`, :meth:`request_savepoint`, and reading :attr:`status`."""
 
-    def __init__(self, pipeline: Pipeline, config: JobConfig, spark: Any = None) -> None:
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        config: JobConfig,
+        spark: Any = None,
+        python_path: Sequence[str] = (),
+    ) -> None:
+        """``python_path``: where the pipeline's module was imported from; Spark's Python
+        workers get it too (``loader.py`` says why)."""
         pipeline.validate()
         self.pipeline, self.config, self.spark = pipeline, config, spark
+        self.python_path = tuple(python_path)
         self.job = config.name or pipeline.name
         self.parallelism: Parallelism = resolve_parallelism(pipeline, config)
         self.store: ObjectStore = open_store(
@@ -99,6 +109,7 @@ class JobDriver:
         )
         self._listeners: list[EpochListener] = []
         self._stop = False
+        self._owns_spark = spark is None
 
     # ------------------------------------------------------------------ public
 
@@ -115,6 +126,13 @@ class JobDriver:
         """Queue a savepoint, optionally stopping the job after it; thread-safe."""
         return self.savepoints.request(target, stop)
 
+    def close(self) -> None:
+        """Stop the SparkSession if :meth:`run` created it (its last log lines, e.g. about
+        tasks it cancels after a failure, then come before the job's result)."""
+        if self._owns_spark and self.spark is not None:
+            self.spark.stop()
+            self.spark = None
+
     def retained_checkpoints(self) -> list[CheckpointMetadata]:
         return list(self.coordinator.completed)
 
@@ -123,6 +141,7 @@ class JobDriver:
             from ..cluster.session import create_session  # noqa: PLC0415 - starts a JVM
 
             self.spark = create_session(self.config.spark, f"stator-{self.job}")
+        share_python_path(self.spark, self.python_path)
         self.status.state = JobState.RECOVERING
         try:
             self.recovery.start()
@@ -156,6 +175,7 @@ class JobDriver:
                     time.sleep(self.config.epoch.idle_wait_ms / 1000)
                     continue
                 self._run_epoch(plan)
+                self.recovery.epoch_completed()
             except Exception as exc:
                 self.recovery.failover(exc)
 

@@ -15,10 +15,14 @@ Starting:
 
 Failing over after a failed epoch:
 
-1. Classify: a bad configuration or incompatible state ends the job at once
-   (:class:`~stator.errors.JobFailed`); a checkpoint that cannot be restored is dropped in
-   favour of the previous retained one.
-2. Ask the restart strategy for a delay; it may give up (:class:`JobFailed`).
+1. Classify (``failures.py``): a failure no restart can fix (a bad configuration,
+   incompatible state, a savepoint that cannot be restored, a user function that raised on
+   every attempt of its task) ends the job at once (:class:`~stator.errors.JobFailed`), after
+   removing the staged sink output of the epochs the next run will replay; a checkpoint that
+   cannot be restored is dropped in favour of the previous retained one; anything else
+   (a lost executor, a network or storage error) is retried.
+2. Ask the restart strategy for a delay; it may give up (:class:`JobFailed`, staged output
+   removed as in 1).
 3. Wait, then rewind to the latest completed checkpoint (or the initial restore source).
    If rewinding itself fails (storage unreachable), go back to 2.
 """
@@ -32,10 +36,10 @@ from dataclasses import dataclass
 from ..checkpoint.coordinator import CheckpointCoordinator
 from ..checkpoint.metadata import CheckpointMetadata
 from ..config import JobConfig
-from ..errors import ConfigError, JobFailed, PipelineError
+from ..errors import ConfigError, JobFailed
 from ..storage import ObjectStore
-from ..tasks.local_state import RESTORE_ERROR_MARKER
 from .completion import PendingOutput
+from .failures import Failure, Kind, classify, short_error
 from .parallelism import Parallelism
 from .planning import EpochPlanner
 from .restart import RestartStrategy
@@ -76,6 +80,7 @@ class Recovery:
         self.restart = RestartStrategy(config.restart)
         self.position = Position()
         self._initial: Target | None = None
+        self._failure: Failure | None = None  # the last failure, until an epoch completes
 
     def start(self) -> None:
         """Steps 1-3 of starting (module docstring)."""
@@ -127,26 +132,37 @@ class Recovery:
 
     def failover(self, exc: Exception) -> None:
         """Steps 1-3 of failing over (module docstring)."""
-        text = f"{type(exc).__name__}: {exc}"
-        self.status.last_error = short_error(text)
-        if isinstance(exc, ConfigError | PipelineError) or "StateCompatibilityError" in text:
-            raise JobFailed(f"job '{self.job}' cannot run: {short_error(text)}") from exc
         target = self.position.target
-        if RESTORE_ERROR_MARKER in text and target and isinstance(target.meta, CheckpointMetadata):
-            fallback = self.coordinator.fall_back(target.meta, short_error(text))
+        failure = classify(exc, target, self._failure)
+        self._failure = failure
+        self.status.last_error = failure.summary
+        if failure.user_traceback:
+            log.error("%s\n%s", failure.summary, failure.user_traceback)
+        if failure.kind is Kind.FATAL:
+            self._discard_staged()
+            raise JobFailed(
+                f"job '{self.job}' failed: {failure.summary} ({failure.reason})"
+            ) from exc
+        if (
+            failure.kind is Kind.FALL_BACK
+            and target
+            and isinstance(target.meta, CheckpointMetadata)
+        ):
+            fallback = self.coordinator.fall_back(target.meta, failure.summary)
             log.warning(
                 "%s cannot be restored; next: %s",
                 target.describe(),
                 fallback.checkpoint_id if fallback else "the initial state",
             )
         else:
-            log.warning("epoch %d failed: %s", self.position.epoch + 1, short_error(text))
+            log.warning("epoch %d failed: %s", self.position.epoch + 1, failure.summary)
         while True:
             delay = self.restart.next_delay_ms()
             if delay is None:
+                self._discard_staged()
                 raise JobFailed(
                     f"job '{self.job}' failed and the restart strategy "
-                    f"'{self.config.restart.strategy}' gave up: {short_error(text)}"
+                    f"'{self.config.restart.strategy}' gave up: {self.status.last_error}"
                 ) from exc
             self.status.restarts += 1
             time.sleep(delay / 1000)
@@ -155,20 +171,20 @@ class Recovery:
                 self.rewind(Target(latest, self.store) if latest else self._initial)
                 return
             except Exception as again:
-                text = f"{type(again).__name__}: {again}"
-                self.status.last_error = short_error(text)
-                log.warning("restoring after a failure failed: %s", short_error(text))
+                self.status.last_error = short_error(f"{type(again).__name__}: {again}")
+                log.warning("restoring after a failure failed: %s", self.status.last_error)
 
+    def epoch_completed(self) -> None:
+        """An epoch went through: a later failure is not "the same failure again"."""
+        self._failure = None
 
-def short_error(text: str, limit: int = 600) -> str:
-    """The first meaningful lines of a (possibly Py4J-wrapped) error."""
-    for marker in (
-        RESTORE_ERROR_MARKER,
-        "StateMismatchError",
-        "StateCompatibilityError",
-        "StorageError",
-    ):
-        idx = text.find(marker)
-        if idx >= 0:
-            return text[idx : idx + limit].split("\n\tat ", maxsplit=1)[0]
-    return text[:limit]
+    def _discard_staged(self) -> None:
+        """The job ends: staged sink output after the epoch the next run resumes from is
+        removed (the next run replays those epochs; output a completed checkpoint covers
+        stays, to be committed when it is restored)."""
+        latest = self.coordinator.latest
+        epoch = latest.epoch if latest else (self._initial.epoch if self._initial else 0)
+        try:
+            self.output.discard_after(epoch)
+        except Exception as exc:  # the job is failing anyway: say so, keep the cause
+            log.warning("could not remove staged output after epoch %d: %s", epoch, exc)

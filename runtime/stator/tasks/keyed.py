@@ -28,6 +28,7 @@ from .local_state import open_state, take_snapshot
 from .operators import ProcessRunner, ReduceRunner
 from .routing import Header, Router, Shuffled
 from .source import part_name
+from .user_errors import user_code
 
 
 def keyed_task(
@@ -44,21 +45,28 @@ def keyed_task(
 
     backend = open_state(spec, node.uid, subtask, key_groups)
     try:
-        runner: ProcessRunner | ReduceRunner
-        if isinstance(node, ProcessNode):
-            runner = ProcessRunner(node, backend, subtask, p, spec.processing_time_ms)
-        else:
-            assert isinstance(node, ReduceNode)
-            runner = ReduceRunner(node, backend)
-        if spec.verify_states:
-            _verify_declared(spec, node.uid, backend)
-        output = runner.run(batches, new_watermark)
+        runner: ProcessRunner | ReduceRunner | None = None
+
+        def current_key() -> Any:
+            return runner.current_key() if runner is not None else None
+
+        # The user's open(), process_element(), on_timer() or reduce function.
+        with user_code(node.uid, spec.epoch, current_key):
+            if isinstance(node, ProcessNode):
+                runner = ProcessRunner(node, backend, subtask, p, spec.processing_time_ms)
+            else:
+                assert isinstance(node, ReduceNode)
+                runner = ReduceRunner(node, backend)
+            if spec.verify_states:
+                _verify_declared(spec, node.uid, backend)
+            output = runner.run(batches, new_watermark)
         watermark = max(backend.watermark, new_watermark)
         router = Router(
             spec.pipeline,
             spec.parallelism,
             spec.max_parallelism,
             lambda sink: sink.sink.writer(sink.uid, spec.epoch, part_name(node.uid, subtask)),
+            spec.epoch,
         )
         router.push(node.id, output)
         out = router.downstream((node.id, subtask), watermark, node.id)

@@ -88,6 +88,10 @@ class ProcessRunner:
             )
         )
 
+    def current_key(self) -> Any:
+        """The key being processed (None before the first record): for error messages."""
+        return decoded(self.cursor.kkey) if self.cursor.kkey else None
+
     def run(self, batches: list[Columns], new_watermark: int) -> Batch:
         out_v: list[Any] = []
         out_t: list[Any] = []
@@ -152,6 +156,10 @@ class ReduceRunner:
         self.table = backend.table(
             ReducingStateDescriptor(REDUCE_STATE, node.reduce_fn, INT64 if counting else PICKLE)
         )
+
+    def current_key(self) -> Any:
+        """Keys are reduced in bulk: no single key is current."""
+        return None
 
     def run(self, batches: list[Columns], new_watermark: int) -> Batch:
         reduce_fn = self.node.reduce_fn

@@ -17,6 +17,7 @@ from ..epoch.reports import SinkReport
 from ..keygroups import encode_key, stable_hash
 from ..sinks.base import SinkWriter
 from ..state.layout import HEADER, MAX_KEY_BYTES
+from .user_errors import user_code
 
 Batch = tuple[list[Any], list[Any]]  # (values, timestamps)
 Columns = tuple[list[bytes], list[Any], list[Any]]  # (kkeys, values, timestamps)
@@ -55,8 +56,10 @@ class Router:
         parallelism: dict[str, int],
         max_parallelism: int,
         open_writer: Any,
+        epoch: int,
     ) -> None:
         self.pipeline, self.parallelism, self.open_writer = pipeline, parallelism, open_writer
+        self.epoch = epoch  # named in the error of a user function that raises
         self.max_parallelism = max_parallelism
         self.consumers = {n.id: pipeline.consumers(n.id) for n in pipeline.nodes}
         self.writers: dict[int, SinkWriter] = {}
@@ -68,7 +71,9 @@ class Router:
     def push(self, node_id: int, batch: Batch) -> None:
         for consumer in self.consumers[node_id]:
             if isinstance(consumer, TransformNode):
-                self.push(consumer.id, _apply(consumer, batch))
+                with user_code(consumer.name, self.epoch):
+                    out = _apply(consumer, batch)
+                self.push(consumer.id, out)
             elif isinstance(consumer, SinkNode):
                 writer = self.writers.get(consumer.id)
                 if writer is None:
@@ -76,9 +81,11 @@ class Router:
                 writer.write(batch[0])
                 self.records_out += len(batch[0])
             elif isinstance(consumer, ReduceNode):
-                self._combine(consumer, batch)
+                with user_code(consumer.uid, self.epoch):  # its key and value functions
+                    self._combine(consumer, batch)
             elif isinstance(consumer, KeyedNode):
-                self._bucket(consumer, batch)
+                with user_code(consumer.uid, self.epoch):  # its key function
+                    self._bucket(consumer, batch)
 
     def staged(self, epoch: int) -> list[SinkReport]:
         """Stage every chained sink's output of this task (one part per sink)."""

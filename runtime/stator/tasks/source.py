@@ -12,6 +12,7 @@ from ..api.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 from ..epoch.reports import Report, SplitReport
 from ..epoch.spec import EpochSpec
 from .routing import Batch, Router, Shuffled
+from .user_errors import user_code
 
 
 def part_name(*parts: object) -> str:
@@ -30,7 +31,8 @@ def source_task(
     batch: Batch
     if node.timestamps is not None:
         ts_fn = node.timestamps
-        batch = (records, [ts_fn(r) for r in records])
+        with user_code(node.uid, spec.epoch):  # the pipeline's timestamp function
+            batch = (records, [ts_fn(r) for r in records])
     elif node.source.provides_timestamps:  # the reader returned (record, timestamp) pairs
         batch = ([r for r, _ in records], [t for _, t in records])
     else:
@@ -44,6 +46,7 @@ def source_task(
         spec.parallelism,
         spec.max_parallelism,
         lambda sink: sink.sink.writer(sink.uid, spec.epoch, part_name(node.uid, rng.split)),
+        spec.epoch,
     )
     router.push(node.id, batch)
     out = router.downstream((node.id, rng.order), watermark, node.id)

@@ -1,0 +1,126 @@
+"""Everything about a job that can be checked before Spark starts, checked before Spark starts.
+
+Starting Spark takes seconds, and a failure found inside a task goes through task retries and
+the restart strategy: a mistake that no retry can fix would cost the user a minute and bury
+its cause. So the CLI runs these checks first, in this order, and each one fails with one
+:class:`~stator.errors.StatorError` naming the field or path and the fix:
+
+1. Parallelism against max parallelism for every keyed operator (``parallelism.py``; the
+   :class:`~stator.driver.epoch_loop.JobDriver` resolves it when it is built).
+2. The restore source: ``none`` is refused if the job has checkpoints (unless
+   ``restore.force_empty``); an explicit URI must hold a savepoint or checkpoint whose
+   metadata parses and whose files are all there at their recorded sizes; the source
+   (explicit, or the newest completed checkpoint for ``latest``) must be compatible with the
+   pipeline: same max parallelism, no state for operators the pipeline dropped (unless
+   ``restore.allow_non_restored_state``).
+3. Checkpoint storage reachable and writable (a probe object, removed at once).
+
+Steps 1-2 only read, and step 3 runs last, so a job refused here has written nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ..checkpoint.metadata import CheckpointMetadata
+from ..config import JobConfig
+from ..errors import CheckpointNotFoundError, ConfigError, StatorError, StorageError
+from ..lineage import list_checkpoints
+from ..savepoint.metadata import SavepointMetadata
+from ..storage import ObjectStore
+from .parallelism import Parallelism
+from .restore import Target, check_compatible, load_target
+
+
+def preflight(
+    job: str, config: JobConfig, parallelism: Parallelism, store: ObjectStore
+) -> Target | None:
+    """Steps 2-3 of the module docstring; returns the restore target it found (if any)."""
+    target = check_restore_source(job, config, parallelism, store)
+    with _checkpoint_storage(store):
+        store.check()
+    return target
+
+
+@contextmanager
+def _checkpoint_storage(store: ObjectStore) -> Iterator[None]:
+    """A storage error here is about ``checkpoint.storage``: say so."""
+    try:
+        yield
+    except StorageError as exc:
+        raise StorageError(
+            f"checkpoint.storage {store.uri}: {exc}. Fix checkpoint.storage (and s3.* for S3)"
+        ) from exc
+
+
+def check_restore_source(
+    job: str, config: JobConfig, parallelism: Parallelism, store: ObjectStore
+) -> Target | None:
+    source = config.restore.source
+    if source in ("latest", "none"):
+        with _checkpoint_storage(store):
+            entries = list_checkpoints(store.uri, config.s3)
+        completed = [e.metadata for e in entries if e.metadata]
+        if source == "none":
+            if completed and not config.restore.force_empty:
+                raise ConfigError(
+                    f"restore.source=none but job '{job}' has checkpoints at {store.uri}; "
+                    f"restore from them (restore.source=latest) or set "
+                    f"restore.force_empty=true to start a new lineage beside them"
+                )
+            return None
+        target = Target(completed[-1], store) if completed else None
+    else:
+        try:
+            target = load_target(source, config.s3)
+        except CheckpointNotFoundError as exc:
+            text = str(exc) if str(exc).startswith("restore.source") else f"restore.source: {exc}"
+            raise CheckpointNotFoundError(
+                f"{text}. Give a savepoint directory (see: stator savepoint list) or a chk-N "
+                f"directory (see: stator checkpoints list)"
+            ) from exc
+        check_files(target)
+    if target is not None:
+        check_compatible(
+            target,
+            parallelism.max_parallelism,
+            set(parallelism.operators),
+            config.restore.allow_non_restored_state,
+        )
+    return target
+
+
+def check_files(target: Target) -> None:
+    """Every file the target's metadata names exists with its recorded size (a missing or
+    truncated file would otherwise fail every restore attempt inside a task)."""
+    expected: dict[str, int] = {}
+    meta = target.meta
+    if isinstance(meta, SavepointMetadata):
+        for op in meta.operators.values():
+            for kg in op.key_groups.values():
+                expected[str(kg["file"])] = int(kg["bytes"])
+    elif isinstance(meta, CheckpointMetadata):
+        for cop in meta.operators.values():
+            for snap in cop.subtasks:
+                expected.update({f.key: f.size for f in snap.files})
+    if not expected:
+        return
+    try:
+        present = dict(target.store.listing())
+    except StatorError as exc:
+        raise CheckpointNotFoundError(
+            f"restore.source {target.store.uri} cannot be listed: {exc}"
+        ) from exc
+    for key, size in sorted(expected.items()):
+        found = present.get(key)
+        if found is None:
+            problem = "is missing"
+        elif found != size:
+            problem = f"has {found} bytes, its metadata says {size} (truncated or replaced)"
+        else:
+            continue
+        raise CheckpointNotFoundError(
+            f"restore.source: {target.describe()} cannot be restored: file "
+            f"{target.store.url(key)} {problem}. Restore from another savepoint or checkpoint"
+        )
