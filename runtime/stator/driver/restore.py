@@ -81,7 +81,7 @@ def restore_task(target: Target, parallelism: dict[str, int]) -> RestoreTask:
     """How tasks get their state from ``target`` at the job's current parallelism."""
     meta = target.meta
     if isinstance(meta, SavepointMetadata):
-        return RestoreTask(target.store, 0, savepoint=meta)
+        return RestoreTask(target.store, 0, meta.epoch, savepoint=meta)
     snapshots = {}
     rescale = {}
     for uid, op in meta.operators.items():
@@ -91,4 +91,6 @@ def restore_task(target: Target, parallelism: dict[str, int]) -> RestoreTask:
             snapshots.update({(uid, s.index): s for s in op.subtasks})
         else:
             rescale[uid] = op.subtasks
-    return RestoreTask(target.store, meta.checkpoint_id, snapshots=snapshots, rescale=rescale)
+    return RestoreTask(
+        target.store, meta.checkpoint_id, meta.epoch, snapshots=snapshots, rescale=rescale
+    )

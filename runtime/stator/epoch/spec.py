@@ -39,6 +39,9 @@ class RestoreTask:
 
     store: ObjectStore
     checkpoint_id: int  # 0 for a savepoint
+    # The epoch the source's state is at: a task may restore from it only when the job
+    # expects that epoch (``EpochSpec.base_epoch``); otherwise the job must rewind to it.
+    epoch: int
     snapshots: dict[tuple[str, int], SubtaskSnapshot] = field(default_factory=dict)
     rescale: dict[str, tuple[SubtaskSnapshot, ...]] = field(default_factory=dict)
     savepoint: SavepointMetadata | None = None

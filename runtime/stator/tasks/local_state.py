@@ -4,12 +4,18 @@ restore it when it is not there, and snapshot it for a checkpoint.
 Opening subtask S for epoch E (its state must be at ``base_epoch`` = E-1):
 
 1. Local state at ``base_epoch``: use it as it is.
-2. Otherwise, if the driver gave a restore source covering the operator: materialize it (a
-   checkpoint at the same parallelism, the owned key-groups of a rescaled checkpoint, or a
-   savepoint's key-group files) and check it is at ``base_epoch``. A source that cannot be
-   read fails with :class:`RestoreError` (the driver then falls back to an older checkpoint).
-3. No source: a new job or a new operator starts empty; anything else is a
-   :class:`~stator.errors.StateMismatchError` and the driver rewinds the job.
+2. The driver's restore source is at another epoch than ``base_epoch`` (epochs ran after it
+   without a checkpoint, and this task landed where their state is not): nothing here can
+   produce the expected state, so fail with :class:`~stator.errors.StateMismatchError`. The
+   driver rewinds the job to that checkpoint; the checkpoint itself is good and is kept.
+3. A restore source at ``base_epoch`` covering the operator: materialize it (a checkpoint at
+   the same parallelism, the owned key-groups of a rescaled checkpoint, or a savepoint's
+   key-group files). Files that are missing, truncated or unreadable as RocksDB fail with
+   :class:`RestoreError` (the driver then drops that checkpoint and falls back to an older
+   one); an object store that cannot be reached fails with its
+   :class:`~stator.errors.StorageError` (the driver retries the same checkpoint).
+4. No source covering the operator: a new job, or an operator added by the restored job,
+   starts empty; anything else is a :class:`~stator.errors.StateMismatchError`.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from ..api.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 from ..checkpoint.metadata import SubtaskSnapshot
 from ..checkpoint.transfer import download_snapshot, upload_snapshot
 from ..epoch.spec import EpochSpec, RestoreTask
-from ..errors import StateMismatchError, StatorError
+from ..errors import StateMismatchError, StatorError, StorageError
 from ..keygroups import KeyGroupRange
 from ..savepoint.transfer import database_entries, import_entries, savepoint_entries, state_catalog
 from ..state.backend import KeyedBackend
@@ -54,6 +60,12 @@ def open_state(spec: EpochSpec, uid: str, subtask: int, key_groups: KeyGroupRang
             return backend
         backend.close()
     restore = spec.restore
+    if restore is not None and restore.epoch != spec.base_epoch:
+        raise StateMismatchError(
+            f"operator '{uid}' subtask {subtask}: local state is at epoch {local_epoch}, the "
+            f"job expects epoch {spec.base_epoch}, and the restore source "
+            f"({_describe(restore)}) is at epoch {restore.epoch}: the job must rewind to it"
+        )
     if restore is None or not restore.covers(uid):
         if spec.base_epoch == 0 or restore is not None:  # a new job, or an operator added
             shutil.rmtree(path, ignore_errors=True)
@@ -68,18 +80,40 @@ def open_state(spec: EpochSpec, uid: str, subtask: int, key_groups: KeyGroupRang
     try:
         restore_into(restore, spec, uid, subtask, key_groups, path)
         backend.open()
+    except StorageError as exc:
+        backend.close()
+        if _all_present(restore, uid, subtask):  # the store failed us, not the checkpoint
+            raise
+        raise RestoreError(
+            restore.checkpoint_id, f"operator '{uid}' subtask {subtask}: {exc}"
+        ) from exc
     except Exception as exc:
         backend.close()
         raise RestoreError(
             restore.checkpoint_id, f"operator '{uid}' subtask {subtask}: {exc}"
         ) from exc
-    if backend.epoch != spec.base_epoch:
+    if backend.epoch != spec.base_epoch:  # the files contradict their own metadata
         backend.close()
         raise RestoreError(
             restore.checkpoint_id,
             f"restored state is at epoch {backend.epoch}, the job expects {spec.base_epoch}",
         )
     return backend
+
+
+def _describe(restore: RestoreTask) -> str:
+    return "a savepoint" if restore.savepoint is not None else f"checkpoint {restore.checkpoint_id}"
+
+
+def _all_present(restore: RestoreTask, uid: str, subtask: int) -> bool:
+    """After a storage error: are the snapshot's files all there with their sizes? Raises
+    :class:`StorageError` itself if the store cannot be asked (unreachable: not the
+    checkpoint's fault). Only a checkpoint with missing or resized files is corrupt."""
+    snapshot = restore.snapshots.get((uid, subtask))
+    files = snapshot.files if snapshot is not None else ()
+    if restore.savepoint is not None or snapshot is None:
+        files = tuple(f for s in restore.rescale.get(uid, ()) for f in s.files)
+    return all(restore.store.size(f.key) == f.size for f in files)
 
 
 def restore_into(
