@@ -46,7 +46,7 @@ def checkpointed(tmp_path: Path, store: ObjectStore, epoch: int = 1) -> SubtaskS
     for e in range(1, epoch + 1):
         ck = CheckpointTask(1, store, True, {}) if e == epoch else None
         s = spec(local, e, checkpoint=ck)
-        backend = open_state(s, UID, 0, KG)
+        backend, _ = open_state(s, UID, 0, KG)
         try:
             backend.commit(e, 0)
             if ck is not None:
@@ -57,16 +57,18 @@ def checkpointed(tmp_path: Path, store: ObjectStore, epoch: int = 1) -> SubtaskS
 
 
 def restore_of(store: ObjectStore, snap: SubtaskSnapshot) -> RestoreTask:
-    return RestoreTask(store, 1, snap.epoch, snapshots={(UID, 0): snap})
+    return RestoreTask(store, 1, snap.epoch, snapshots={(UID, 0): snap}, local_copies=True)
 
 
 def test_restore_at_the_base_epoch_continues(tmp_path: Path) -> None:
     store = FileStore(f"file://{tmp_path}/ck")
     snap = checkpointed(tmp_path, store, epoch=2)
     s = spec(tmp_path / "executor-b", 3, restore=restore_of(store, snap))
-    backend = open_state(s, UID, 0, KG)
+    backend, restored = open_state(s, UID, 0, KG)
     try:
         assert backend.epoch == 2
+        assert restored.source == "remote"
+        assert restored.remote_bytes == snap.state_bytes > 0
     finally:
         backend.close()
 
@@ -93,7 +95,7 @@ def test_new_operator_after_an_older_restore_source_rewinds(tmp_path: Path) -> N
     other = RestoreTask(store, 1, 1, snapshots={("other", 0): snap})
     with pytest.raises(StateMismatchError):
         open_state(spec(tmp_path / "b", 3, restore=other), UID, 0, KG)
-    backend = open_state(spec(tmp_path / "c", 2, restore=other), UID, 0, KG)
+    backend, _ = open_state(spec(tmp_path / "c", 2, restore=other), UID, 0, KG)
     try:
         assert backend.epoch == 1
     finally:
@@ -134,3 +136,84 @@ def test_unreachable_store_is_not_a_restore_error(tmp_path: Path) -> None:
         open_state(spec(tmp_path / "b", 2, restore=restore_of(flaky, snap)), UID, 0, KG)
     assert not isinstance(caught.value, RestoreError)
     assert RESTORE_ERROR_MARKER not in str(caught.value)
+
+
+# ---------------------------------------------------------------- task-local recovery
+
+
+def copy_of(tmp_path: Path, checkpoint_id: int = 1) -> Path:
+    return tmp_path / "executor-a" / "job" / UID / "0-of-1" / f"chk-{checkpoint_id}"
+
+
+def test_restore_on_the_same_executor_reads_the_local_copy(tmp_path: Path) -> None:
+    """Epochs 2-3 ran after checkpoint 1 (at epoch 1); the job rewinds to it: the executor's
+    database is at epoch 3, its copy of checkpoint 1 serves the restore, no remote bytes."""
+    store = FileStore(f"file://{tmp_path}/ck")
+    snap = checkpointed(tmp_path, store, epoch=1)
+    local = tmp_path / "executor-a"
+    for e in (2, 3):
+        b, _ = open_state(spec(local, e, completed_checkpoint=1), UID, 0, KG)
+        b.commit(e, 0)
+        b.close()
+    assert copy_of(tmp_path).is_dir()  # kept: checkpoint 1 is still the latest completed
+    s = spec(local, 2, restore=restore_of(store, snap), completed_checkpoint=1)
+    backend, restored = open_state(s, UID, 0, KG)
+    try:
+        assert backend.epoch == 1
+        assert (restored.source, restored.remote_bytes) == ("local", 0)
+        assert restored.local_bytes == snap.state_bytes
+    finally:
+        backend.close()
+    # the copy survives its own restore (the database has its own manifest)
+    assert copy_of(tmp_path).is_dir()
+
+
+def test_truncated_local_copy_falls_back_to_the_object_store(tmp_path: Path) -> None:
+    store = FileStore(f"file://{tmp_path}/ck")
+    snap = checkpointed(tmp_path, store, epoch=1)
+    victim = next(f for f in snap.files if not f.name.endswith(".sst"))
+    (copy_of(tmp_path) / victim.name).write_bytes(b"x")
+    s = spec(tmp_path / "executor-a", 2, restore=restore_of(store, snap), completed_checkpoint=1)
+    (tmp_path / "executor-a" / "job" / UID / "0-of-1" / "db").rename(tmp_path / "gone")
+    backend, restored = open_state(s, UID, 0, KG)
+    try:
+        assert backend.epoch == 1
+        assert restored.source == "remote"
+        assert restored.remote_bytes == snap.state_bytes
+        assert restored.fallback is not None and victim.name in restored.fallback
+    finally:
+        backend.close()
+
+
+def test_stale_local_copy_of_another_id_is_not_used(tmp_path: Path) -> None:
+    """A copy under another checkpoint id (e.g. a declined checkpoint) never serves."""
+    store = FileStore(f"file://{tmp_path}/ck")
+    snap = checkpointed(tmp_path, store, epoch=1)
+    copy_of(tmp_path).rename(copy_of(tmp_path, 7))
+    restore = RestoreTask(store, 1, 1, snapshots={(UID, 0): snap}, local_copies=True)
+    s = spec(tmp_path / "executor-a", 3, restore=restore)
+    s = dataclasses.replace(s, base_epoch=1)
+    backend, restored = open_state(s, UID, 0, KG)
+    backend.close()
+    assert restored.source in ("none", "remote")  # db still at epoch 1: nothing to restore
+
+
+def test_copies_are_kept_until_the_driver_confirms_the_next_checkpoint(tmp_path: Path) -> None:
+    store = FileStore(f"file://{tmp_path}/ck")
+    local = tmp_path / "executor-a"
+    state_dir = local / "job" / UID / "0-of-1"
+    b, _ = open_state(spec(local, 1, checkpoint=CheckpointTask(1, store, True, {})), UID, 0, KG)
+    b.commit(1, 0)
+    take_snapshot(spec(local, 1, checkpoint=CheckpointTask(1, store, True, {})), UID, 0, KG, b)
+    b.close()
+    # epoch 2 takes checkpoint 2 while 1 is the latest completed: both copies stay
+    s2 = spec(local, 2, checkpoint=CheckpointTask(2, store, True, {}), completed_checkpoint=1)
+    b, _ = open_state(s2, UID, 0, KG)
+    b.commit(2, 0)
+    take_snapshot(s2, UID, 0, KG, b)
+    b.close()
+    assert sorted(p.name for p in state_dir.glob("chk-*")) == ["chk-1", "chk-2"]
+    # checkpoint 2 was declined: the driver still names 1; the next task drops 2's copy
+    b, _ = open_state(spec(local, 3, completed_checkpoint=1), UID, 0, KG)
+    b.close()
+    assert sorted(p.name for p in state_dir.glob("chk-*")) == ["chk-1"]

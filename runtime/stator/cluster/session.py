@@ -8,6 +8,8 @@ import sys
 from typing import Any
 
 from ..config import SparkConfig
+from .jvm import ensure_jar
+from .placement import uses_placement
 
 # Settings Stator needs whatever the user configures: a speculative duplicate of a keyed
 # task would open the same RocksDB twice; workers are reused across epochs.
@@ -27,6 +29,27 @@ def effective_master(cfg: SparkConfig) -> str:
     return cfg.master
 
 
+# With several executors a keyed task that misses its executor restores (or, between
+# checkpoints, rewinds the job), which costs far more than waiting for a busy executor.
+PLACEMENT_DEFAULTS = {"spark.locality.wait.process": "30s"}
+
+
+def placement_conf(master: str, conf: dict[str, str]) -> dict[str, str]:
+    """Settings a multi-executor master needs for state-aware placement: the JVM helper jar
+    (built once, ``jvm.py``) added to ``spark.jars``, a longer process-locality wait unless
+    configured and, for ``local-cluster``, executors whose Python workers find Stator."""
+    if not uses_placement(master):
+        return {}
+    jars = [j for j in conf.get("spark.jars", "").split(",") if j]
+    out = {"spark.jars": ",".join([*jars, str(ensure_jar())])}
+    out.update({k: v for k, v in PLACEMENT_DEFAULTS.items() if k not in conf})
+    if master.startswith("local-cluster"):
+        path = os.environ.get("PYTHONPATH")
+        if path and "spark.executorEnv.PYTHONPATH" not in conf:
+            out["spark.executorEnv.PYTHONPATH"] = path
+    return out
+
+
 def create_session(cfg: SparkConfig, app_name: str) -> Any:
     # Workers must run this interpreter (and see this environment's packages).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -34,6 +57,10 @@ def create_session(cfg: SparkConfig, app_name: str) -> Any:
     from pyspark.sql import SparkSession  # noqa: PLC0415 - starting a JVM is expensive
 
     master = effective_master(cfg)
+    if master.startswith("local-cluster"):  # executors are started from SPARK_HOME
+        import pyspark  # noqa: PLC0415
+
+        os.environ.setdefault("SPARK_HOME", os.path.dirname(pyspark.__file__))
     builder = SparkSession.builder.master(master).appName(app_name)
     builder = builder.config("spark.ui.enabled", str(cfg.ui).lower()).config(
         "spark.ui.showConsoleProgress", "false"
@@ -45,7 +72,8 @@ def create_session(cfg: SparkConfig, app_name: str) -> Any:
         )
     if master.startswith("local"):
         builder = builder.config("spark.task.maxFailures", str(cfg.task_attempts))
-    for key, value in cfg.conf.items():
+    conf = {**cfg.conf, **placement_conf(master, dict(cfg.conf))}
+    for key, value in conf.items():
         builder = builder.config(key, value)
     for key, value in REQUIRED.items():
         builder = builder.config(key, value)

@@ -28,6 +28,7 @@ from typing import Any
 from ..api.pipeline import Pipeline, SinkNode, SourceNode
 from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.metadata import CheckpointMetadata, RemoteFile
+from ..cluster.placement import PlacementTracker, uses_placement
 from ..config import JobConfig
 from ..epoch.reports import Report, SinkReport, SplitReport, StateReport
 from ..epoch.spec import CheckpointTask, EpochSpec, SavepointTask
@@ -99,6 +100,8 @@ class JobDriver:
         )
         self._listeners: list[EpochListener] = []
         self._stop = False
+        # Where keyed subtasks ran, with several executors (set when Spark is known).
+        self.placement: PlacementTracker | None = None
 
     # ------------------------------------------------------------------ public
 
@@ -123,6 +126,8 @@ class JobDriver:
             from ..cluster.session import create_session  # noqa: PLC0415 - starts a JVM
 
             self.spark = create_session(self.config.spark, f"stator-{self.job}")
+        if uses_placement(str(self.spark.sparkContext.master)):
+            self.placement = PlacementTracker()
         self.status.state = JobState.RECOVERING
         try:
             self.recovery.start()
@@ -186,7 +191,12 @@ class JobDriver:
     def _run_epoch(self, plan: Plan, savepoint: SavepointTask | None = None) -> EpochResult:
         spec = self._spec(plan, savepoint)
         started = time.monotonic()
-        reports = run_epoch_job(self.spark, spec, f"{self.job} epoch {spec.epoch}")
+        reports = run_epoch_job(
+            self.spark,
+            spec,
+            f"{self.job} epoch {spec.epoch}",
+            self.placement.locations if self.placement is not None else None,
+        )
         result = self._advance(spec, reports, started)
         for listener in self._listeners:
             listener(result)
@@ -205,6 +215,7 @@ class JobDriver:
             )
         verify, position.verify_states = position.verify_states, False
         target = position.target
+        latest = self.coordinator.latest
         return EpochSpec(
             job=self.job,
             epoch=position.epoch + 1,
@@ -219,10 +230,13 @@ class JobDriver:
             ranges=plan,
             split_max_ts=self.planner.max_timestamps(),
             checkpoint=checkpoint,
-            restore=restore_task(target, self.parallelism.operators) if target else None,
+            restore=(
+                restore_task(target, self.parallelism.operators, self.store) if target else None
+            ),
             savepoint=savepoint,
             verify_states=verify,
             allow_non_restored_state=self.config.restore.allow_non_restored_state,
+            completed_checkpoint=latest.checkpoint_id if latest else 0,
         )
 
     def _incremental_base(self) -> dict[tuple[str, int], dict[str, RemoteFile]]:
@@ -242,6 +256,39 @@ class JobDriver:
                     previous[(uid, snap.index)] = {f.name: f for f in snap.files}
         return previous
 
+    def _keyed_tasks_done(self, epoch: int, states: list[StateReport]) -> None:
+        """Placement and restores of an epoch's keyed tasks: status, metrics and the log."""
+        placed = (
+            self.placement.record(states, self.parallelism.operators)
+            if self.placement is not None
+            else None
+        )
+        self.status.keyed_tasks_done(epoch, states, placed)
+        for s in states:
+            if s.restore.restored:
+                r = s.restore
+                log.info(
+                    "epoch %d: operator '%s' subtask %d restored checkpoint %d from %s "
+                    "(%d bytes local, %d bytes from the object store, %d ms)%s%s",
+                    epoch,
+                    s.uid,
+                    s.subtask,
+                    r.checkpoint_id,
+                    r.source,
+                    r.local_bytes,
+                    r.remote_bytes,
+                    r.duration_ms,
+                    f" on executor {s.executor}" if s.executor else "",
+                    f"; not local: {r.fallback}" if r.fallback else "",
+                )
+        if placed is not None and placed.local < placed.total:
+            log.info(
+                "epoch %d: %d of %d keyed tasks ran where their local state is",
+                epoch,
+                placed.local,
+                placed.total,
+            )
+
     def _advance(self, spec: EpochSpec, reports: list[Report], started: float) -> EpochResult:
         """Steps 3-4 of the module docstring."""
         records_in = self.planner.advance(
@@ -252,6 +299,7 @@ class JobDriver:
         self.status.records_in += records_in
         self.status.records_out += records_out
         self.recovery.position.epoch = self.status.epoch = spec.epoch
+        self._keyed_tasks_done(spec.epoch, states)
         self.schedule.epoch_done()
         completed, error = None, None
         if spec.checkpoint is not None:

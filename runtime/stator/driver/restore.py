@@ -77,8 +77,11 @@ def check_compatible(
         )
 
 
-def restore_task(target: Target, parallelism: dict[str, int]) -> RestoreTask:
-    """How tasks get their state from ``target`` at the job's current parallelism."""
+def restore_task(
+    target: Target, parallelism: dict[str, int], own_store: ObjectStore | None = None
+) -> RestoreTask:
+    """How tasks get their state from ``target`` at the job's current parallelism. Local
+    copies serve only checkpoints in ``own_store`` (the job's own lineage)."""
     meta = target.meta
     if isinstance(meta, SavepointMetadata):
         return RestoreTask(target.store, 0, meta.epoch, savepoint=meta)
@@ -92,5 +95,10 @@ def restore_task(target: Target, parallelism: dict[str, int]) -> RestoreTask:
         else:
             rescale[uid] = op.subtasks
     return RestoreTask(
-        target.store, meta.checkpoint_id, meta.epoch, snapshots=snapshots, rescale=rescale
+        target.store,
+        meta.checkpoint_id,
+        meta.epoch,
+        snapshots=snapshots,
+        rescale=rescale,
+        local_copies=own_store is not None and own_store.uri == target.store.uri,
     )

@@ -45,6 +45,8 @@ class RestoreTask:
     snapshots: dict[tuple[str, int], SubtaskSnapshot] = field(default_factory=dict)
     rescale: dict[str, tuple[SubtaskSnapshot, ...]] = field(default_factory=dict)
     savepoint: SavepointMetadata | None = None
+    # This job's own checkpoint: an executor's local copy of it may serve the restore.
+    local_copies: bool = False
 
     def covers(self, uid: str) -> bool:
         if self.savepoint is not None:
@@ -83,6 +85,9 @@ class EpochSpec:
     # First epoch after a restore: check that the code declares every restored state.
     verify_states: bool = False
     allow_non_restored_state: bool = False
+    # The latest checkpoint the driver completed (0: none). Tasks keep its local copy and
+    # delete older ones (``tasks/local_copy.py``); a copy of any other id is never restored.
+    completed_checkpoint: int = 0
 
     def state_dir(self, uid: str, subtask: int) -> Path:
         p = self.parallelism[uid]
