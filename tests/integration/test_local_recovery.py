@@ -104,6 +104,7 @@ def test_rewind_restores_from_local_copies(
     assert (st.restores.local, st.restores.remote, st.restores.remote_bytes) == (2, 0, 0)
     assert st.restores.local_bytes > 0
     assert {r["source"] for r in st.last_restores.values()} == {"local"}
+    print("local restores:", sorted(st.last_restores.values(), key=lambda r: r["subtask"]))
     assert sink.by_epoch == reference
     body = render_metrics(job)[0].decode()
     assert 'stator_restores_total{job="localrec",source="local"} 2.0' in body
@@ -128,6 +129,7 @@ def test_damaged_local_copy_falls_back_to_the_object_store(
     first = job.history.items()[0]
     assert remote[0]["checkpoint_id"] == first.id  # the good checkpoint was restored, not dropped
     assert remote[0]["remote_bytes"] > 0
+    print("restores:", sorted(st.last_restores.values(), key=lambda r: r["subtask"]))
     assert sink.by_epoch == reference
 
 

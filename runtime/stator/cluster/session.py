@@ -31,7 +31,12 @@ def effective_master(cfg: SparkConfig) -> str:
 
 # With several executors a keyed task that misses its executor restores (or, between
 # checkpoints, rewinds the job), which costs far more than waiting for a busy executor.
-PLACEMENT_DEFAULTS = {"spark.locality.wait.process": "30s"}
+# The first epoch waits for every executor to register (at most Spark's 30 s), so that keyed
+# subtasks spread over them instead of all landing on the first one and staying there.
+PLACEMENT_DEFAULTS = {
+    "spark.locality.wait.process": "30s",
+    "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+}
 
 
 def placement_conf(master: str, conf: dict[str, str]) -> dict[str, str]:
