@@ -33,3 +33,11 @@ def test_prefers_the_executor_that_ran_the_subtask() -> None:
 def test_tasks_without_an_executor_are_not_counted() -> None:
     t = PlacementTracker()
     assert t.record([report(0, "")], {"count": 1}).total == 0
+
+
+def test_a_lost_executor_gives_way_to_its_host_then_to_anywhere() -> None:
+    t = PlacementTracker()
+    t.record([report(0, "1"), report(1, "2", "10.0.0.2")], {"count": 2})
+    live = {"1": "10.0.0.1", "3": "10.0.0.2"}  # executor 2 is gone, its host has executor 3
+    assert t.locations("count", 2, live) == ["executor_10.0.0.1_1", "10.0.0.2"]
+    assert t.locations("count", 2, {"1": "10.0.0.1"}) == ["executor_10.0.0.1_1", ""]

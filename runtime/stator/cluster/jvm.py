@@ -105,3 +105,11 @@ def prefer_locations(sc: Any, rdd: Any, locations: list[str]) -> Any:
         array[i] = location
     wrapped = sc._jvm.stator.jvm.PreferredLocationsRDD(rdd._jrdd.rdd(), array)
     return RDD(wrapped.toJavaRDD(), sc, rdd._jrdd_deserializer)
+
+
+def live_executors(sc: Any) -> dict[str, str]:
+    """Executor id -> host of the executors registered now (from the block manager master;
+    the driver's own entry left out)."""
+    status = sc._jsc.sc().env().blockManager().master().getMemoryStatus()
+    ids = sc._jvm.scala.jdk.javaapi.CollectionConverters.asJava(status.keySet())
+    return {str(bm.executorId()): str(bm.host()) for bm in ids if str(bm.executorId()) != "driver"}

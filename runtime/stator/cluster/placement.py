@@ -5,11 +5,11 @@ PySpark cannot set preferred locations, so the driver wraps each keyed stage's s
 in a small JVM RDD (``jvm.py``) that prefers, per subtask:
 
 1. the executor that ran the subtask last (``executor_<host>_<id>``, Spark's process-local
-   location), while that executor lives;
-2. through that same location, the executor's host when the executor is gone (Spark files
-   the task under the host too, so it runs node-local after ``spark.locality.wait.process``);
+   location), while that executor lives (the block manager master lists it);
+2. that executor's host when the executor is gone and the host has another executor (a
+   node-local preference: the node's disk may hold the state);
 3. anywhere, when the host has no executor left (the task then restores from the object
-   store, or from nothing it can use locally).
+   store).
 
 Tasks learn their executor id and host from the task's local properties that the JVM RDD
 sets (``task_location``) and report them; the driver remembers them (``PlacementTracker``)
@@ -83,12 +83,25 @@ class PlacementTracker:
     def __init__(self) -> None:
         self._where: dict[tuple[str, int, int], Where] = {}
 
-    def locations(self, uid: str, parallelism: int) -> list[str]:
-        """Preferred locations of the operator's subtasks, by index ("" for anywhere)."""
+    def locations(
+        self, uid: str, parallelism: int, live: dict[str, str] | None = None
+    ) -> list[str]:
+        """Preferred locations of the operator's subtasks, by index ("" for anywhere).
+        ``live`` (executor id -> host, if known): an executor that is gone is replaced by its
+        host while the host has another executor, else by no preference at all, so that a
+        task never waits out the locality delay for an executor that cannot come back."""
+        hosts = set(live.values()) if live is not None else set()
         out = []
         for subtask in range(parallelism):
             where = self._where.get((uid, subtask, parallelism))
-            out.append(where.location if where is not None else "")
+            if where is None:
+                out.append("")
+            elif live is None or live.get(where.executor) == where.host:
+                out.append(where.location)
+            elif where.host in hosts:
+                out.append(where.host)
+            else:
+                out.append("")
         return out
 
     def record(self, states: Iterable[StateReport], parallelism: dict[str, int]) -> EpochPlacement:

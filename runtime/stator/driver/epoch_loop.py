@@ -19,6 +19,7 @@ over (``recovery.py``): the job rewinds to its latest completed checkpoint.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from typing import Any
 from ..api.pipeline import Pipeline, SinkNode, SourceNode
 from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.metadata import CheckpointMetadata, RemoteFile
+from ..cluster.jvm import live_executors
 from ..cluster.placement import PlacementTracker, uses_placement
 from ..config import JobConfig
 from ..epoch.reports import Report, SinkReport, SplitReport, StateReport
@@ -191,12 +193,11 @@ class JobDriver:
     def _run_epoch(self, plan: Plan, savepoint: SavepointTask | None = None) -> EpochResult:
         spec = self._spec(plan, savepoint)
         started = time.monotonic()
-        reports = run_epoch_job(
-            self.spark,
-            spec,
-            f"{self.job} epoch {spec.epoch}",
-            self.placement.locations if self.placement is not None else None,
-        )
+        placement = None
+        if self.placement is not None:
+            live = live_executors(self.spark.sparkContext)
+            placement = functools.partial(self.placement.locations, live=live)
+        reports = run_epoch_job(self.spark, spec, f"{self.job} epoch {spec.epoch}", placement)
         result = self._advance(spec, reports, started)
         for listener in self._listeners:
             listener(result)
