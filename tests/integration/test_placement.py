@@ -8,19 +8,22 @@ its state; this test checks placement itself (the placement metric), not isolati
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from stator import Pipeline
-from stator.cluster.jvm import ensure_jar
+from stator.cluster.jvm import ensure_jar, live_executors
 from stator.config import SparkConfig, load_config
 from stator.control.metrics import render_metrics
 from stator.driver.epoch_loop import EpochResult, JobDriver
@@ -82,12 +85,15 @@ def test_the_jar_is_built_once_and_cached() -> None:
     assert ensure_jar() == jar  # same sources and Spark: reused
 
 
-def test_keyed_tasks_stay_on_their_executors(cluster: Any, tmp_path: Path) -> None:
-    ref = subprocess.Popen(  # runs beside the cluster test; compared at the end
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[], Any]]:
+    """The local[2] run, started at once beside the cluster tests; its output on demand."""
+    root = tmp_path_factory.mktemp("reference")
+    ref = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            f"from {__name__} import run_reference; run_reference(*{[str(tmp_path / 'ref')]!r})",
+            f"from {__name__} import run_reference; run_reference({str(root)!r})",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -95,6 +101,29 @@ def test_keyed_tasks_stay_on_their_executors(cluster: Any, tmp_path: Path) -> No
         env=os.environ.copy(),
         cwd=Path(__file__).parents[2],
     )
+    result: list[Any] = []
+
+    def output() -> Any:
+        if not result:
+            out, _ = ref.communicate(timeout=600)
+            assert ref.returncode == 0
+            line = next(x for x in out.splitlines() if x.startswith("OUTPUT "))
+            result.append(json.loads(line[len("OUTPUT ") :]))
+        return result[0]
+
+    yield output
+    if ref.poll() is None:
+        ref.kill()
+        ref.wait()
+
+
+def as_json(sink: CollectSink) -> Any:
+    return json.loads(json.dumps({str(k): v for k, v in sorted(sink.by_epoch.items())}))
+
+
+def test_keyed_tasks_stay_on_their_executors(
+    cluster: Any, reference: Callable[[], Any], tmp_path: Path
+) -> None:
     sink = CollectSink()
     job = JobDriver(pipeline(sink), job_config(tmp_path / "cluster"), cluster)
     per_epoch: list[tuple[int, int, int, float]] = []
@@ -121,9 +150,58 @@ def test_keyed_tasks_stay_on_their_executors(cluster: Any, tmp_path: Path) -> No
     expected_local = float((n - 1) * PARALLELISM)
     assert f'stator_keyed_tasks_local_total{{job="placed"}} {expected_local}' in metrics
 
-    out, _ = ref.communicate(timeout=600)
-    assert ref.returncode == 0
-    line = next(x for x in out.splitlines() if x.startswith("OUTPUT "))
-    reference = json.loads(line[len("OUTPUT ") :])
-    ours = json.loads(json.dumps({str(k): v for k, v in sorted(sink.by_epoch.items())}))
-    assert ours == reference
+    assert as_json(sink) == reference()
+
+
+def executor_pid(app_id: str, executor: str) -> int:
+    """The pid of one of this test's executor JVMs (local-cluster starts them as children of
+    this process's JVM)."""
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "org.apache.spark.executor.CoarseGrainedExecutorBackend" not in cmd:
+            continue
+        args = dict(itertools.pairwise(cmd))
+        if args.get("--app-id") == app_id and args.get("--executor-id") == executor:
+            return int(proc.info["pid"])
+    raise AssertionError(f"no executor {executor} of {app_id}")
+
+
+def test_a_lost_executor_s_subtasks_move_without_waiting(
+    cluster: Any, reference: Callable[[], Any], tmp_path: Path
+) -> None:
+    """Kill the executor of subtask 0 between epochs 4 and 5: epoch 5 runs that subtask on
+    another executor at once (its preference is dropped, not waited out for 30 s), later
+    epochs stay on their new executors, and the output is still exact. (All executors share
+    this disk, so the moved subtask finds its state; restoring it elsewhere is issue 9's
+    node-loss work.)"""
+    sink = CollectSink()
+    job = JobDriver(pipeline(sink), job_config(tmp_path / "cluster"), cluster)
+    sc = cluster.sparkContext
+    per_epoch: dict[int, tuple[int, int, float]] = {}
+    moved: list[int] = []  # subtasks that ran on the killed executor
+
+    def after(result: EpochResult) -> None:
+        last = job.status.last_placement
+        assert last is not None
+        per_epoch[result.epoch] = (last.local, last.total, result.duration_s)
+        if result.epoch == 4:
+            assert job.placement is not None
+            placed = job.placement.to_json()["count"]
+            victim = placed[0]["executor"]
+            moved.extend(p["subtask"] for p in placed if p["executor"] == victim)
+            os.kill(executor_pid(sc.applicationId, victim), signal.SIGKILL)
+            deadline = time.monotonic() + 60
+            while victim in live_executors(sc) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert victim not in live_executors(sc)
+
+    job.on_epoch(after)
+    job.run()
+    for epoch, (local, total, duration) in sorted(per_epoch.items()):
+        print(f"epoch {epoch}: {local}/{total} keyed tasks local, {duration:.1f} s")
+    assert moved
+    assert per_epoch[5][:2] == (PARALLELISM - len(moved), PARALLELISM)
+    assert per_epoch[5][2] < 30  # spark.locality.wait.process was not waited out
+    assert all(per_epoch[e][:2] == (PARALLELISM, PARALLELISM) for e in range(6, 13))
+    assert job.status.restarts == 0
+    assert as_json(sink) == reference()
