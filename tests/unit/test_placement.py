@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
+from stator.cluster import session
 from stator.cluster.placement import PlacementTracker, uses_placement
 from stator.cluster.session import placement_conf
 from stator.epoch.reports import StateReport
+from stator.errors import ConfigError
 
 
 def report(subtask: int, executor: str, host: str = "10.0.0.1") -> StateReport:
@@ -41,3 +45,11 @@ def test_a_lost_executor_gives_way_to_its_host_then_to_anywhere() -> None:
     live = {"1": "10.0.0.1", "3": "10.0.0.2"}  # executor 2 is gone, its host has executor 3
     assert t.locations("count", 2, live) == ["executor_10.0.0.1_1", "10.0.0.2"]
     assert t.locations("count", 2, {"1": "10.0.0.1"}) == ["executor_10.0.0.1_1", ""]
+
+
+def test_without_a_jdk_the_job_runs_without_placement(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_javac() -> None:
+        raise ConfigError("'javac' not found")
+
+    monkeypatch.setattr(session, "ensure_jar", no_javac)
+    assert placement_conf("k8s://https://10.0.0.1:443", {}) == {}

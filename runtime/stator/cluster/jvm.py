@@ -95,6 +95,14 @@ def _run(cmd: list[str]) -> None:
         )
 
 
+def helper_loaded(sc: Any) -> bool:
+    """Whether the driver's JVM has the helper (``spark.jars`` had the jar): without it the
+    job runs without placement rather than failing."""
+    from py4j.java_gateway import JavaClass  # noqa: PLC0415
+
+    return isinstance(sc._jvm.stator.jvm.PreferredLocationsRDD, JavaClass)
+
+
 def prefer_locations(sc: Any, rdd: Any, locations: list[str]) -> Any:
     """``rdd`` (a PySpark RDD) wrapped one-to-one so that partition ``i`` prefers
     ``locations[i]`` (comma-separated Spark locations, "" for anywhere)."""

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
 from typing import Any
 
 from ..config import SparkConfig
+from ..errors import ConfigError
 from .jvm import ensure_jar
 from .placement import uses_placement
+
+log = logging.getLogger("stator.cluster")
 
 # Settings Stator needs whatever the user configures: a speculative duplicate of a keyed
 # task would open the same RocksDB twice; workers are reused across epochs.
@@ -45,8 +49,13 @@ def placement_conf(master: str, conf: dict[str, str]) -> dict[str, str]:
     configured and, for ``local-cluster``, executors whose Python workers find Stator."""
     if not uses_placement(master):
         return {}
+    try:
+        jar = ensure_jar()
+    except ConfigError as exc:  # e.g. a JRE without javac: run, but without placement
+        log.warning("state-aware placement of keyed tasks is off: %s", exc)
+        return {}
     jars = [j for j in conf.get("spark.jars", "").split(",") if j]
-    out = {"spark.jars": ",".join([*jars, str(ensure_jar())])}
+    out = {"spark.jars": ",".join([*jars, str(jar)])}
     out.update({k: v for k, v in PLACEMENT_DEFAULTS.items() if k not in conf})
     if master.startswith("local-cluster"):
         path = os.environ.get("PYTHONPATH")

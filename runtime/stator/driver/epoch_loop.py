@@ -29,7 +29,7 @@ from typing import Any
 from ..api.pipeline import Pipeline, SinkNode, SourceNode
 from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.metadata import CheckpointMetadata, RemoteFile
-from ..cluster.jvm import live_executors
+from ..cluster.jvm import helper_loaded, live_executors
 from ..cluster.placement import PlacementTracker, uses_placement
 from ..config import JobConfig
 from ..epoch.reports import Report, SinkReport, SplitReport, StateReport
@@ -128,7 +128,8 @@ class JobDriver:
             from ..cluster.session import create_session  # noqa: PLC0415 - starts a JVM
 
             self.spark = create_session(self.config.spark, f"stator-{self.job}")
-        if uses_placement(str(self.spark.sparkContext.master)):
+        sc = self.spark.sparkContext
+        if uses_placement(str(sc.master)) and helper_loaded(sc):
             self.placement = PlacementTracker()
         self.status.state = JobState.RECOVERING
         try:
