@@ -409,4 +409,70 @@ def savepoint_rescale(
     }
 
 
-CASES.update({f.__name__: f for f in (raw_bandwidth, savepoint_rescale)})
+def local_restore(total_bytes: int, storage: str, value_bytes: int = 4096) -> dict[str, Any]:
+    """One keyed subtask with ``total_bytes`` of incompressible state and one checkpoint in
+    ``storage``; then the two restores of issue 9 side by side, each timed until the
+    database is open at the checkpoint's epoch: from the executor's local copy, and from the
+    object store (the copy removed, as on another executor). No Spark: the task functions."""
+    import dataclasses
+
+    from stator.epoch.spec import CheckpointTask, EpochSpec, RestoreTask
+    from stator.keygroups import range_for_subtask
+    from stator.state.options import RocksDBOptions
+    from stator.storage import S3Options, open_store
+    from stator.tasks.local_state import open_state, take_snapshot
+
+    work = _workdir("local-restore")
+    store = open_store(f"{storage}/{work.name}", S3Options())
+    kg = range_for_subtask(0, 1, 16)
+    base = EpochSpec(
+        job="bench",
+        epoch=1,
+        base_epoch=0,
+        processing_time_ms=0,
+        pipeline=Pipeline("bench"),
+        parallelism={"op": 1},
+        max_parallelism=16,
+        local_dir=str(work / "state"),
+        rocksdb=RocksDBOptions(),
+        warm_entries=0,
+        ranges={},
+        split_max_ts={},
+    )
+    first = dataclasses.replace(base, checkpoint=CheckpointTask(1, store, True, {}))
+    backend, _ = open_state(first, "op", 0, kg)
+    assert backend.db is not None
+    for i in range(total_bytes // value_bytes):
+        backend.db[b"\x00\x00" + i.to_bytes(8, "big")] = os.urandom(value_bytes)
+    backend.commit(1, 0)
+    snap = take_snapshot(first, "op", 0, kg, backend)
+    backend.close()
+    for e in (2, 3):  # epochs after the checkpoint: a restore is needed to go back to it
+        b, _ = open_state(
+            dataclasses.replace(base, epoch=e, base_epoch=e - 1, completed_checkpoint=1),
+            "op",
+            0,
+            kg,
+        )
+        b.commit(e, 0)
+        b.close()
+    restore = RestoreTask(store, 1, 1, snapshots={("op", 0): snap}, local_copies=True)
+    again = dataclasses.replace(
+        base, epoch=2, base_epoch=1, restore=restore, completed_checkpoint=1
+    )
+    results: dict[str, Any] = {"state_bytes": snap.state_bytes}
+    for source in ("local", "remote"):
+        if source == "remote":
+            shutil.rmtree(work / "state" / "bench" / "op" / "0-of-1")
+        t0 = time.perf_counter()
+        b, report = open_state(again, "op", 0, kg)
+        results[f"{source}_s"] = time.perf_counter() - t0
+        b.close()
+        assert report.source == source, report
+        results[f"{source}_remote_bytes"] = report.remote_bytes
+    results["speedup"] = results["remote_s"] / results["local_s"]
+    shutil.rmtree(work, ignore_errors=True)
+    return results
+
+
+CASES.update({f.__name__: f for f in (raw_bandwidth, savepoint_rescale, local_restore)})

@@ -144,6 +144,15 @@ def test_every_endpoint(running_job: Any, tmp_path: Path) -> None:
     assert job["parallelism"] == {"count": 2} and job["max_parallelism"] == 128
     assert job["regions"] == [["events", "count", "out"]]
     assert job["epoch"] >= 2 and job["records_in"] > 0 and job["latest_checkpoint"]["id"] >= 2
+    # A fresh job restores nothing; local[*] has one executor, so no placement.
+    assert job["restores"] == {
+        "local": 0,
+        "remote": 0,
+        "local_bytes": 0,
+        "remote_bytes": 0,
+        "latest": [],
+    }
+    assert job["placement"] is None
 
     status, cks = call(base, "/v1/checkpoints")
     assert status == 200 and cks["latest"]["id"] == cks["retained"][-1]["id"]
@@ -154,6 +163,9 @@ def test_every_endpoint(running_job: Any, tmp_path: Path) -> None:
     status, text = call(base, "/metrics")
     assert status == 200 and 'stator_epochs_total{job="control"}' in text
     assert 'stator_operator_parallelism{job="control",operator="count"} 2.0' in text
+    assert 'stator_restores_total{job="control",source="remote"} 0.0' in text
+    assert 'stator_restore_remote_bytes_total{job="control"} 0.0' in text
+    assert 'stator_keyed_tasks_local_total{job="control"} 0.0' in text
 
     # Bad requests are refused with a reason.
     assert call(base, "/v1/savepoints", "POST", raw=b"{not json")[0] == 400

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -9,7 +10,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..config import SparkConfig
+from ..errors import ConfigError
+from .jvm import ensure_jar
 from .kubernetes import MASTER, in_cluster_conf
+from .placement import uses_placement
+
+log = logging.getLogger("stator.cluster")
 
 # Settings Stator needs whatever the user configures: a speculative duplicate of a keyed
 # task would open the same RocksDB twice; workers are reused across epochs.
@@ -29,6 +35,37 @@ def effective_master(cfg: SparkConfig) -> str:
     return cfg.master
 
 
+# With several executors a keyed task that misses its executor restores (or, between
+# checkpoints, rewinds the job), which costs far more than waiting for a busy executor.
+# The first epoch waits for every executor to register (at most Spark's 30 s), so that keyed
+# subtasks spread over them instead of all landing on the first one and staying there.
+PLACEMENT_DEFAULTS = {
+    "spark.locality.wait.process": "30s",
+    "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+}
+
+
+def placement_conf(master: str, conf: dict[str, str]) -> dict[str, str]:
+    """Settings a multi-executor master needs for state-aware placement: the JVM helper jar
+    (built once, ``jvm.py``) added to ``spark.jars``, a longer process-locality wait unless
+    configured and, for ``local-cluster``, executors whose Python workers find Stator."""
+    if not uses_placement(master):
+        return {}
+    try:
+        jar = ensure_jar()
+    except ConfigError as exc:  # e.g. a JRE without javac: run, but without placement
+        log.warning("state-aware placement of keyed tasks is off: %s", exc)
+        return {}
+    jars = [j for j in conf.get("spark.jars", "").split(",") if j]
+    out = {"spark.jars": ",".join([*jars, str(jar)])}
+    out.update({k: v for k, v in PLACEMENT_DEFAULTS.items() if k not in conf})
+    if master.startswith("local-cluster"):
+        path = os.environ.get("PYTHONPATH")
+        if path and "spark.executorEnv.PYTHONPATH" not in conf:
+            out["spark.executorEnv.PYTHONPATH"] = path
+    return out
+
+
 def create_session(cfg: SparkConfig, app_name: str) -> Any:
     # Workers must run this interpreter (and see this environment's packages).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -40,6 +77,10 @@ def create_session(cfg: SparkConfig, app_name: str) -> Any:
     if master == MASTER:  # executors as pods, from inside the driver pod
         cluster = in_cluster_conf(os.environ)
         master = cluster.pop("spark.master")
+    if master.startswith("local-cluster"):  # executors are started from SPARK_HOME
+        import pyspark  # noqa: PLC0415
+
+        os.environ.setdefault("SPARK_HOME", os.path.dirname(pyspark.__file__))
     builder = SparkSession.builder.master(master).appName(app_name)
     builder = builder.config("spark.ui.enabled", str(cfg.ui).lower()).config(
         "spark.ui.showConsoleProgress", "false"
@@ -51,7 +92,9 @@ def create_session(cfg: SparkConfig, app_name: str) -> Any:
         )
     if master.startswith("local"):
         builder = builder.config("spark.task.maxFailures", str(cfg.task_attempts))
-    for key, value in {**cluster, **cfg.conf}.items():
+    conf = {**cluster, **cfg.conf}
+    conf.update(placement_conf(master, conf))
+    for key, value in conf.items():
         builder = builder.config(key, value)
     for key, value in REQUIRED.items():
         builder = builder.config(key, value)

@@ -58,6 +58,10 @@ class JobInfo(TypedDict, total=False):
     last_error: str | None
     started_ms: int
     stopped_with_savepoint: str | None
+    # local, remote, local_bytes, remote_bytes, and "latest": one entry per restored subtask
+    restores: dict[str, Any]
+    # None with one executor; else keyed_tasks_local, keyed_tasks, last_epoch, subtasks
+    placement: dict[str, Any] | None
 
 
 class SavepointRequest(TypedDict, total=False):

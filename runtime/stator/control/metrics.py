@@ -42,6 +42,31 @@ class DriverCollector(Collector):
         yield gauge(
             "stator_running", "1 while the job runs", 1 if st.state is JobState.RUNNING else 0
         )
+        r = st.restores
+        restores = CounterMetricFamily(
+            "stator_restores", "Keyed subtask restores, by source", labels=["job", "source"]
+        )
+        restores.add_metric([d.job, "local"], r.local)
+        restores.add_metric([d.job, "remote"], r.remote)
+        yield restores
+        yield counter(
+            "stator_restore_local_bytes", "Bytes of state restored from local copies", r.local_bytes
+        )
+        yield counter(
+            "stator_restore_remote_bytes",
+            "Bytes of state restored from the object store",
+            r.remote_bytes,
+        )
+        yield counter(
+            "stator_keyed_tasks_local",
+            "Keyed tasks that ran on the executor holding their local state",
+            st.keyed_tasks_local,
+        )
+        yield counter(
+            "stator_keyed_tasks",
+            "Keyed tasks placed on executors (several executors only)",
+            st.keyed_tasks_total,
+        )
         latest = st.last_checkpoint
         if latest is not None:
             yield gauge(

@@ -26,7 +26,7 @@ from ..driver.savepoints import (
     SavepointRequest,
     SavepointTargetError,
 )
-from ..driver.status import JobState
+from ..driver.status import JobState, JobStatus
 from .metrics import render_metrics
 from .token import read_token
 from .view import JobView
@@ -174,6 +174,11 @@ class ControlServer:
                 "last_error": st.last_error,
                 "started_ms": st.started_ms,
                 "stopped_with_savepoint": st.stopped_with_savepoint,
+                "restores": {
+                    **st.restores.to_json(),
+                    "latest": [st.last_restores[k] for k in sorted(st.last_restores)],
+                },
+                "placement": _placement(d, st),
             }
         )
 
@@ -247,6 +252,19 @@ def serving(job: JobView, config: ControlConfig) -> Iterator[ControlServer | Non
     finally:
         server.linger(config.linger_ms)
         server.stop()
+
+
+def _placement(d: JobView, st: JobStatus) -> dict[str, Any] | None:
+    """Where keyed subtasks run; None with one executor (local[*]: no placement)."""
+    if d.placement is None:
+        return None
+    last = st.last_placement
+    return {
+        "keyed_tasks_local": st.keyed_tasks_local,
+        "keyed_tasks": st.keyed_tasks_total,
+        "last_epoch": {"local": last.local, "total": last.total} if last else None,
+        "subtasks": d.placement.to_json(),
+    }
 
 
 def _checkpoint(meta: CheckpointMetadata) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from typing import Protocol
 
 from ..api.pipeline import Pipeline
 from ..checkpoint.metadata import CheckpointMetadata
+from ..cluster.placement import PlacementTracker
 from ..driver.parallelism import Parallelism
 from ..driver.savepoints import SavepointRequest, SavepointRequests
 from ..driver.status import CheckpointHistory, JobStatus
@@ -23,6 +24,7 @@ class JobView(Protocol):
     history: CheckpointHistory
     savepoints: SavepointRequests
     store: ObjectStore
+    placement: PlacementTracker | None
 
     def retained_checkpoints(self) -> list[CheckpointMetadata]: ...
 

@@ -19,6 +19,7 @@ over (``recovery.py``): the job rewinds to its latest completed checkpoint.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -28,6 +29,8 @@ from typing import Any
 from ..api.pipeline import Pipeline, SinkNode, SourceNode
 from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.metadata import CheckpointMetadata, RemoteFile
+from ..cluster.jvm import helper_loaded, live_executors
+from ..cluster.placement import PlacementTracker, uses_placement
 from ..cluster.session import share_python_path
 from ..config import JobConfig
 from ..epoch.reports import Report, SinkReport, SplitReport, StateReport
@@ -110,6 +113,8 @@ class JobDriver:
         self._listeners: list[EpochListener] = []
         self._stop = False
         self._owns_spark = spark is None
+        # Where keyed subtasks ran, with several executors (set when Spark is known).
+        self.placement: PlacementTracker | None = None
 
     # ------------------------------------------------------------------ public
 
@@ -142,6 +147,9 @@ class JobDriver:
 
             self.spark = create_session(self.config.spark, f"stator-{self.job}")
         share_python_path(self.spark, self.python_path)
+        sc = self.spark.sparkContext
+        if uses_placement(str(sc.master)) and helper_loaded(sc):
+            self.placement = PlacementTracker()
         self.status.state = JobState.RECOVERING
         try:
             self.recovery.start()
@@ -206,7 +214,11 @@ class JobDriver:
     def _run_epoch(self, plan: Plan, savepoint: SavepointTask | None = None) -> EpochResult:
         spec = self._spec(plan, savepoint)
         started = time.monotonic()
-        reports = run_epoch_job(self.spark, spec, f"{self.job} epoch {spec.epoch}")
+        placement = None
+        if self.placement is not None:
+            live = live_executors(self.spark.sparkContext)
+            placement = functools.partial(self.placement.locations, live=live)
+        reports = run_epoch_job(self.spark, spec, f"{self.job} epoch {spec.epoch}", placement)
         result = self._advance(spec, reports, started)
         for listener in self._listeners:
             listener(result)
@@ -225,6 +237,7 @@ class JobDriver:
             )
         verify, position.verify_states = position.verify_states, False
         target = position.target
+        latest = self.coordinator.latest
         return EpochSpec(
             job=self.job,
             epoch=position.epoch + 1,
@@ -239,10 +252,13 @@ class JobDriver:
             ranges=plan,
             split_max_ts=self.planner.max_timestamps(),
             checkpoint=checkpoint,
-            restore=restore_task(target, self.parallelism.operators) if target else None,
+            restore=(
+                restore_task(target, self.parallelism.operators, self.store) if target else None
+            ),
             savepoint=savepoint,
             verify_states=verify,
             allow_non_restored_state=self.config.restore.allow_non_restored_state,
+            completed_checkpoint=latest.checkpoint_id if latest else 0,
         )
 
     def _incremental_base(self) -> dict[tuple[str, int], dict[str, RemoteFile]]:
@@ -262,6 +278,39 @@ class JobDriver:
                     previous[(uid, snap.index)] = {f.name: f for f in snap.files}
         return previous
 
+    def _keyed_tasks_done(self, epoch: int, states: list[StateReport]) -> None:
+        """Placement and restores of an epoch's keyed tasks: status, metrics and the log."""
+        placed = (
+            self.placement.record(states, self.parallelism.operators)
+            if self.placement is not None
+            else None
+        )
+        self.status.keyed_tasks_done(epoch, states, placed)
+        for s in states:
+            if s.restore.restored:
+                r = s.restore
+                log.info(
+                    "epoch %d: operator '%s' subtask %d restored checkpoint %d from %s "
+                    "(%d bytes local, %d bytes from the object store, %d ms)%s%s",
+                    epoch,
+                    s.uid,
+                    s.subtask,
+                    r.checkpoint_id,
+                    r.source,
+                    r.local_bytes,
+                    r.remote_bytes,
+                    r.duration_ms,
+                    f" on executor {s.executor}" if s.executor else "",
+                    f"; not local: {r.fallback}" if r.fallback else "",
+                )
+        if placed is not None and placed.local < placed.total:
+            log.info(
+                "epoch %d: %d of %d keyed tasks ran where their local state is",
+                epoch,
+                placed.local,
+                placed.total,
+            )
+
     def _advance(self, spec: EpochSpec, reports: list[Report], started: float) -> EpochResult:
         """Steps 3-4 of the module docstring."""
         records_in = self.planner.advance(
@@ -272,6 +321,7 @@ class JobDriver:
         self.status.records_in += records_in
         self.status.records_out += records_out
         self.recovery.position.epoch = self.status.epoch = spec.epoch
+        self._keyed_tasks_done(spec.epoch, states)
         self.schedule.epoch_done()
         completed, error = None, None
         if spec.checkpoint is not None:

@@ -77,11 +77,14 @@ def check_compatible(
         )
 
 
-def restore_task(target: Target, parallelism: dict[str, int]) -> RestoreTask:
-    """How tasks get their state from ``target`` at the job's current parallelism."""
+def restore_task(
+    target: Target, parallelism: dict[str, int], own_store: ObjectStore | None = None
+) -> RestoreTask:
+    """How tasks get their state from ``target`` at the job's current parallelism. Local
+    copies serve only checkpoints in ``own_store`` (the job's own lineage)."""
     meta = target.meta
     if isinstance(meta, SavepointMetadata):
-        return RestoreTask(target.store, 0, savepoint=meta)
+        return RestoreTask(target.store, 0, meta.epoch, savepoint=meta)
     snapshots = {}
     rescale = {}
     for uid, op in meta.operators.items():
@@ -91,4 +94,11 @@ def restore_task(target: Target, parallelism: dict[str, int]) -> RestoreTask:
             snapshots.update({(uid, s.index): s for s in op.subtasks})
         else:
             rescale[uid] = op.subtasks
-    return RestoreTask(target.store, meta.checkpoint_id, snapshots=snapshots, rescale=rescale)
+    return RestoreTask(
+        target.store,
+        meta.checkpoint_id,
+        meta.epoch,
+        snapshots=snapshots,
+        rescale=rescale,
+        local_copies=own_store is not None and own_store.uri == target.store.uri,
+    )

@@ -8,16 +8,25 @@ through one accumulator; the job's result is the list of reports.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 from ..api.pipeline import KeyedNode, Pipeline, SinkNode, SourceNode
+from ..cluster.jvm import prefer_locations
 from ..epoch.reports import Report
 from ..epoch.spec import EpochSpec
 from ..tasks.keyed import keyed_task
 from ..tasks.source import drain, source_task
 
 
-def run_epoch_job(spark: Any, spec: EpochSpec, description: str) -> list[Report]:
+def run_epoch_job(
+    spark: Any,
+    spec: EpochSpec,
+    description: str,
+    placement: Callable[[str, int], list[str]] | None = None,
+) -> list[Report]:
+    """Run one epoch; ``placement`` (uid, parallelism -> preferred location per subtask), if
+    given, places keyed tasks through the JVM RDD (``cluster/placement.py``)."""
     from pyspark.accumulators import AccumulatorParam  # noqa: PLC0415 - pyspark is heavy
 
     class Reports(AccumulatorParam):  # type: ignore[type-arg]
@@ -47,6 +56,10 @@ def run_epoch_job(spark: Any, spec: EpochSpec, description: str) -> list[Report]
         shuffled = (sc.union(parts) if len(parts) > 1 else parts[0]).partitionBy(
             spec.parallelism[node.uid], _identity
         )
+        if placement is not None:
+            shuffled = prefer_locations(
+                sc, shuffled, placement(node.uid, spec.parallelism[node.uid])
+            )
         out = shuffled.mapPartitionsWithIndex(functools.partial(keyed_task, spec, node.id, acc))
         _connect(pipeline, node.id, out, inputs, terminals)
     if terminals:

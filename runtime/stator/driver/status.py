@@ -11,6 +11,8 @@ from typing import Any
 
 from ..checkpoint.coordinator import now_ms
 from ..checkpoint.metadata import CheckpointMetadata
+from ..cluster.placement import EpochPlacement
+from ..epoch.reports import StateReport
 
 
 class JobState(StrEnum):
@@ -27,6 +29,32 @@ class JobState(StrEnum):
 
 
 @dataclass
+class RestoreCounts:
+    """Subtask restores since the driver started, by where the state came from."""
+
+    local: int = 0
+    remote: int = 0
+    local_bytes: int = 0
+    remote_bytes: int = 0
+
+    def add(self, source: str, local_bytes: int, remote_bytes: int) -> None:
+        if source == "local":
+            self.local += 1
+        else:
+            self.remote += 1
+        self.local_bytes += local_bytes
+        self.remote_bytes += remote_bytes
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "local": self.local,
+            "remote": self.remote,
+            "local_bytes": self.local_bytes,
+            "remote_bytes": self.remote_bytes,
+        }
+
+
+@dataclass
 class JobStatus:
     job: str
     epoch: int = 0
@@ -40,10 +68,45 @@ class JobStatus:
     started_ms: int = field(default_factory=now_ms)
     state: JobState = JobState.CREATED
     stopped_with_savepoint: str | None = None
+    restores: RestoreCounts = field(default_factory=RestoreCounts)
+    # Keyed tasks that ran on the executor holding their local state, of those placed
+    # (only with several executors: local-cluster or k8s).
+    keyed_tasks_local: int = 0
+    keyed_tasks_total: int = 0
+    last_placement: EpochPlacement | None = None
+    # (uid, subtask) -> the latest restore of that subtask, for the control API.
+    last_restores: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
 
     @property
     def finished(self) -> bool:
         return self.state is JobState.FINISHED
+
+    def keyed_tasks_done(
+        self, epoch: int, states: list[StateReport], placement: EpochPlacement | None
+    ) -> None:
+        """Count an epoch's restores (by source and bytes) and its task placement."""
+        for s in states:
+            r = s.restore
+            if not r.restored:
+                continue
+            self.restores.add(r.source, r.local_bytes, r.remote_bytes)
+            self.last_restores[(s.uid, s.subtask)] = {
+                "operator": s.uid,
+                "subtask": s.subtask,
+                "epoch": epoch,
+                "checkpoint_id": r.checkpoint_id,
+                "source": r.source,
+                "local_bytes": r.local_bytes,
+                "remote_bytes": r.remote_bytes,
+                "duration_ms": r.duration_ms,
+                "fallback": r.fallback,
+                "executor": s.executor,
+                "host": s.host,
+            }
+        if placement is not None:
+            self.last_placement = placement
+            self.keyed_tasks_local += placement.local
+            self.keyed_tasks_total += placement.total
 
 
 @dataclass(frozen=True)

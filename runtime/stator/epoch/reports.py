@@ -55,6 +55,32 @@ class SavepointPart:
 
 
 @dataclass(frozen=True)
+class RestoreReport:
+    """How a keyed subtask got its state at the start of an epoch.
+
+    ``source``: ``none`` (its local database was already at the expected epoch, or it started
+    empty), ``local`` (from the executor's copy of the checkpoint) or ``remote`` (from the
+    object store: a checkpoint, a rescaled checkpoint or a savepoint). ``remote_bytes`` counts
+    what was read from the object store (0 for a savepoint's key-group files, not measured);
+    ``fallback`` says why a local copy was not used when a remote restore happened.
+    """
+
+    source: str
+    checkpoint_id: int = 0
+    local_bytes: int = 0
+    remote_bytes: int = 0
+    duration_ms: int = 0
+    fallback: str | None = None
+
+    @property
+    def restored(self) -> bool:
+        return self.source != "none"
+
+
+NO_RESTORE = RestoreReport("none")
+
+
+@dataclass(frozen=True)
 class StateReport:
     """A keyed subtask committed ``epoch`` (and, if asked, took its part of a checkpoint and
     of a savepoint)."""
@@ -68,6 +94,11 @@ class StateReport:
     snapshot: SubtaskSnapshot | None = None
     checkpoint_error: str | None = None
     savepoint: SavepointPart | None = None
+    restore: RestoreReport = NO_RESTORE
+    # Where the task ran (Spark's executor id and host; empty under local[*], where there is
+    # one executor and no placement): the driver asks for the same executor next epoch.
+    executor: str = ""
+    host: str = ""
 
 
 Report = SplitReport | SinkReport | StateReport

@@ -39,9 +39,14 @@ class RestoreTask:
 
     store: ObjectStore
     checkpoint_id: int  # 0 for a savepoint
+    # The epoch the source's state is at: a task may restore from it only when the job
+    # expects that epoch (``EpochSpec.base_epoch``); otherwise the job must rewind to it.
+    epoch: int
     snapshots: dict[tuple[str, int], SubtaskSnapshot] = field(default_factory=dict)
     rescale: dict[str, tuple[SubtaskSnapshot, ...]] = field(default_factory=dict)
     savepoint: SavepointMetadata | None = None
+    # This job's own checkpoint: an executor's local copy of it may serve the restore.
+    local_copies: bool = False
 
     def covers(self, uid: str) -> bool:
         if self.savepoint is not None:
@@ -80,6 +85,9 @@ class EpochSpec:
     # First epoch after a restore: check that the code declares every restored state.
     verify_states: bool = False
     allow_non_restored_state: bool = False
+    # The latest checkpoint the driver completed (0: none). Tasks keep its local copy and
+    # delete older ones (``tasks/local_copy.py``); a copy of any other id is never restored.
+    completed_checkpoint: int = 0
 
     def state_dir(self, uid: str, subtask: int) -> Path:
         p = self.parallelism[uid]

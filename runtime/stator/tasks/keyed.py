@@ -18,6 +18,7 @@ from typing import Any
 
 from ..api.pipeline import KeyedNode, ProcessNode, ReduceNode
 from ..api.time import MIN_TIMESTAMP
+from ..cluster.placement import task_location
 from ..epoch.reports import Report, SavepointPart, StateReport
 from ..epoch.spec import EpochSpec
 from ..errors import StateCompatibilityError
@@ -43,7 +44,8 @@ def keyed_task(
     batches = [h[2] for h in headers]
     records_in = sum(len(b[0]) for b in batches)
 
-    backend = open_state(spec, node.uid, subtask, key_groups)
+    backend, restored = open_state(spec, node.uid, subtask, key_groups)
+    executor, host = task_location()
     try:
         runner: ProcessRunner | ReduceRunner | None = None
 
@@ -95,6 +97,9 @@ def keyed_task(
             snapshot,
             error,
             savepoint,
+            restored,
+            executor,
+            host,
         )
         done: list[Report] = [state, *staged]
         reports.add(done)

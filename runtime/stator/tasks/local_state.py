@@ -4,28 +4,43 @@ restore it when it is not there, and snapshot it for a checkpoint.
 Opening subtask S for epoch E (its state must be at ``base_epoch`` = E-1):
 
 1. Local state at ``base_epoch``: use it as it is.
-2. Otherwise, if the driver gave a restore source covering the operator: materialize it (a
-   checkpoint at the same parallelism, the owned key-groups of a rescaled checkpoint, or a
-   savepoint's key-group files) and check it is at ``base_epoch``. A source that cannot be
-   read fails with :class:`RestoreError` (the driver then falls back to an older checkpoint).
-3. No source: a new job or a new operator starts empty; anything else is a
-   :class:`~stator.errors.StateMismatchError` and the driver rewinds the job.
+2. The driver's restore source is at another epoch than ``base_epoch`` (epochs ran after it
+   without a checkpoint, and this task landed where their state is not): nothing here can
+   produce the expected state, so fail with :class:`~stator.errors.StateMismatchError`. The
+   driver rewinds the job to that checkpoint; the checkpoint itself is good and is kept.
+3. A restore source at ``base_epoch`` covering the operator: a checkpoint at the same
+   parallelism is restored from the executor's local copy when that copy holds the
+   checkpoint's files (``local_copy.py``); otherwise, transparently, from the object store.
+   Remote restores materialize the source (a checkpoint at
+   the same parallelism, the owned key-groups of a rescaled checkpoint, or a savepoint's
+   key-group files). Files that are missing, truncated or unreadable as RocksDB fail with
+   :class:`RestoreError` (the driver then drops that checkpoint and falls back to an older
+   one); an object store that cannot be reached fails with its
+   :class:`~stator.errors.StorageError` (the driver retries the same checkpoint).
+4. No source covering the operator: a new job, or an operator added by the restored job,
+   starts empty; anything else is a :class:`~stator.errors.StateMismatchError`.
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
 from ..api.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 from ..checkpoint.metadata import SubtaskSnapshot
 from ..checkpoint.transfer import download_snapshot, upload_snapshot
+from ..epoch.reports import NO_RESTORE, RestoreReport
 from ..epoch.spec import EpochSpec, RestoreTask
-from ..errors import StateMismatchError, StatorError
+from ..errors import StateMismatchError, StatorError, StorageError
 from ..keygroups import KeyGroupRange
 from ..savepoint.transfer import database_entries, import_entries, savepoint_entries, state_catalog
 from ..state.backend import KeyedBackend
+from . import local_copy
+
+log = logging.getLogger("stator.tasks")
 
 RESTORE_ERROR_MARKER = "StatorRestoreError"
 
@@ -38,11 +53,20 @@ class RestoreError(StatorError):
         self.checkpoint_id = checkpoint_id
 
 
-def open_state(spec: EpochSpec, uid: str, subtask: int, key_groups: KeyGroupRange) -> KeyedBackend:
+def open_state(
+    spec: EpochSpec, uid: str, subtask: int, key_groups: KeyGroupRange
+) -> tuple[KeyedBackend, RestoreReport]:
     """Open the subtask's local state if it is at the expected epoch; otherwise restore it
     (from a checkpoint, a rescaled checkpoint or a savepoint, as the driver says), start a new
-    operator empty, or fail so that the driver fails over."""
-    path = spec.state_dir(uid, subtask) / "db"
+    operator empty, or fail so that the driver fails over. Also says where the state came
+    from, for the driver's status and metrics."""
+    state_dir = spec.state_dir(uid, subtask)
+    path = state_dir / "db"
+    restore = spec.restore
+    keep = {spec.completed_checkpoint}
+    keep |= {spec.checkpoint.checkpoint_id} if spec.checkpoint is not None else set()
+    keep |= {restore.checkpoint_id} if restore is not None else set()
+    local_copy.prune(state_dir, keep)
     backend = KeyedBackend(
         path, spec.rocksdb, key_groups, spec.max_parallelism, uid, spec.warm_entries
     )
@@ -51,35 +75,121 @@ def open_state(spec: EpochSpec, uid: str, subtask: int, key_groups: KeyGroupRang
         backend.open()
         local_epoch = backend.epoch
         if local_epoch == spec.base_epoch:
-            return backend
+            return backend, NO_RESTORE
         backend.close()
-    restore = spec.restore
+    if restore is not None and restore.epoch != spec.base_epoch:
+        raise StateMismatchError(
+            f"operator '{uid}' subtask {subtask}: local state is at epoch {local_epoch}, the "
+            f"job expects epoch {spec.base_epoch}, and the restore source "
+            f"({_describe(restore)}) is at epoch {restore.epoch}: the job must rewind to it"
+        )
     if restore is None or not restore.covers(uid):
         if spec.base_epoch == 0 or restore is not None:  # a new job, or an operator added
             shutil.rmtree(path, ignore_errors=True)
             backend.open()
             if spec.base_epoch:
                 backend.commit(spec.base_epoch, MIN_TIMESTAMP)
-            return backend
+            return backend, NO_RESTORE
         raise StateMismatchError(
             f"operator '{uid}' subtask {subtask}: local state is at epoch {local_epoch}, the "
             f"job expects epoch {spec.base_epoch} and no checkpoint of that epoch was given"
         )
+    started = time.monotonic()
+    snapshot = restore.snapshots.get((uid, subtask))
+    fallback = None
+    if snapshot is not None:
+        fallback = _restore_from_copy(restore, spec, snapshot, key_groups, state_dir, backend)
+        if fallback is None:
+            return backend, RestoreReport(
+                "local",
+                restore.checkpoint_id,
+                local_bytes=snapshot.state_bytes,
+                duration_ms=_ms_since(started),
+            )
+        log.info(
+            "operator '%s' subtask %d: restoring checkpoint %d from the object store: %s",
+            uid,
+            subtask,
+            restore.checkpoint_id,
+            fallback,
+        )
     try:
-        restore_into(restore, spec, uid, subtask, key_groups, path)
+        remote_bytes = restore_into(restore, spec, uid, subtask, key_groups, path)
         backend.open()
+    except StorageError as exc:
+        backend.close()
+        if _all_present(restore, uid, subtask):  # the store failed us, not the checkpoint
+            raise
+        raise RestoreError(
+            restore.checkpoint_id, f"operator '{uid}' subtask {subtask}: {exc}"
+        ) from exc
     except Exception as exc:
         backend.close()
         raise RestoreError(
             restore.checkpoint_id, f"operator '{uid}' subtask {subtask}: {exc}"
         ) from exc
-    if backend.epoch != spec.base_epoch:
+    if backend.epoch != spec.base_epoch:  # the files contradict their own metadata
         backend.close()
         raise RestoreError(
             restore.checkpoint_id,
             f"restored state is at epoch {backend.epoch}, the job expects {spec.base_epoch}",
         )
-    return backend
+    return backend, RestoreReport(
+        "remote",
+        restore.checkpoint_id,
+        remote_bytes=remote_bytes,
+        duration_ms=_ms_since(started),
+        fallback=fallback,
+    )
+
+
+def _restore_from_copy(
+    restore: RestoreTask,
+    spec: EpochSpec,
+    snapshot: SubtaskSnapshot,
+    key_groups: KeyGroupRange,
+    state_dir: Path,
+    backend: KeyedBackend,
+) -> str | None:
+    """Open ``backend`` on the executor's copy of the checkpoint (``local_copy.py``, steps
+    1-3 of restoring). Returns None on success, else why the object store must be read."""
+    if not restore.local_copies:
+        return "the checkpoint is not this job's: no local copy"
+    if tuple(snapshot.key_groups) != (key_groups.start, key_groups.end):
+        return "key-groups differ"  # the remote path reports it
+    copy = local_copy.copy_dir(state_dir, restore.checkpoint_id)
+    reason = local_copy.mismatch(copy, snapshot.files)
+    if reason is not None:
+        return reason
+    try:
+        local_copy.restore_local(copy, snapshot.files, backend.path)
+        backend.open()
+    except Exception as exc:
+        backend.close()
+        return f"local copy unusable: {type(exc).__name__}: {exc}"
+    if backend.epoch != spec.base_epoch:
+        backend.close()
+        return f"local copy is at epoch {backend.epoch}, not {spec.base_epoch}"
+    return None
+
+
+def _ms_since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
+
+
+def _describe(restore: RestoreTask) -> str:
+    return "a savepoint" if restore.savepoint is not None else f"checkpoint {restore.checkpoint_id}"
+
+
+def _all_present(restore: RestoreTask, uid: str, subtask: int) -> bool:
+    """After a storage error: are the snapshot's files all there with their sizes? Raises
+    :class:`StorageError` itself if the store cannot be asked (unreachable: not the
+    checkpoint's fault). Only a checkpoint with missing or resized files is corrupt."""
+    snapshot = restore.snapshots.get((uid, subtask))
+    files = snapshot.files if snapshot is not None else ()
+    if restore.savepoint is not None or snapshot is None:
+        files = tuple(f for s in restore.rescale.get(uid, ()) for f in s.files)
+    return all(restore.store.size(f.key) == f.size for f in files)
 
 
 def restore_into(
@@ -89,8 +199,9 @@ def restore_into(
     subtask: int,
     key_groups: KeyGroupRange,
     path: Path,
-) -> None:
-    """Materialize the subtask's restored state in ``path`` (replacing what is there)."""
+) -> int:
+    """Materialize the subtask's restored state in ``path`` (replacing what is there).
+    Returns the bytes of checkpoint files read from the object store."""
     snapshot = restore.snapshots.get((uid, subtask))
     if snapshot is not None:
         if tuple(snapshot.key_groups) != (key_groups.start, key_groups.end):
@@ -98,8 +209,7 @@ def restore_into(
                 f"the checkpoint holds key-groups {snapshot.key_groups}, "
                 f"subtask {subtask} owns {key_groups}"
             )
-        download_snapshot(restore.store, snapshot.files, path)
-        return
+        return download_snapshot(restore.store, snapshot.files, path)
     shutil.rmtree(path, ignore_errors=True)
     target = KeyedBackend(path, spec.rocksdb, key_groups, spec.max_parallelism, uid).open()
     try:
@@ -112,12 +222,13 @@ def restore_into(
                 op.states,
                 savepoint_entries(restore.store, op.key_groups, key_groups),
             )
-            watermark = op.watermark
+            watermark, read = op.watermark, 0
         else:
-            watermark = _rescale_from(restore, spec, uid, key_groups, path, target)
+            watermark, read = _rescale_from(restore, spec, uid, key_groups, path, target)
         target.commit(spec.base_epoch, watermark)
     finally:
         target.close()
+    return read
 
 
 def _rescale_from(
@@ -127,17 +238,19 @@ def _rescale_from(
     key_groups: KeyGroupRange,
     path: Path,
     target: KeyedBackend,
-) -> int:
-    """Copy the owned key-groups out of each old subtask's snapshot that overlaps them."""
+) -> tuple[int, int]:
+    """Copy the owned key-groups out of each old subtask's snapshot that overlaps them.
+    Returns the restored watermark and the bytes downloaded."""
     sources = [
         s for s in restore.rescale[uid] if KeyGroupRange(*s.key_groups).intersect(key_groups)
     ]
     catalog: dict[str, dict[str, Any]] = {}
     watermark = MAX_TIMESTAMP
     staged = []
+    read = 0
     for old in sources:
         where = path.parent / f".rescale-{old.index}"
-        download_snapshot(restore.store, old.files, where)
+        read += download_snapshot(restore.store, old.files, where)
         staged.append((old, where))
         with KeyedBackend(
             where, spec.rocksdb, KeyGroupRange(*old.key_groups), spec.max_parallelism, uid
@@ -161,7 +274,7 @@ def _rescale_from(
     finally:
         for _, where in staged:
             shutil.rmtree(where, ignore_errors=True)
-    return watermark if sources else MIN_TIMESTAMP
+    return (watermark if sources else MIN_TIMESTAMP), read
 
 
 def take_snapshot(
@@ -171,7 +284,7 @@ def take_snapshot(
     ck = spec.checkpoint
     assert ck is not None
     base = spec.state_dir(uid, subtask)
-    local = base / f"chk-{ck.checkpoint_id}"
+    local = local_copy.copy_dir(base, ck.checkpoint_id)
     files = backend.snapshot_to(local)
     remote, uploaded = upload_snapshot(
         ck.store,
@@ -183,9 +296,8 @@ def take_snapshot(
         ck.previous.get((uid, subtask), {}),
         ck.incremental,
     )
-    for old in base.glob("chk-*"):  # keep only the newest local snapshot
-        if old != local:
-            shutil.rmtree(old, ignore_errors=True)
+    # Keep this copy and the latest completed checkpoint's until the driver confirms this one.
+    local_copy.prune(base, {ck.checkpoint_id, spec.completed_checkpoint})
     return SubtaskSnapshot(
         subtask,
         spec.parallelism[uid],

@@ -1,0 +1,123 @@
+"""The small JVM part of Stator: its Java source ships with the package, and is compiled
+against the installed PySpark's jars the first time a session needs it.
+
+The jar is cached outside the work tree, under ``$STATOR_CACHE/jars/<hash>.jar`` (default
+``~/.cache/stator``), keyed by a hash of the sources and the Spark version, so a changed
+source or another Spark builds a new jar and an unchanged one is reused.
+
+Building (``ensure_jar``):
+
+1. Hash the sources and the Spark version; a jar of that name exists -> done.
+2. Compile with ``javac`` into a temporary directory next to the cache, then pack with ``jar``.
+3. Move the jar into place with one rename, so a concurrent or interrupted build never leaves
+   a partial jar under the final name (a failure leaves only the temporary directory, removed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+
+SOURCES = Path(__file__).parent / "jvm"
+LOCATIONS_RDD = "stator.jvm.PreferredLocationsRDD"
+
+
+def cache_dir() -> Path:
+    explicit = os.environ.get("STATOR_CACHE")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "stator"
+
+
+def _spark_home() -> Path:
+    import pyspark  # noqa: PLC0415 - heavy, and only needed here
+
+    return Path(pyspark.__file__).parent
+
+
+def _spark_version() -> str:
+    import pyspark  # noqa: PLC0415
+
+    return str(pyspark.__version__)
+
+
+def _java_tool(name: str) -> str:
+    """``javac``/``jar`` from JAVA_HOME if set, else from PATH."""
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / name).exists():
+        return str(Path(home) / "bin" / name)
+    found = shutil.which(name)
+    if found is None:
+        raise ConfigError(
+            f"'{name}' not found: task placement on several executors needs a JDK (17+) to "
+            f"build Stator's JVM helper once; install one or set JAVA_HOME"
+        )
+    return found
+
+
+def ensure_jar() -> Path:
+    """Steps 1-3 of the module docstring; returns the jar's path."""
+    sources = sorted(SOURCES.rglob("*.java"))
+    digest = hashlib.sha256(_spark_version().encode())
+    for src in sources:
+        digest.update(src.relative_to(SOURCES).as_posix().encode())
+        digest.update(src.read_bytes())
+    jar = cache_dir() / "jars" / f"stator-jvm-{digest.hexdigest()[:16]}.jar"
+    if jar.exists():
+        return jar
+    jar.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=jar.parent, prefix=".build-") as tmp:
+        classes = Path(tmp) / "classes"
+        classpath = str(_spark_home() / "jars" / "*")
+        _run(
+            [_java_tool("javac"), "-nowarn", "-d", str(classes), "-cp", classpath]
+            + [str(s) for s in sources]
+        )
+        packed = Path(tmp) / "out.jar"
+        _run([_java_tool("jar"), "cf", str(packed), "-C", str(classes), "."])
+        os.replace(packed, jar)
+    return jar
+
+
+def _run(cmd: list[str]) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ConfigError(
+            f"building Stator's JVM helper failed ({' '.join(cmd[:1])}):\n{done.stderr[-2000:]}"
+        )
+
+
+def helper_loaded(sc: Any) -> bool:
+    """Whether the driver's JVM has the helper (``spark.jars`` had the jar): without it the
+    job runs without placement rather than failing."""
+    from py4j.java_gateway import JavaClass  # noqa: PLC0415
+
+    return isinstance(sc._jvm.stator.jvm.PreferredLocationsRDD, JavaClass)
+
+
+def prefer_locations(sc: Any, rdd: Any, locations: list[str]) -> Any:
+    """``rdd`` (a PySpark RDD) wrapped one-to-one so that partition ``i`` prefers
+    ``locations[i]`` (comma-separated Spark locations, "" for anywhere)."""
+    from pyspark import RDD  # noqa: PLC0415
+
+    array = sc._gateway.new_array(sc._jvm.java.lang.String, len(locations))
+    for i, location in enumerate(locations):
+        array[i] = location
+    wrapped = sc._jvm.stator.jvm.PreferredLocationsRDD(rdd._jrdd.rdd(), array)
+    return RDD(wrapped.toJavaRDD(), sc, rdd._jrdd_deserializer)
+
+
+def live_executors(sc: Any) -> dict[str, str]:
+    """Executor id -> host of the executors registered now (from the block manager master;
+    the driver's own entry left out)."""
+    status = sc._jsc.sc().env().blockManager().master().getMemoryStatus()
+    ids = sc._jvm.scala.jdk.javaapi.CollectionConverters.asJava(status.keySet())
+    return {str(bm.executorId()): str(bm.host()) for bm in ids if str(bm.executorId()) != "driver"}

@@ -1,0 +1,62 @@
+package stator.jvm;
+
+import java.util.ArrayList;
+import java.util.List;
+import org.apache.spark.Partition;
+import org.apache.spark.SparkEnv;
+import org.apache.spark.TaskContext;
+import org.apache.spark.rdd.RDD;
+import scala.reflect.ClassTag;
+import scala.reflect.ClassTag$;
+
+/**
+ * Wraps an RDD one-to-one and gives each partition the preferred locations the Stator driver
+ * chose (PySpark has no API for it). Locations are Spark location strings, comma-separated
+ * per partition: "executor_HOST_ID" asks for one executor (and, through its host, for that
+ * host when the executor is gone), "HOST" for any executor on a host, "" for anywhere.
+ *
+ * compute() also records, in the task's local properties, which executor and host run the
+ * task: the Python worker reads them (TaskContext.getLocalProperty) and reports them, since a
+ * Python worker has no other reliable way to learn its executor id.
+ */
+public class PreferredLocationsRDD<T> extends RDD<T> {
+  public static final String EXECUTOR_ID = "stator.executor.id";
+  public static final String EXECUTOR_HOST = "stator.executor.host";
+
+  private final RDD<T> parent;
+  private final String[] locations;
+
+  @SuppressWarnings("unchecked")
+  public PreferredLocationsRDD(RDD<T> parent, String[] locations) {
+    super(parent, (ClassTag<T>) ClassTag$.MODULE$.apply(Object.class));
+    this.parent = parent;
+    this.locations = locations;
+  }
+
+  @Override
+  public Partition[] getPartitions() {
+    return parent.partitions();
+  }
+
+  @Override
+  public scala.collection.Iterator<T> compute(Partition split, TaskContext context) {
+    SparkEnv env = SparkEnv.get();
+    context.getLocalProperties().setProperty(EXECUTOR_ID, env.executorId());
+    context
+        .getLocalProperties()
+        .setProperty(EXECUTOR_HOST, env.blockManager().blockManagerId().host());
+    return parent.iterator(split, context);
+  }
+
+  @Override
+  public scala.collection.immutable.Seq<String> getPreferredLocations(Partition split) {
+    List<String> out = new ArrayList<>();
+    int i = split.index();
+    if (i < locations.length && locations[i] != null && !locations[i].isEmpty()) {
+      for (String location : locations[i].split(",")) {
+        out.add(location);
+      }
+    }
+    return scala.jdk.javaapi.CollectionConverters.asScala(out).toList();
+  }
+}

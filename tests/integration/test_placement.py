@@ -1,0 +1,207 @@
+"""State-aware placement on three real executor JVMs (``local-cluster[3,1,1024]``, no
+Kubernetes): after the first epoch every keyed task runs on the executor that ran its subtask
+before, and the output equals, epoch for epoch, a ``local[2]`` run of the same job (run in a
+subprocess: one process has one SparkContext).
+
+The three executors share this machine's disk, so a task that ran elsewhere would still find
+its state; this test checks placement itself (the placement metric), not isolation."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from stator import Pipeline
+from stator.cluster.jvm import ensure_jar, live_executors
+from stator.config import SparkConfig, load_config
+from stator.control.metrics import render_metrics
+from stator.driver.epoch_loop import EpochResult, JobDriver
+from stator.sinks import CollectSink
+from stator.sources import GeneratorSource, KeyedEvents
+
+RECORDS, PER_EPOCH, PARALLELISM = 360, 30, 3  # 12 epochs
+
+
+def pipeline(sink: CollectSink) -> Pipeline:
+    p = Pipeline("placed", max_parallelism=24)
+    (
+        p.source(GeneratorSource(KeyedEvents(30), count=RECORDS, splits=2), uid="events")
+        .key_by(lambda e: e[0])
+        .count(uid="count")
+        .sink(sink, uid="out")
+    )
+    return p
+
+
+def job_config(root: Path) -> Any:
+    return load_config(
+        None,
+        [
+            f"checkpoint.storage=file://{root}/ck",
+            f"state.local_dir={root}/state",
+            f"epoch.max_records={PER_EPOCH}",
+            "checkpoint.every_epochs=4",
+            f"parallelism={PARALLELISM}",
+        ],
+    )
+
+
+def run_reference(root: str) -> None:
+    """In a subprocess: the same job on local[2]; prints its output by epoch as JSON."""
+    from stator.cluster.session import create_session
+
+    spark = create_session(SparkConfig(master="local[2]"), "placement-reference")
+    sink = CollectSink()
+    JobDriver(pipeline(sink), job_config(Path(root)), spark).run()
+    print("OUTPUT " + json.dumps({str(k): v for k, v in sorted(sink.by_epoch.items())}))
+    spark.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    from stator.cluster.session import create_session
+
+    started = time.monotonic()
+    session = create_session(SparkConfig(master="local-cluster[3,1,1024]"), "placement")
+    print(f"local-cluster session in {time.monotonic() - started:.1f} s")
+    yield session
+    session.stop()
+
+
+def test_the_jar_is_built_once_and_cached() -> None:
+    jar = ensure_jar()
+    assert jar.exists() and jar.stat().st_size > 0
+    assert ensure_jar() == jar  # same sources and Spark: reused
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[], Any]]:
+    """The local[2] run, started at once beside the cluster tests; its output on demand."""
+    root = tmp_path_factory.mktemp("reference")
+    ref = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"from {__name__} import run_reference; run_reference({str(root)!r})",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=os.environ.copy(),
+        cwd=Path(__file__).parents[2],
+    )
+    result: list[Any] = []
+
+    def output() -> Any:
+        if not result:
+            out, _ = ref.communicate(timeout=600)
+            assert ref.returncode == 0
+            line = next(x for x in out.splitlines() if x.startswith("OUTPUT "))
+            result.append(json.loads(line[len("OUTPUT ") :]))
+        return result[0]
+
+    yield output
+    if ref.poll() is None:
+        ref.kill()
+        ref.wait()
+
+
+def as_json(sink: CollectSink) -> Any:
+    return json.loads(json.dumps({str(k): v for k, v in sorted(sink.by_epoch.items())}))
+
+
+def test_keyed_tasks_stay_on_their_executors(
+    cluster: Any, reference: Callable[[], Any], tmp_path: Path
+) -> None:
+    sink = CollectSink()
+    job = JobDriver(pipeline(sink), job_config(tmp_path / "cluster"), cluster)
+    per_epoch: list[tuple[int, int, int, float]] = []
+
+    def record(result: EpochResult) -> None:
+        last = job.status.last_placement
+        assert last is not None
+        per_epoch.append((result.epoch, last.local, last.total, result.duration_s))
+
+    job.on_epoch(record)
+    job.run()
+    for epoch, local, total, duration in per_epoch:
+        print(f"epoch {epoch}: {local}/{total} keyed tasks local, {duration:.1f} s")
+    assert len(per_epoch) == RECORDS // PER_EPOCH >= 10
+    assert per_epoch[0][1:3] == (0, PARALLELISM)  # nothing known yet
+    assert all((local, total) == (PARALLELISM, PARALLELISM) for _, local, total, _ in per_epoch[1:])
+    assert job.status.restarts == 0
+    assert job.placement is not None
+    executors = {s["executor"] for s in job.placement.to_json()["count"]}
+    print(f"subtasks ran on executors {sorted(executors)}")
+    metrics = render_metrics(job)[0].decode()
+    n = len(per_epoch)
+    assert f'stator_keyed_tasks_total{{job="placed"}} {float(n * PARALLELISM)}' in metrics
+    expected_local = float((n - 1) * PARALLELISM)
+    assert f'stator_keyed_tasks_local_total{{job="placed"}} {expected_local}' in metrics
+
+    assert as_json(sink) == reference()
+
+
+def executor_pid(app_id: str, executor: str) -> int:
+    """The pid of one of this test's executor JVMs (local-cluster starts them as children of
+    this process's JVM)."""
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "org.apache.spark.executor.CoarseGrainedExecutorBackend" not in cmd:
+            continue
+        args = dict(itertools.pairwise(cmd))
+        if args.get("--app-id") == app_id and args.get("--executor-id") == executor:
+            return int(proc.info["pid"])
+    raise AssertionError(f"no executor {executor} of {app_id}")
+
+
+def test_a_lost_executor_s_subtasks_move_without_waiting(
+    cluster: Any, reference: Callable[[], Any], tmp_path: Path
+) -> None:
+    """Kill the executor of subtask 0 between epochs 4 and 5: epoch 5 runs that subtask on
+    another executor at once (its preference is dropped, not waited out for 30 s), later
+    epochs stay on their new executors, and the output is still exact. (All executors share
+    this disk, so the moved subtask finds its state; restoring it elsewhere is issue 9's
+    node-loss work.)"""
+    sink = CollectSink()
+    job = JobDriver(pipeline(sink), job_config(tmp_path / "cluster"), cluster)
+    sc = cluster.sparkContext
+    per_epoch: dict[int, tuple[int, int, float]] = {}
+    moved: list[int] = []  # subtasks that ran on the killed executor
+
+    def after(result: EpochResult) -> None:
+        last = job.status.last_placement
+        assert last is not None
+        per_epoch[result.epoch] = (last.local, last.total, result.duration_s)
+        if result.epoch == 4:
+            assert job.placement is not None
+            placed = job.placement.to_json()["count"]
+            victim = placed[0]["executor"]
+            moved.extend(p["subtask"] for p in placed if p["executor"] == victim)
+            os.kill(executor_pid(sc.applicationId, victim), signal.SIGKILL)
+            deadline = time.monotonic() + 60
+            while victim in live_executors(sc) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert victim not in live_executors(sc)
+
+    job.on_epoch(after)
+    job.run()
+    for epoch, (local, total, duration) in sorted(per_epoch.items()):
+        print(f"epoch {epoch}: {local}/{total} keyed tasks local, {duration:.1f} s")
+    assert moved
+    assert per_epoch[5][:2] == (PARALLELISM - len(moved), PARALLELISM)
+    assert per_epoch[5][2] < 30  # spark.locality.wait.process was not waited out
+    assert all(per_epoch[e][:2] == (PARALLELISM, PARALLELISM) for e in range(6, 13))
+    assert job.status.restarts == 0
+    assert as_json(sink) == reference()
