@@ -315,6 +315,22 @@ CASES: list[tuple[str, list[str], str, bool]] = [
         "checkpoint 1 (epoch 4) at file://{f}/ckroot/good-pipe was written with maxParallelism=64",
         False,
     ),
+    (
+        "restore-storage-unreachable",
+        [
+            GOOD_REF,
+            "--restore",
+            "s3://bucket/sp/savepoint-1",
+            "-s",
+            "s3.endpoint_url=http://127.0.0.1:{port}",
+            "-s",
+            "s3.max_attempts=1",
+            "-s",
+            "s3.connect_timeout_s=1",
+        ],
+        "restore.source 's3://bucket/sp/savepoint-1' cannot be read",
+        False,
+    ),
     # storage
     (
         "storage-scheme",

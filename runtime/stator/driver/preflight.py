@@ -80,6 +80,8 @@ def check_restore_source(
                 f"{text}. Give a savepoint directory (see: stator savepoint list) or a chk-N "
                 f"directory (see: stator checkpoints list)"
             ) from exc
+        except StorageError as exc:
+            raise StorageError(f"restore.source {source!r} cannot be read: {exc}") from exc
         check_files(target)
     if target is not None:
         check_compatible(
