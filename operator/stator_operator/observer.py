@@ -56,6 +56,15 @@ class Observation:
         return self.phase in ENDED
 
     @property
+    def termination_message(self) -> str | None:
+        """What the driver wrote to /dev/termination-log: its final error line."""
+        for cs in ((self.pod or {}).get("status") or {}).get("containerStatuses") or []:
+            message = ((cs.get("state") or {}).get("terminated") or {}).get("message")
+            if message:
+                return str(message).strip()
+        return None
+
+    @property
     def exit_code(self) -> int | None:
         for cs in ((self.pod or {}).get("status") or {}).get("containerStatuses") or []:
             term = (cs.get("state") or {}).get("terminated")

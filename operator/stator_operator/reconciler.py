@@ -12,7 +12,12 @@ from .flows import DriverFailed, Flows
 from .observer import Observation
 from .operation import OpKind, Step
 from .ports import EventSink, KubeApi
-from .resources import STOPPED_EXIT_CODE, check_job_config, check_pod_security
+from .resources import (
+    JOB_FAILED_EXIT_CODE,
+    STOPPED_EXIT_CODE,
+    check_job_config,
+    check_pod_security,
+)
 from .spec import SpecDiff, UpgradeMode, classify, fingerprint, get, upgrade_mode, validate
 from .status import StatusWriter, age_s, now, stamp_ms
 from .storage import SavepointStorage
@@ -164,6 +169,8 @@ class Reconciler:
             return 10.0
         if obs.phase == "Failed" and obs.exit_code == STOPPED_EXIT_CODE:
             return self._stopped_outside(running)
+        if obs.phase == "Failed" and obs.exit_code == JOB_FAILED_EXIT_CODE:
+            return self._job_failed(obs)
         if obs.pod is None or obs.phase == "Failed":
             gone = "gone" if obs.pod is None else obs.phase
             reason = f"driver pod {gone} (exit {obs.exit_code})"
@@ -194,6 +201,18 @@ class Reconciler:
         if any(status.get(k) != v for k, v in fields.items()):
             self.pipeline.write(**fields)
         return 2.0
+
+    def _job_failed(self, obs: Observation) -> float:
+        """The driver ended the job itself (exit 2): a failure restarting cannot fix (bad
+        configuration, incompatible state, a user function that raises on the same record),
+        or its own restart strategy gave up. Restarting the pod would only repeat it: the
+        pipeline is Failed, with the driver's cause, until its spec changes."""
+        p = self.pipeline
+        cause = obs.termination_message or p.status.get("lastError") or "the job failed (exit 2)"
+        p.write(operation=None, phase="Failed", lastError=cause)
+        p.condition("Ready", False, "JobFailed", cause)
+        self.event("Warning", "JobFailed", cause)
+        return 60.0
 
     def _stopped_outside(self, running: dict[str, Any]) -> float:
         """The job stopped with a savepoint that no flow of the operator asked for (another

@@ -245,6 +245,25 @@ def test_a_failed_driver_restarts_from_the_latest_checkpoint_after_a_backoff(
     assert "RestartCompleted" in bed.reasons()
 
 
+def test_a_job_the_driver_ended_is_failed_with_its_cause_not_restarted(tmp_path: Path) -> None:
+    """Exit 2: the driver ended the job (a user function raising on the same record, bad
+    state); its final error line, from the termination message, is the pipeline's cause."""
+    bed = Bed(tmp_path)
+    bed.deploy()
+    pod = bed.driver_pod()
+    bed.kube.set_phase(pod, "Failed", exit_code=2)
+    cause = "job 'counts' cannot run: KeyError: 'price' in operator 'totals' key 'u1' epoch 3"
+    bed.kube.pods[pod]["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = cause
+    bed.step()
+    s = bed.status
+    assert (s["phase"], s["lastError"]) == ("Failed", cause)
+    assert bed.op is None and "restarts" not in s and not bed.kube.deleted
+    assert ("Warning", "JobFailed", cause) in bed.events
+    assert conditions(bed)["Ready"] == ("False", "JobFailed")
+    bed.step()
+    assert bed.op is None and bed.status["phase"] == "Failed", "stays failed until the spec changes"
+
+
 def test_a_stop_the_operator_did_not_request_is_not_finished(tmp_path: Path) -> None:
     """A driver stopped with a savepoint by someone else exits 3 (the operator passes
     control.stopped_exit_code): reported, and redeployed from the latest checkpoint."""
