@@ -218,3 +218,14 @@ def test_namespace_admission_enforces_the_restricted_profile(space: Space) -> No
     result = space.kube.kubectl("create", "-f", "-", input=json.dumps(pod), check=False)
     assert result.returncode != 0
     assert 'violates PodSecurity "restricted:latest"' in result.stderr, result.stderr
+
+
+def test_a_user_function_that_raises_fails_the_pipeline_with_its_cause(space: Space) -> None:
+    """The job ends at once (no restarts) and the user's exception is the pipeline's
+    lastError and a JobFailed event, not 'driver pod Failed (exit 2)'."""
+    name = "raises"
+    space.apply(space.manifest(name, env={"COUNT": 3000, "RATE": 3000, "FAIL_KEY": "k11"}))
+    status = space.wait(name, "failed", lambda s: s.get("phase") == "Failed", timeout=240)
+    assert "KeyError: 'price'" in status["lastError"], status["lastError"]
+    assert "restarts" not in status, status
+    assert "JobFailed" in space.events()

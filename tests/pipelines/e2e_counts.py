@@ -4,10 +4,22 @@ environment variables (set through a StatefulPipeline's spec.driver.env)."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from stator import Pipeline
 from stator.sinks import FileSink
 from stator.sources import GeneratorSource, KeyedEvents
+
+
+def _price_of(fail_key: str) -> Any:
+    """A user function with a bug that only one key's records reach (FAIL_KEY)."""
+
+    def check(event: Any) -> Any:
+        if event[0] == fail_key:
+            return {"user": event[0]}["price"]  # KeyError: 'price', every time
+        return event
+
+    return check
 
 
 def build() -> Pipeline:
@@ -19,6 +31,7 @@ def build() -> Pipeline:
             GeneratorSource(KeyedEvents(200, seed=9), count=count, splits=2, rate_per_second=rate),
             uid="events",
         )
+        .map(_price_of(os.environ.get("FAIL_KEY", "")), name="check")
         .key_by(lambda e: e[0])
         .count(uid="count")
         .map(list)
