@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from tests.helpers import SparkSessions
 from tests.testbed.build import BuildError
 from tests.testbed.kafka import KafkaBroker
 from tests.testbed.kube import KubeCluster
@@ -72,18 +74,22 @@ def bucket(s3: S3Endpoint) -> str:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
-    """One local Spark for every in-process test (2 cores, task retries on), with the test
+def spark_sessions() -> Iterator[SparkSessions]:
+    sessions = SparkSessions()
+    yield sessions
+    sessions.stop()
+
+
+@pytest.fixture
+def spark(spark_sessions: SparkSessions) -> Any:
+    """The local Spark most in-process tests share (2 cores, task retries on), with the test
     bed's Kafka connector on its classpath."""
-    from stator.cluster.session import create_session
     from stator.config import SparkConfig
     from tests.testbed.spark import kafka_connector_jars
 
     jars = ",".join(str(j) for j in kafka_connector_jars())
     config = SparkConfig(master="local[2]", task_attempts=4, conf={"spark.jars": jars})
-    session = create_session(config, "stator-tests")
-    yield session
-    session.stop()
+    return spark_sessions.get(config, "stator-tests")
 
 
 @pytest.fixture

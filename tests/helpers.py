@@ -37,3 +37,31 @@ def stop_with_savepoint_after(driver: JobDriver, epoch: int) -> JobDriver:
 
     driver.on_epoch(stop_after)
     return driver
+
+
+class SparkSessions:
+    """The one SparkContext a process may have, switched between the configurations tests
+    ask for. A module that needs another master or retry count (``local-cluster``, fewer task
+    attempts) asks for it here; the next test that wants the shared ``local[2]`` session gets
+    a new one instead of the stopped one (stopping a session obtained with ``getOrCreate``
+    used to stop every later test's session too)."""
+
+    def __init__(self) -> None:
+        self._config: object = None
+        self._session: Any = None
+
+    def get(self, config: Any, app_name: str) -> Any:
+        from stator.cluster.session import create_session
+
+        alive = self._session is not None and self._session.sparkContext._jsc is not None
+        if alive and self._config == config:
+            return self._session
+        self.stop()
+        self._session = create_session(config, app_name)
+        self._config = config
+        return self._session
+
+    def stop(self) -> None:
+        if self._session is not None:
+            self._session.stop()
+        self._session, self._config = None, None

@@ -6,7 +6,7 @@ compared epoch for epoch with an undisturbed run."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,18 +18,14 @@ from stator.control.metrics import render_metrics
 from stator.driver.epoch_loop import EpochResult, JobDriver
 from stator.sinks import CollectSink
 from stator.sources import GeneratorSource, KeyedEvents
-from tests.helpers import with_overrides
+from tests.helpers import SparkSessions, with_overrides
 
 RECORDS, PER_EPOCH = 600, 60  # 10 epochs; checkpoints after epochs 3, 6, 9 and 10
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    from stator.cluster.session import create_session
-
-    session = create_session(SparkConfig(master="local[2]", task_attempts=2), "local-recovery")
-    yield session
-    session.stop()
+def spark(spark_sessions: SparkSessions) -> Any:
+    return spark_sessions.get(SparkConfig(master="local[2]", task_attempts=2), "local-recovery")
 
 
 def pipeline(sink: CollectSink) -> Pipeline:

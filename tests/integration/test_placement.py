@@ -29,6 +29,7 @@ from stator.control.metrics import render_metrics
 from stator.driver.epoch_loop import EpochResult, JobDriver
 from stator.sinks import CollectSink
 from stator.sources import GeneratorSource, KeyedEvents
+from tests.helpers import SparkSessions
 
 RECORDS, PER_EPOCH, PARALLELISM = 360, 30, 3  # 12 epochs
 
@@ -69,14 +70,12 @@ def run_reference(root: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
-    from stator.cluster.session import create_session
-
+def cluster(spark_sessions: SparkSessions) -> Iterator[Any]:
     started = time.monotonic()
-    session = create_session(SparkConfig(master="local-cluster[3,1,1024]"), "placement")
+    session = spark_sessions.get(SparkConfig(master="local-cluster[3,1,1024]"), "placement")
     print(f"local-cluster session in {time.monotonic() - started:.1f} s")
     yield session
-    session.stop()
+    spark_sessions.stop()  # three executor JVMs: give their memory back
 
 
 def test_the_jar_is_built_once_and_cached() -> None:

@@ -26,7 +26,7 @@ from typing import Any
 from ..errors import ConfigError
 
 SOURCES = Path(__file__).parent / "jvm"
-LOCATIONS_RDD = "stator.jvm.PreferredLocationsRDD"
+JAR_PREFIX = "stator-jvm-"
 
 
 def cache_dir() -> Path:
@@ -70,7 +70,7 @@ def ensure_jar() -> Path:
     for src in sources:
         digest.update(src.relative_to(SOURCES).as_posix().encode())
         digest.update(src.read_bytes())
-    jar = cache_dir() / "jars" / f"stator-jvm-{digest.hexdigest()[:16]}.jar"
+    jar = cache_dir() / "jars" / f"{JAR_PREFIX}{digest.hexdigest()[:16]}.jar"
     if jar.exists():
         return jar
     jar.parent.mkdir(parents=True, exist_ok=True)
@@ -95,12 +95,30 @@ def _run(cmd: list[str]) -> None:
         )
 
 
-def helper_loaded(sc: Any) -> bool:
-    """Whether the driver's JVM has the helper (``spark.jars`` had the jar): without it the
-    job runs without placement rather than failing."""
+def _has_helper(sc: Any) -> bool:
     from py4j.java_gateway import JavaClass  # noqa: PLC0415
 
     return isinstance(sc._jvm.stator.jvm.PreferredLocationsRDD, JavaClass)
+
+
+def load_helper(sc: Any) -> bool:
+    """Whether the driver's JVM has the helper; without it the job runs without placement
+    rather than failing.
+
+    ``spark.jars`` reaches the driver's class path only when its JVM starts. A session
+    created after another one in the same process (tests, a notebook) ships the jar to its
+    executors but not to the driver, so the helper jar named in ``spark.jars`` is added to
+    the driver's class loader here (Spark's own ``MutableURLClassLoader``)."""
+    if _has_helper(sc):
+        return True
+    jars = [j for j in sc.getConf().get("spark.jars", "").split(",") if JAR_PREFIX in j]
+    loader = sc._jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    if not jars or not loader.getClass().getName().endswith("MutableURLClassLoader"):
+        return False
+    for jar in jars:
+        url = jar if jar.startswith("file:") else sc._jvm.java.io.File(jar).toURI().toString()
+        loader.addURL(sc._jvm.java.net.URI(url).toURL())
+    return _has_helper(sc)
 
 
 def prefer_locations(sc: Any, rdd: Any, locations: list[str]) -> Any:

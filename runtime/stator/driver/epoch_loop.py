@@ -29,7 +29,7 @@ from typing import Any
 from ..api.pipeline import Pipeline, SinkNode, SourceNode
 from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.metadata import CheckpointMetadata, RemoteFile
-from ..cluster.jvm import helper_loaded, live_executors
+from ..cluster.jvm import live_executors, load_helper
 from ..cluster.placement import PlacementTracker, uses_placement
 from ..cluster.session import share_python_path
 from ..config import JobConfig
@@ -148,7 +148,7 @@ class JobDriver:
             self.spark = create_session(self.config.spark, f"stator-{self.job}")
         share_python_path(self.spark, self.python_path)
         sc = self.spark.sparkContext
-        if uses_placement(str(sc.master)) and helper_loaded(sc):
+        if uses_placement(str(sc.master)) and load_helper(sc):
             self.placement = PlacementTracker()
         self.status.state = JobState.RECOVERING
         try:
