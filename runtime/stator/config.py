@@ -92,6 +92,19 @@ class StateConfig:
 
 
 @dataclass(frozen=True)
+class LocalRecoveryConfig:
+    # Keep each checkpoint's files on the executor too (hard links to the live database: no
+    # extra bytes written) and restore from them when they match the checkpoint's metadata.
+    # The object store stays the primary copy and the truth. Off: every restore downloads.
+    enabled: bool = True
+    # With several executors: after a failure, how long the job waits for a lost executor's
+    # replacement (same node and volume, same local copies) before that executor's subtasks
+    # restore from the object store elsewhere. Waited only while fewer executors are
+    # registered than requested.
+    executor_wait_ms: int = 20_000
+
+
+@dataclass(frozen=True)
 class RestartConfig:
     # fixed-delay: up to `attempts` restarts, `delay_ms` apart.
     # exponential-backoff: delay doubles (x `multiplier`) up to `max_delay_ms`, unlimited
@@ -146,6 +159,7 @@ class JobConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     s3: S3Options = field(default_factory=S3Options)
     state: StateConfig = field(default_factory=StateConfig)
+    local_recovery: LocalRecoveryConfig = field(default_factory=LocalRecoveryConfig)
     restart: RestartConfig = field(default_factory=RestartConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)
     restore: RestoreConfig = field(default_factory=RestoreConfig)
@@ -161,6 +175,8 @@ class JobConfig:
         _positive(self, "spark.task_attempts", self.spark.task_attempts)
         if self.restart.attempts < 0:
             raise ConfigError("restart.attempts must be >= 0")
+        if self.local_recovery.executor_wait_ms < 0:
+            raise ConfigError("local_recovery.executor_wait_ms must be >= 0")
         storage = self.checkpoint.storage
         if not (storage.startswith(("file:///", "s3://", "s3a://")) or storage.startswith("/")):
             raise ConfigError(

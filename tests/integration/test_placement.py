@@ -204,3 +204,40 @@ def test_a_lost_executor_s_subtasks_move_without_waiting(
     assert all(per_epoch[e][:2] == (PARALLELISM, PARALLELISM) for e in range(6, 13))
     assert job.status.restarts == 0
     assert as_json(sink) == reference()
+
+
+def test_a_new_driver_finds_the_local_copies_and_restores_from_them(
+    cluster: Any, reference: Callable[[], Any], tmp_path: Path
+) -> None:
+    """The first driver stops after epoch 6 (its latest checkpoint is of epoch 4) and takes
+    its memory of where subtasks ran with it. A new driver on the same executors surveys
+    them before its first epoch: every keyed subtask restores from an executor's local copy
+    (no byte of keyed state from the object store), and the output of both runs is the
+    reference's, epoch for epoch."""
+    cfg = job_config(tmp_path / "cluster")
+    first_sink, second_sink = CollectSink(), CollectSink()
+    first = JobDriver(pipeline(first_sink), cfg, cluster)
+    first.on_epoch(lambda result: first.stop() if result.epoch == 6 else None)
+    first.run()
+    assert first.status.last_checkpoint is not None
+    assert first.status.last_checkpoint.epoch == 4
+
+    second = JobDriver(pipeline(second_sink), cfg, cluster)
+    restored: list[tuple[int, int]] = []
+
+    def first_epoch(result: EpochResult) -> None:
+        if not restored:
+            restored.append((second.status.restores.local, second.status.restores.remote))
+
+    second.on_epoch(first_epoch)
+    second.run()
+    st = second.status
+    assert restored == [(PARALLELISM, 0)], st.last_restores
+    assert st.restores.remote_bytes == 0 and st.restores.local_bytes > 0
+    assert st.last_placement is not None
+    assert {r["source"] for r in st.last_restores.values()} == {"local"}
+    # The second run commits epochs 1-4 again from the checkpoint, but a CollectSink's
+    # payloads lived in the first driver's memory: those epochs are the first run's.
+    assert sorted(first_sink.by_epoch) == [1, 2, 3, 4]
+    merged = {**second_sink.by_epoch, **first_sink.by_epoch}
+    assert json.loads(json.dumps({str(k): v for k, v in sorted(merged.items())})) == reference()

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from stator.cluster import session
-from stator.cluster.placement import PlacementTracker, uses_placement
+from stator.cluster.inventory import Holding, list_copies
+from stator.cluster.placement import LocalRestore, PlacementTracker, uses_placement
 from stator.cluster.session import placement_conf
-from stator.epoch.reports import StateReport
+from stator.epoch.reports import RestoreReport, StateReport
+from stator.epoch.spec import NODE_NAME_ENV, STATE_DIR_ENV
 from stator.errors import ConfigError
 
 
-def report(subtask: int, executor: str, host: str = "10.0.0.1") -> StateReport:
-    return StateReport("count", subtask, 1, 0, 0, 0, executor=executor, host=host)
+def report(
+    subtask: int, executor: str, host: str = "10.0.0.1", restored: str = "none"
+) -> StateReport:
+    restore = RestoreReport(restored)
+    return StateReport("count", subtask, 1, 0, 0, 0, restore=restore, executor=executor, host=host)
 
 
 def test_only_multi_executor_masters_use_placement() -> None:
@@ -53,3 +60,66 @@ def test_without_a_jdk_the_job_runs_without_placement(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(session, "ensure_jar", no_javac)
     assert placement_conf("k8s://https://10.0.0.1:443", {}) == {}
+
+
+def test_a_replacement_holding_the_local_copy_is_preferred_to_the_old_host() -> None:
+    """Executor 2 died; executor 4 (same node and volume) holds subtask 1's copy of
+    checkpoint 7: the subtask goes there. Executor 5 holds only a copy of another checkpoint
+    or another parallelism, which does not count."""
+    t = PlacementTracker()
+    t.record([report(0, "1"), report(1, "2", "10.0.0.2")], {"count": 2})
+    live = {"1": "10.0.0.1", "4": "10.0.0.4", "5": "10.0.0.2"}
+    holdings = {
+        "4": Holding("4", "10.0.0.4", "node-b", frozenset({("count", 1, 2, 7)})),
+        "5": Holding(
+            "5", "10.0.0.2", "node-a", frozenset({("count", 1, 2, 6), ("count", 1, 3, 7)})
+        ),
+    }
+    restore = LocalRestore(7, frozenset({"count"}))
+    assert t.locations("count", 2, live, holdings, restore) == [
+        "executor_10.0.0.1_1",  # its executor lives: no restore at all
+        "executor_10.0.0.4_4",
+    ]
+    # Without a restore of this job's checkpoint (a savepoint, a rescale) copies do not count.
+    assert t.locations("count", 2, live, holdings, None)[1] == "10.0.0.2"
+    assert t.locations("count", 2, live, holdings, LocalRestore(7, frozenset()))[1] == "10.0.0.2"
+
+
+def test_a_new_driver_places_every_subtask_by_the_survey() -> None:
+    t = PlacementTracker()  # nothing ran yet under this driver
+    live = {"1": "10.0.0.1", "2": "10.0.0.2"}
+    holdings = {
+        "1": Holding("1", "10.0.0.1", "n1", frozenset({("count", 1, 2, 3)})),
+        "2": Holding("2", "10.0.0.2", "n2", frozenset({("count", 0, 2, 3)})),
+    }
+    assert t.stranded({"count": 2}, live) == [("count", 0, 2), ("count", 1, 2)]
+    restore = LocalRestore(3, frozenset({"count"}))
+    assert t.locations("count", 2, live, holdings, restore) == [
+        "executor_10.0.0.2_2",
+        "executor_10.0.0.1_1",
+    ]
+    # Restored from those copies: they ran where their state was.
+    placed = t.record(
+        [report(0, "2", "10.0.0.2", "local"), report(1, "1", "10.0.0.1", "remote")], {"count": 2}
+    )
+    assert (placed.local, placed.total) == (1, 2)
+    assert t.stranded({"count": 2}, live) == []
+
+
+def test_executors_report_their_local_copies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The survey task reads the executor's own state directory (STATOR_STATE_DIR beats the
+    job's state.local_dir) and its node."""
+    own = tmp_path / "volume"
+    for rel in ("job/count/0-of-2/chk-3", "job/count/0-of-2/chk-4", "job/count/1-of-3/chk-4"):
+        (own / rel).mkdir(parents=True)
+    (own / "job/count/0-of-2/db").mkdir()
+    (own / "job/count/stray").mkdir()
+    monkeypatch.setenv(STATE_DIR_ENV, str(own))
+    monkeypatch.setenv(NODE_NAME_ENV, "node-1")
+    [(executor, host, node, copies)] = list(list_copies("job", "/nonexistent", []))
+    assert (executor, host, node) == ("", "", "node-1")  # outside a Spark task: no executor
+    assert copies == [("count", 0, 2, 3), ("count", 0, 2, 4), ("count", 1, 3, 4)]
+    monkeypatch.delenv(STATE_DIR_ENV)
+    assert next(list_copies("job", str(own), []))[3] == copies

@@ -27,6 +27,9 @@ from ..errors import ConfigError
 
 SOURCES = Path(__file__).parent / "jvm"
 JAR_PREFIX = "stator-jvm-"
+# Task local properties set by stator.jvm.PreferredLocationsRDD.compute (same names there).
+EXECUTOR_ID_PROPERTY = "stator.executor.id"
+EXECUTOR_HOST_PROPERTY = "stator.executor.host"
 
 
 def cache_dir() -> Path:
@@ -131,6 +134,21 @@ def prefer_locations(sc: Any, rdd: Any, locations: list[str]) -> Any:
         array[i] = location
     wrapped = sc._jvm.stator.jvm.PreferredLocationsRDD(rdd._jrdd.rdd(), array)
     return RDD(wrapped.toJavaRDD(), sc, rdd._jrdd_deserializer)
+
+
+def task_location() -> tuple[str, str]:
+    """In a task of a wrapped RDD: (executor id, host) as the JVM RDD recorded them;
+    ("", "") when the stage is not wrapped (``local[*]``) or outside Spark."""
+    try:
+        from pyspark import TaskContext  # noqa: PLC0415 - executors have pyspark loaded
+    except ImportError:  # pragma: no cover - tasks always run under pyspark
+        return "", ""
+    ctx: Any = TaskContext.get()
+    if ctx is None:
+        return "", ""
+    executor = ctx.getLocalProperty(EXECUTOR_ID_PROPERTY) or ""
+    host = ctx.getLocalProperty(EXECUTOR_HOST_PROPERTY) or ""
+    return str(executor), str(host)
 
 
 def live_executors(sc: Any) -> dict[str, str]:

@@ -5,14 +5,23 @@ PySpark cannot set preferred locations, so the driver wraps each keyed stage's s
 in a small JVM RDD (``jvm.py``) that prefers, per subtask:
 
 1. the executor that ran the subtask last (``executor_<host>_<id>``, Spark's process-local
-   location), while that executor lives (the block manager master lists it);
-2. that executor's host when the executor is gone and the host has another executor (a
-   node-local preference: the node's disk may hold the state);
-3. anywhere, when the host has no executor left (the task then restores from the object
-   store).
+   location), while that executor lives (the block manager master lists it): its RocksDB
+   is where the job left it;
+2. otherwise a live executor that holds the subtask's local copy of the checkpoint the job
+   restores from (a replacement executor on the same node and volume, or any executor of a
+   new driver), as the executors' survey found it (``inventory.py``);
+3. otherwise the last executor's host when that host has another executor (a node-local
+   preference: the node's disk may hold the state);
+4. otherwise anywhere (the task then restores from the object store).
+
+Before an epoch whose keyed subtasks may need a restore (their last executor is gone or
+unknown), the driver (:class:`Placer`) surveys the executors it has not surveyed and, while
+fewer executors are registered than requested and a subtask's local copy is on none of them,
+waits up to ``local_recovery.executor_wait_ms`` for replacements: a restarted executor on the
+same node and volume restores locally instead of reading the object store.
 
 Tasks learn their executor id and host from the task's local properties that the JVM RDD
-sets (``task_location``) and report them; the driver remembers them (``PlacementTracker``)
+sets (``jvm.task_location``) and report them; the driver remembers them (``PlacementTracker``)
 and counts, per epoch, how many keyed tasks ran where their state is.
 
 Only masters with several executors use this (``local-cluster[...]`` and ``k8s://``);
@@ -21,16 +30,25 @@ Only masters with several executors use this (``local-cluster[...]`` and ``k8s:/
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from ..epoch.reports import StateReport
+from .inventory import Holding, Inventory
+from .jvm import live_executors
 
-# Task local properties set by stator.jvm.PreferredLocationsRDD.compute (same names there).
-EXECUTOR_ID_PROPERTY = "stator.executor.id"
-EXECUTOR_HOST_PROPERTY = "stator.executor.host"
+log = logging.getLogger("stator.cluster")
+
 PLACEMENT_MASTERS = ("local-cluster", "k8s://")
+SURVEY_POLL_S = 0.5
+
+Subtask = tuple[str, int, int]  # (operator uid, subtask, parallelism)
+Placement = Callable[[str, int], list[str]]
 
 
 def uses_placement(master: str) -> bool:
@@ -38,27 +56,13 @@ def uses_placement(master: str) -> bool:
     return master.strip().startswith(PLACEMENT_MASTERS)
 
 
-def task_location() -> tuple[str, str]:
-    """In a keyed task: (executor id, host) as the JVM RDD recorded them; ("", "") when the
-    stage is not wrapped (``local[*]``) or outside Spark."""
-    try:
-        from pyspark import TaskContext  # noqa: PLC0415 - executors have pyspark loaded
-    except ImportError:  # pragma: no cover - tasks always run under pyspark
-        return "", ""
-    ctx: Any = TaskContext.get()
-    if ctx is None:
-        return "", ""
-    executor = ctx.getLocalProperty(EXECUTOR_ID_PROPERTY) or ""
-    host = ctx.getLocalProperty(EXECUTOR_HOST_PROPERTY) or ""
-    return str(executor), str(host)
-
-
 @dataclass(frozen=True)
 class Where:
-    """An executor, as Spark names it."""
+    """An executor, as Spark names it, and the node it runs on ("" outside Kubernetes)."""
 
     executor: str
     host: str
+    node: str = ""
 
     @property
     def location(self) -> str:
@@ -67,11 +71,22 @@ class Where:
 
 @dataclass(frozen=True)
 class EpochPlacement:
-    """Of ``total`` keyed tasks that reported an executor, ``local`` ran on the executor that
-    ran the same subtask (same operator, index and parallelism) before."""
+    """Of ``total`` keyed tasks that reported an executor, ``local`` ran where their state
+    was: on the executor that ran the same subtask (same operator, index and parallelism)
+    the epoch before, or on one that restored it from its own local copy."""
 
     local: int
     total: int
+
+
+@dataclass(frozen=True)
+class LocalRestore:
+    """The checkpoint of this job that keyed subtasks restore from if their local state is
+    not where the job is, and its operators at their current parallelism: only those can
+    have local copies of it."""
+
+    checkpoint_id: int
+    operators: frozenset[str]
 
 
 class PlacementTracker:
@@ -81,44 +96,65 @@ class PlacementTracker:
     and keyed by parallelism too, so a rescaled operator starts without preferences."""
 
     def __init__(self) -> None:
-        self._where: dict[tuple[str, int, int], Where] = {}
+        self._where: dict[Subtask, Where] = {}
 
     def locations(
-        self, uid: str, parallelism: int, live: dict[str, str] | None = None
+        self,
+        uid: str,
+        parallelism: int,
+        live: dict[str, str] | None = None,
+        holdings: dict[str, Holding] | None = None,
+        restore: LocalRestore | None = None,
     ) -> list[str]:
-        """Preferred locations of the operator's subtasks, by index ("" for anywhere).
-        ``live`` (executor id -> host, if known): an executor that is gone is replaced by its
-        host while the host has another executor, else by no preference at all, so that a
-        task never waits out the locality delay for an executor that cannot come back."""
+        """Preferred locations of the operator's subtasks, by index ("" for anywhere): steps
+        1-4 of the module docstring. ``live`` (executor id -> host, if known): an executor
+        that is gone is never asked for, so that a task never waits out the locality delay
+        for an executor that cannot come back."""
         hosts = set(live.values()) if live is not None else set()
-        out = []
+        out: list[str] = []
         for subtask in range(parallelism):
-            where = self._where.get((uid, subtask, parallelism))
-            if where is None:
-                out.append("")
-            elif live is None or live.get(where.executor) == where.host:
+            key = (uid, subtask, parallelism)
+            where = self._where.get(key)
+            holders = _holders(holdings or {}, key, restore)
+            if where is not None and (live is None or live.get(where.executor) == where.host):
                 out.append(where.location)
-            elif where.host in hosts:
+            elif holders:  # several hold it only where executors share a disk: spread them
+                out.append(min(holders, key=lambda h: out.count(h.location)).location)
+            elif where is not None and where.host in hosts:
                 out.append(where.host)
             else:
                 out.append("")
         return out
 
+    def stranded(self, parallelism: dict[str, int], live: dict[str, str]) -> list[Subtask]:
+        """Subtasks whose last executor is gone or unknown: they may need a restore."""
+        out = []
+        for uid, p in sorted(parallelism.items()):
+            for subtask in range(p):
+                where = self._where.get((uid, subtask, p))
+                if where is None or live.get(where.executor) != where.host:
+                    out.append((uid, subtask, p))
+        return out
+
     def record(self, states: Iterable[StateReport], parallelism: dict[str, int]) -> EpochPlacement:
-        """Remember where an epoch's keyed tasks ran; count those that ran where they had."""
+        """Remember where an epoch's keyed tasks ran; count those that ran where their state
+        was."""
         local = total = 0
         for s in states:
             if not s.executor:
                 continue
             key = (s.uid, s.subtask, parallelism.get(s.uid, 0))
-            now = Where(s.executor, s.host)
+            now = Where(s.executor, s.host, s.node)
             total += 1
-            local += self._where.get(key) == now
+            previous = self._where.get(key)
+            local += (previous is not None and previous.executor == now.executor) or (
+                s.restore.source == "local"
+            )
             self._where[key] = now
         return EpochPlacement(local, total)
 
     def to_json(self) -> dict[str, list[dict[str, Any]]]:
-        """Per operator: subtask -> executor and host, for the control API."""
+        """Per operator: subtask -> executor, host and node, for the control API."""
         out: dict[str, list[dict[str, Any]]] = {}
         for (uid, subtask, p), where in sorted(self._where.items()):
             out.setdefault(uid, []).append(
@@ -127,6 +163,84 @@ class PlacementTracker:
                     "parallelism": p,
                     "executor": where.executor,
                     "host": where.host,
+                    "node": where.node,
                 }
             )
         return out
+
+
+def _holders(
+    holdings: dict[str, Holding], key: Subtask, restore: LocalRestore | None
+) -> list[Where]:
+    """The surveyed live executors holding ``key``'s local copy of the restore checkpoint."""
+    if restore is None or key[0] not in restore.operators:
+        return []
+    copy = (*key, restore.checkpoint_id)
+    return [Where(h.executor, h.host, h.node) for h in holdings.values() if copy in h.copies]
+
+
+def expected_executors(sc: Any) -> int | None:
+    """How many executors the application asked for (``spark.executor.instances``, or the
+    N of ``local-cluster[N,...]``); None if unknown."""
+    instances = sc.getConf().get("spark.executor.instances", None)
+    if instances:
+        return int(instances)
+    m = re.match(r"local-cluster\[(\d+)", str(sc.master))
+    return int(m.group(1)) if m else None
+
+
+class Placer:
+    """Driver side, with several executors: the locations to ask for in the next epoch,
+    surveying executors and waiting for lost ones' replacements first when subtasks may
+    restore (module docstring)."""
+
+    def __init__(self, sc: Any, job: str, local_dir: str, wait_ms: int) -> None:
+        self.sc = sc
+        self.tracker = PlacementTracker()
+        self.inventory = Inventory(job, local_dir)
+        self.wait_ms = wait_ms
+        self.expected = expected_executors(sc)
+
+    def for_epoch(self, parallelism: dict[str, int], restore: LocalRestore | None) -> Placement:
+        live = live_executors(self.sc)
+        holdings: dict[str, Holding] = {}
+        stranded = [
+            s
+            for s in self.tracker.stranded(parallelism, live)
+            if restore is not None and s[0] in restore.operators
+        ]
+        if stranded and restore is not None:
+            live, holdings = self._survey(stranded, restore, live)
+        return functools.partial(
+            self.tracker.locations, live=live, holdings=holdings, restore=restore
+        )
+
+    def _survey(
+        self, stranded: list[Subtask], restore: LocalRestore, live: dict[str, str]
+    ) -> tuple[dict[str, str], dict[str, Holding]]:
+        started = time.monotonic()
+        deadline = started + self.wait_ms / 1000
+        while True:
+            holdings = self.inventory.survey(self.sc, live)
+            missing = [s for s in stranded if not _holders(holdings, s, restore)]
+            short = self.expected is not None and len(live) < self.expected
+            if not missing or not short or time.monotonic() >= deadline:
+                break
+            time.sleep(SURVEY_POLL_S)
+            live = live_executors(self.sc)
+        waited = time.monotonic() - started
+        if missing:
+            log.info(
+                "%d keyed subtask(s) have no local copy of checkpoint %d on the %d live "
+                "executor(s) (%d requested; looked for %.1f s); they restore from the object "
+                "store: %s",
+                len(missing),
+                restore.checkpoint_id,
+                len(live),
+                self.expected or 0,
+                waited,
+                ", ".join(f"{u}[{s}/{p}]" for u, s, p in missing[:8]),
+            )
+        elif waited > 1:
+            log.info("replacement executors registered after %.1f s", waited)
+        return live, holdings

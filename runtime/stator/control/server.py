@@ -27,6 +27,7 @@ from ..driver.savepoints import (
     SavepointTargetError,
 )
 from ..driver.status import JobState, JobStatus
+from ..keygroups import range_for_subtask
 from .metrics import render_metrics
 from .token import read_token
 from .view import JobView
@@ -259,12 +260,31 @@ def _placement(d: JobView, st: JobStatus) -> dict[str, Any] | None:
     if d.placement is None:
         return None
     last = st.last_placement
+    latest = st.last_checkpoint
+    max_p = d.parallelism.max_parallelism
+    subtasks = {
+        uid: [
+            {
+                **s,
+                "key_groups": _range(s["subtask"], s["parallelism"], max_p),
+                # Each subtask keeps its local copy of the latest completed checkpoint.
+                "checkpoint_id": latest.checkpoint_id if latest else None,
+            }
+            for s in entries
+        ]
+        for uid, entries in d.placement.to_json().items()
+    }
     return {
         "keyed_tasks_local": st.keyed_tasks_local,
         "keyed_tasks": st.keyed_tasks_total,
         "last_epoch": {"local": last.local, "total": last.total} if last else None,
-        "subtasks": d.placement.to_json(),
+        "subtasks": subtasks,
     }
+
+
+def _range(subtask: int, parallelism: int, max_parallelism: int) -> list[int]:
+    r = range_for_subtask(subtask, parallelism, max_parallelism)
+    return [r.start, r.end]
 
 
 def _checkpoint(meta: CheckpointMetadata) -> dict[str, Any]:

@@ -19,7 +19,6 @@ over (``recovery.py``): the job rewinds to its latest completed checkpoint.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -29,8 +28,8 @@ from typing import Any
 from ..api.pipeline import Pipeline, SinkNode, SourceNode
 from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.metadata import CheckpointMetadata, RemoteFile
-from ..cluster.jvm import live_executors, load_helper
-from ..cluster.placement import PlacementTracker, uses_placement
+from ..cluster.jvm import load_helper
+from ..cluster.placement import LocalRestore, PlacementTracker, Placer, uses_placement
 from ..cluster.session import share_python_path
 from ..config import JobConfig
 from ..epoch.reports import Report, SinkReport, SplitReport, StateReport
@@ -113,7 +112,8 @@ class JobDriver:
         self._listeners: list[EpochListener] = []
         self._stop = False
         self._owns_spark = spark is None
-        # Where keyed subtasks ran, with several executors (set when Spark is known).
+        # Where keyed subtasks run, with several executors (set when Spark is known).
+        self.placer: Placer | None = None
         self.placement: PlacementTracker | None = None
 
     # ------------------------------------------------------------------ public
@@ -149,7 +149,11 @@ class JobDriver:
         share_python_path(self.spark, self.python_path)
         sc = self.spark.sparkContext
         if uses_placement(str(sc.master)) and load_helper(sc):
-            self.placement = PlacementTracker()
+            cfg = self.config
+            self.placer = Placer(
+                sc, self.job, cfg.state.local_dir, cfg.local_recovery.executor_wait_ms
+            )
+            self.placement = self.placer.tracker
         self.status.state = JobState.RECOVERING
         try:
             self.recovery.start()
@@ -215,9 +219,8 @@ class JobDriver:
         spec = self._spec(plan, savepoint)
         started = time.monotonic()
         placement = None
-        if self.placement is not None:
-            live = live_executors(self.spark.sparkContext)
-            placement = functools.partial(self.placement.locations, live=live)
+        if self.placer is not None:
+            placement = self.placer.for_epoch(self.parallelism.operators, self._local_restore())
         reports = run_epoch_job(self.spark, spec, f"{self.job} epoch {spec.epoch}", placement)
         result = self._advance(spec, reports, started)
         for listener in self._listeners:
@@ -234,6 +237,7 @@ class JobDriver:
                 self.store,
                 self.config.checkpoint.incremental,
                 self._incremental_base(),
+                keep_local=self.config.local_recovery.enabled,
             )
         verify, position.verify_states = position.verify_states, False
         target = position.target
@@ -253,13 +257,37 @@ class JobDriver:
             split_max_ts=self.planner.max_timestamps(),
             checkpoint=checkpoint,
             restore=(
-                restore_task(target, self.parallelism.operators, self.store) if target else None
+                restore_task(
+                    target,
+                    self.parallelism.operators,
+                    self.store if self.config.local_recovery.enabled else None,
+                )
+                if target
+                else None
             ),
             savepoint=savepoint,
             verify_states=verify,
             allow_non_restored_state=self.config.restore.allow_non_restored_state,
             completed_checkpoint=latest.checkpoint_id if latest else 0,
         )
+
+    def _local_restore(self) -> LocalRestore | None:
+        """The checkpoint keyed subtasks would restore from, if executors may hold local
+        copies of it: this job's own, with local recovery on."""
+        t = self.recovery.position.target
+        if (
+            t is None
+            or not self.config.local_recovery.enabled
+            or not isinstance(t.meta, CheckpointMetadata)
+            or t.store.uri != self.store.uri
+        ):
+            return None
+        same = frozenset(
+            uid
+            for uid, op in t.meta.operators.items()
+            if op.parallelism == self.parallelism.operators.get(uid)
+        )
+        return LocalRestore(t.meta.checkpoint_id, same)
 
     def _incremental_base(self) -> dict[tuple[str, int], dict[str, RemoteFile]]:
         """Files the current state shares with this job's latest completed checkpoint."""
@@ -291,7 +319,7 @@ class JobDriver:
                 r = s.restore
                 log.info(
                     "epoch %d: operator '%s' subtask %d restored checkpoint %d from %s "
-                    "(%d bytes local, %d bytes from the object store, %d ms)%s%s",
+                    "(%d bytes local, %d bytes from the object store, %d ms)%s%s%s",
                     epoch,
                     s.uid,
                     s.subtask,
@@ -301,6 +329,7 @@ class JobDriver:
                     r.remote_bytes,
                     r.duration_ms,
                     f" on executor {s.executor}" if s.executor else "",
+                    f" (node {s.node})" if s.node else "",
                     f"; not local: {r.fallback}" if r.fallback else "",
                 )
         if placed is not None and placed.local < placed.total:

@@ -81,7 +81,8 @@ def restore_task(
     target: Target, parallelism: dict[str, int], own_store: ObjectStore | None = None
 ) -> RestoreTask:
     """How tasks get their state from ``target`` at the job's current parallelism. Local
-    copies serve only checkpoints in ``own_store`` (the job's own lineage)."""
+    copies serve only checkpoints in ``own_store`` (the job's own lineage; None: local
+    recovery is off)."""
     meta = target.meta
     if isinstance(meta, SavepointMetadata):
         return RestoreTask(target.store, 0, meta.epoch, savepoint=meta)

@@ -102,6 +102,7 @@ class JobStatus:
                 "fallback": r.fallback,
                 "executor": s.executor,
                 "host": s.host,
+                "node": s.node,
             }
         if placement is not None:
             self.last_placement = placement

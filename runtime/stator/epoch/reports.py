@@ -99,6 +99,7 @@ class StateReport:
     # one executor and no placement): the driver asks for the same executor next epoch.
     executor: str = ""
     host: str = ""
+    node: str = ""  # the Kubernetes node, for the placement the status shows
 
 
 Report = SplitReport | SinkReport | StateReport

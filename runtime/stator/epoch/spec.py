@@ -3,6 +3,7 @@ input, find or restore its state, and take its part in a checkpoint."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,6 +13,23 @@ from ..savepoint.metadata import SavepointMetadata
 from ..sources.base import SplitRange
 from ..state.options import RocksDBOptions
 from ..storage import ObjectStore
+
+# Set on executors that keep their state on a volume of their own (the operator sets it to the
+# executor pod's state volume): it beats the driver's ``state.local_dir``.
+STATE_DIR_ENV = "STATOR_STATE_DIR"
+# The Kubernetes node an executor runs on (from the pod's spec.nodeName), for placement status.
+NODE_NAME_ENV = "STATOR_NODE_NAME"
+
+
+def state_root(local_dir: str) -> Path:
+    """The state directory of the process this runs in: its own ``STATOR_STATE_DIR`` if set,
+    else the job's ``state.local_dir``."""
+    return Path(os.environ.get(STATE_DIR_ENV) or local_dir)
+
+
+def node_name() -> str:
+    """The node this executor runs on ("" outside Kubernetes)."""
+    return os.environ.get(NODE_NAME_ENV, "")
 
 
 @dataclass(frozen=True)
@@ -24,6 +42,8 @@ class CheckpointTask:
     incremental: bool
     # (uid, subtask) -> files of the previous completed checkpoint (base for incremental)
     previous: dict[tuple[str, int], dict[str, RemoteFile]]
+    # Keep the snapshot as the executor's local copy (local_recovery.enabled).
+    keep_local: bool = True
 
 
 @dataclass(frozen=True)
@@ -91,4 +111,4 @@ class EpochSpec:
 
     def state_dir(self, uid: str, subtask: int) -> Path:
         p = self.parallelism[uid]
-        return Path(self.local_dir) / self.job / uid / f"{subtask}-of-{p}"
+        return state_root(self.local_dir) / self.job / uid / f"{subtask}-of-{p}"

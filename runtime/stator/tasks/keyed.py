@@ -18,9 +18,9 @@ from typing import Any
 
 from ..api.pipeline import KeyedNode, ProcessNode, ReduceNode
 from ..api.time import MIN_TIMESTAMP
-from ..cluster.placement import task_location
+from ..cluster.jvm import task_location
 from ..epoch.reports import Report, SavepointPart, StateReport
-from ..epoch.spec import EpochSpec
+from ..epoch.spec import EpochSpec, node_name
 from ..errors import StateCompatibilityError
 from ..keygroups import range_for_subtask
 from ..savepoint.transfer import export_key_groups, state_catalog
@@ -100,6 +100,7 @@ def keyed_task(
             restored,
             executor,
             host,
+            node_name(),
         )
         done: list[Report] = [state, *staged]
         reports.add(done)

@@ -154,7 +154,7 @@ def _restore_from_copy(
     """Open ``backend`` on the executor's copy of the checkpoint (``local_copy.py``, steps
     1-3 of restoring). Returns None on success, else why the object store must be read."""
     if not restore.local_copies:
-        return "the checkpoint is not this job's: no local copy"
+        return "no local copy (local recovery is off, or the checkpoint is not this job's)"
     if tuple(snapshot.key_groups) != (key_groups.start, key_groups.end):
         return "key-groups differ"  # the remote path reports it
     copy = local_copy.copy_dir(state_dir, restore.checkpoint_id)
@@ -296,8 +296,11 @@ def take_snapshot(
         ck.previous.get((uid, subtask), {}),
         ck.incremental,
     )
-    # Keep this copy and the latest completed checkpoint's until the driver confirms this one.
-    local_copy.prune(base, {ck.checkpoint_id, spec.completed_checkpoint})
+    # Keep this copy and the latest completed checkpoint's until the driver confirms this one
+    # (none with local recovery off).
+    local_copy.prune(
+        base, {ck.checkpoint_id, spec.completed_checkpoint} if ck.keep_local else set()
+    )
     return SubtaskSnapshot(
         subtask,
         spec.parallelism[uid],
