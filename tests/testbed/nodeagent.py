@@ -7,11 +7,27 @@ entrypoint, images/runtime/entrypoint.sh, with the local Java and PySpark as ``J
 ``SPARK_HOME``: so a Spark executor pod, which has only ``args: [executor]``, starts a real
 executor), its env (values, Secret and ConfigMap keys, pod fields) plus
 ``KUBERNETES_SERVICE_HOST/PORT``, volumes mapped to per-node (hostPath, PVC) or per-pod
-(emptyDir, ConfigMap, Secret, projected service-account token/CA/namespace) directories and
-mount paths rewritten to them. Every pod gets its own loopback address as pod IP. Phases and
+(emptyDir, ConfigMap, Secret, projected service-account token/CA/namespace) directories,
+bound at their mount paths in a mount namespace of the pod's own (as root, with ``unshare``;
+``/tmp`` stays the machine's), else with mount paths rewritten to them in the command and env.
+Every pod gets its own loopback address as pod IP. Phases and
 exit codes are reported in the pod status; a pod whose process cannot start is ``Failed`` with
 the reason (the agent goes on with the other pods); deleted pods are stopped with SIGTERM and
-then SIGKILL; a "lost" node kills all its processes and stops heartbeating.
+then SIGKILL.
+
+Like a kubelet it restarts the container of a ``restartPolicy: Always`` (or ``OnFailure``)
+pod in place: same pod, IP and emptyDir volumes, ``restartCount`` up, the first restart at
+once and later ones after a back-off of 10 s doubling to 5 min. Like the local static
+provisioner it offers local PersistentVolumes (``provide_local_volumes``: a StorageClass with
+``WaitForFirstConsumer`` binding and PVs with node affinity, so the real scheduler pins a pod
+to the node of its claim's volume), whose directories live in the node's directory, and makes
+a released one available again, wiped.
+
+A lost node (``lose_node``) freezes its processes (SIGSTOP: peers see no closed connection, as
+with a powered-off machine or a partition) and stops renewing its lease, so the real node
+lifecycle controller marks it unreachable and taints it. ``restore_node`` brings it back: its
+frozen processes are gone (as after a reboot), its heartbeats resume, pods still bound to it
+restart or fail by their restart policy, and its directories are still there.
 """
 
 from __future__ import annotations
@@ -45,6 +61,10 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+BACKOFF_S, MAX_BACKOFF_S, BACKOFF_RESET_S = 10.0, 300.0, 600.0  # the kubelet's
+LOCAL_VOLUME_LABEL = "testbed.stator.dev/local-volume"
+
+
 @dataclass
 class PodProcess:
     key: str  # namespace/name
@@ -54,6 +74,10 @@ class PodProcess:
     proc: subprocess.Popen[bytes]
     log: Path
     reported: str = "Running"
+    restarts: int = 0
+    started: float = field(default_factory=time.monotonic)
+    restart_at: float | None = None  # waiting out a back-off
+    last_exit: int | None = None
 
 
 @dataclass
@@ -69,8 +93,13 @@ class NodeAgent:
     def __post_init__(self) -> None:
         self.api = client.CoreV1Api(config.new_client_from_config(str(self.kubeconfig)))
         self.coord = client.CoordinationV1Api(self.api.api_client)
+        self.storage = client.StorageV1Api(self.api.api_client)
         self.pods: dict[str, PodProcess] = {}
         self.lost: set[str] = set()
+        self._recycled_at = 0.0
+        # Each pod in a mount namespace of its own, its volumes bound at their mount paths,
+        # where the machine allows it (root, unshare); else paths are rewritten.
+        self._private_mounts = _can_mount_privately()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_ip = 10
@@ -96,11 +125,96 @@ class NodeAgent:
         return self.workdir / "nodes" / node
 
     def lose_node(self, node: str) -> None:
-        """The node disappears: its processes die at once and it stops heartbeating."""
+        """The node vanishes: its processes freeze (no connection is closed, as with a
+        powered-off machine) and it stops heartbeating."""
         with self._lock:
             self.lost.add(node)
             for pod in [p for p in self.pods.values() if p.node == node]:
-                self._kill(pod, grace=0)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pod.proc.pid, signal.SIGSTOP)
+
+    def restore_node(self, node: str) -> None:
+        """The node comes back, as after a reboot: its old processes are gone, its directory
+        is still there, and pods still bound to it restart or fail by their restart policy."""
+        with self._lock:
+            for pod in [p for p in self.pods.values() if p.node == node]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pod.proc.pid, signal.SIGKILL)
+                pod.proc.wait()
+                self.pods.pop(pod.key, None)
+            self.lost.discard(node)
+            self._heartbeat(node)
+
+    def provide_local_volumes(
+        self, storage_class: str, per_node: int, capacity: str = "20Gi"
+    ) -> None:
+        """A StorageClass of local volumes (no provisioner, bound when the first pod using
+        a claim is scheduled) and ``per_node`` PersistentVolumes on each node."""
+        sc = {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": storage_class},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "reclaimPolicy": "Retain",
+        }
+        with contextlib.suppress(client.ApiException):
+            self.storage.create_storage_class(sc)
+        for node in self.nodes:
+            for i in range(per_node):
+                pv = {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolume",
+                    "metadata": {
+                        "name": f"{storage_class}-{node}-{i}",
+                        "labels": {LOCAL_VOLUME_LABEL: storage_class},
+                    },
+                    "spec": {
+                        "capacity": {"storage": capacity},
+                        "accessModes": ["ReadWriteOnce"],
+                        "persistentVolumeReclaimPolicy": "Retain",
+                        "storageClassName": storage_class,
+                        "local": {"path": f"/mnt/{storage_class}/{i}"},
+                        "nodeAffinity": {
+                            "required": {
+                                "nodeSelectorTerms": [
+                                    {
+                                        "matchExpressions": [
+                                            {
+                                                "key": "kubernetes.io/hostname",
+                                                "operator": "In",
+                                                "values": [node],
+                                            }
+                                        ]
+                                    }
+                                ]
+                            }
+                        },
+                    },
+                }
+                try:
+                    self.api.create_persistent_volume(pv)
+                except client.ApiException as exc:
+                    if exc.status != 409:
+                        raise
+
+    def _recycle_volumes(self) -> None:
+        """Released local volumes are wiped and offered again (the static provisioner's
+        job); a volume on a lost node waits for it."""
+        if time.monotonic() - self._recycled_at < 2:
+            return
+        self._recycled_at = time.monotonic()
+        for pv in self.api.list_persistent_volume(label_selector=LOCAL_VOLUME_LABEL).items:
+            if pv.status.phase != "Released" or pv.spec.local is None:
+                continue
+            node = _volume_node(pv)
+            if node not in self.nodes or node in self.lost:
+                continue
+            shutil.rmtree(self._local_path(node, pv.spec.local.path), ignore_errors=True)
+            self.api.patch_persistent_volume(pv.metadata.name, {"spec": {"claimRef": None}})
+
+    def _local_path(self, node: str, path: str) -> Path:
+        return self.node_dir(node) / "local" / path.strip("/")
 
     # ------------------------------------------------------------------ nodes
 
@@ -170,7 +284,7 @@ class NodeAgent:
         last_beat = 0.0
         while not self._stop.is_set():
             try:
-                if time.monotonic() - last_beat > 10:
+                if time.monotonic() - last_beat > 5:
                     last_beat = time.monotonic()
                     for name in self.nodes:
                         if name not in self.lost:
@@ -178,7 +292,9 @@ class NodeAgent:
             except Exception:
                 log.exception("node agent heartbeat failed")
             try:
-                self._sync()
+                with self._lock:
+                    self._sync()
+                self._recycle_volumes()
             except Exception:
                 log.exception("node agent sync failed")
             self._stop.wait(0.3)
@@ -192,26 +308,52 @@ class NodeAgent:
                 continue
             key = f"{pod.metadata.namespace}/{pod.metadata.name}"
             seen.add(key)
-            running = self.pods.get(key)
-            if running is not None and running.uid != pod.metadata.uid:
-                self._kill(running, grace=0)  # same name, new pod
-                running = None
-            if pod.metadata.deletion_timestamp is not None:
-                if running is not None:
-                    grace = pod.spec.termination_grace_period_seconds or 10
-                    self._kill(running, grace=min(grace, 30))
-                self._delete(pod)
-                continue
-            if running is None:
-                if pod.status.phase in (None, "Pending"):
-                    self._start(pod)
-                continue
-            code = running.proc.poll()
-            if code is not None and running.reported == "Running":
-                self._report_exit(pod, running, code)
+            self._sync_pod(pod, self.pods.get(key))
         for key in list(self.pods):
-            if key not in seen:
+            if key not in seen and self.pods[key].node not in self.lost:
                 self._kill(self.pods[key], grace=0)
+
+    def _sync_pod(self, pod: Any, running: PodProcess | None) -> None:
+        if running is not None and running.uid != pod.metadata.uid:
+            self._kill(running, grace=0)  # same name, new pod
+            running = None
+        if pod.metadata.deletion_timestamp is not None:
+            if running is not None:
+                grace = pod.spec.termination_grace_period_seconds or 10
+                self._kill(running, grace=min(grace, 30))
+            self._delete(pod)
+        elif running is None:
+            if pod.status.phase in (None, "Pending"):
+                self._start(pod)
+            elif pod.status.phase == "Running":  # its process is gone (a node reboot)
+                self._lost_process(pod)
+        elif (code := running.proc.poll()) is not None:
+            if _restarts(pod, code):
+                self._restart(pod, running, code)
+            elif running.reported == "Running":
+                self._report_exit(pod, running, code)
+
+    def _restart(self, pod: Any, running: PodProcess, code: int) -> None:
+        """Restart a container in place, after the kubelet's back-off (none the first time,
+        then 10 s doubling; a container that ran 10 minutes starts over)."""
+        now = time.monotonic()
+        if running.restart_at is None:
+            ran = now - running.started
+            if ran > BACKOFF_RESET_S:
+                running.restarts = 0
+            delay = 0.0 if running.restarts == 0 else BACKOFF_S * 2 ** (running.restarts - 1)
+            running.restart_at = now + min(delay, MAX_BACKOFF_S)
+            running.last_exit = code
+            self._status(pod, "Running", ip=running.ip, restarts=running, waiting="Error")
+        if now < running.restart_at:
+            return
+        self._start(pod, previous=running)
+
+    def _lost_process(self, pod: Any) -> None:
+        if pod.spec.restart_policy in ("Always", "OnFailure"):
+            self._start(pod)
+        else:
+            self._status(pod, "Failed", exit_code=137, reason="the node restarted")
 
     def _delete(self, pod: Any) -> None:
         try:
@@ -224,6 +366,8 @@ class NodeAgent:
         self.pods.pop(f"{pod.metadata.namespace}/{pod.metadata.name}", None)
 
     def _kill(self, pod: PodProcess, grace: float) -> None:
+        if pod.node in self.lost:  # frozen: SIGTERM would wait for a SIGCONT
+            grace = 0
         if pod.proc.poll() is None:
             try:
                 os.killpg(pod.proc.pid, signal.SIGTERM if grace else signal.SIGKILL)
@@ -271,9 +415,7 @@ class NodeAgent:
             if vol.host_path is not None:
                 local[vol.name] = self.node_dir(node) / "host" / vol.host_path.path.strip("/")
             elif vol.persistent_volume_claim is not None:
-                local[vol.name] = (
-                    self.node_dir(node) / "pvc" / ns / vol.persistent_volume_claim.claim_name
-                )
+                local[vol.name] = self._claim_path(ns, node, vol.persistent_volume_claim)
             elif vol.config_map is not None:
                 path = pod_dir / "volumes" / vol.name
                 path.mkdir(parents=True, exist_ok=True)
@@ -303,6 +445,18 @@ class NodeAgent:
                 path.mkdir(parents=True, exist_ok=True)
                 mounts[m.mount_path.rstrip("/")] = str(path)
         return mounts
+
+    def _claim_path(self, ns: str, node: str, source: Any) -> Path:
+        """A claim bound to a local volume: that volume's directory on this node (the
+        scheduler put the pod here for it); any other claim: a per-node directory."""
+        claim = self.api.read_namespaced_persistent_volume_claim(source.claim_name, ns)
+        if claim.spec.volume_name:
+            pv = self.api.read_persistent_volume(claim.spec.volume_name)
+            if pv.spec.local is not None:
+                if _volume_node(pv) != node:
+                    raise client.ApiException(reason=f"volume {pv.metadata.name} is not on {node}")
+                return self._local_path(node, str(pv.spec.local.path))
+        return self.node_dir(node) / "pvc" / ns / str(source.claim_name)
 
     def _projected(self, pod: Any, sources: list[Any]) -> dict[str, bytes]:
         """A projected volume's files, as the kubelet writes them: a bound service-account
@@ -341,19 +495,26 @@ class NodeAgent:
                         files[item.path] = fields.get(item.field_ref.field_path, "").encode()
         return files
 
-    def _start(self, pod: Any) -> None:
+    def _start(self, pod: Any, previous: PodProcess | None = None) -> None:
+        """Start the pod's container; ``previous``: restart it in place (same IP, volumes)."""
         key = f"{pod.metadata.namespace}/{pod.metadata.name}"
         container = pod.spec.containers[0]
         pod_dir = self.workdir / "pods" / pod.metadata.namespace / pod.metadata.name
-        shutil.rmtree(pod_dir, ignore_errors=True)
-        pod_dir.mkdir(parents=True)
-        ip = self._ip()
+        if previous is None:
+            shutil.rmtree(pod_dir, ignore_errors=True)
+        pod_dir.mkdir(parents=True, exist_ok=True)
+        ip = previous.ip if previous is not None else self._ip()
         try:
             env = self._env(pod, container, ip)
             mounts = self._volumes(pod, container, pod_dir)
         except client.ApiException as exc:  # a missing Secret: the pod cannot start yet
             self._status(pod, "Pending", waiting=f"CreateContainerConfigError: {exc.reason}")
             return
+
+        private = self._private_mounts
+        if private:  # the pod sees its volumes at their mount paths (except /tmp: the host's)
+            bind = {m: p for m, p in mounts.items() if not _under(m, "/tmp")}
+            mounts = {m: p for m, p in mounts.items() if m not in bind}
 
         def rewrite(value: str) -> str:
             for mount, path in sorted(mounts.items(), key=lambda kv: -len(kv[0])):
@@ -390,6 +551,12 @@ class NodeAgent:
             "KUBERNETES_NODE_NAME": pod.spec.node_name,
             **self._image_env(),
         }
+        if shutil.which(argv[0], path=path) is None:  # as a kubelet reports it
+            reason = f"StartError: exec: {argv[0]}: no such file or directory"
+            self._status(pod, "Failed", exit_code=128, reason=reason)
+            return
+        if private:
+            argv = _in_mount_namespace(bind, argv)
         log_path = pod_dir / "container.log"
         with log_path.open("ab") as out:
             try:
@@ -405,8 +572,11 @@ class NodeAgent:
             except OSError as exc:  # as a kubelet reports a container that cannot start
                 self._status(pod, "Failed", exit_code=128, reason=f"StartError: {exc}")
                 return
-        self.pods[key] = PodProcess(key, pod.metadata.uid, pod.spec.node_name, ip, proc, log_path)
-        self._status(pod, "Running", ip=ip)
+        started = PodProcess(key, pod.metadata.uid, pod.spec.node_name, ip, proc, log_path)
+        if previous is not None:
+            started.restarts, started.last_exit = previous.restarts + 1, previous.last_exit
+        self.pods[key] = started
+        self._status(pod, "Running", ip=ip, restarts=started)
 
     def _image_env(self) -> dict[str, str]:
         """What the runtime image's environment provides, from this machine: the API server
@@ -432,6 +602,7 @@ class NodeAgent:
         exit_code: int | None = None,
         reason: str | None = None,
         waiting: str | None = None,
+        restarts: PodProcess | None = None,
     ) -> None:
         name = pod.spec.containers[0].name
         if exit_code is not None:
@@ -446,7 +617,19 @@ class NodeAgent:
             state = {"waiting": {"reason": waiting.split(":")[0], "message": waiting}}
         else:
             state = {"running": {"startedAt": _now()}}
-        ready = phase == "Running"
+        ready = phase == "Running" and waiting is None
+        container_status: dict[str, Any] = {
+            "name": name,
+            "ready": ready,
+            "restartCount": restarts.restarts if restarts is not None else 0,
+            "image": pod.spec.containers[0].image,
+            "imageID": "",
+            "state": state,
+        }
+        if restarts is not None and restarts.last_exit is not None:
+            container_status["lastState"] = {
+                "terminated": {"exitCode": restarts.last_exit, "reason": "Error"}
+            }
         body: dict[str, Any] = {
             "status": {
                 "phase": phase,
@@ -454,22 +637,14 @@ class NodeAgent:
                 "conditions": [
                     {"type": "Ready", "status": str(ready), "lastTransitionTime": _now()}
                 ],
-                "containerStatuses": [
-                    {
-                        "name": name,
-                        "ready": ready,
-                        "restartCount": 0,
-                        "image": pod.spec.containers[0].image,
-                        "imageID": "",
-                        "state": state,
-                    }
-                ],
+                "containerStatuses": [container_status],
             }
         }
         if ip is not None:
             body["status"]["podIP"] = ip
             body["status"]["podIPs"] = [{"ip": ip}]
-            body["status"]["startTime"] = _now()
+            if restarts is None or restarts.restarts == 0:
+                body["status"]["startTime"] = _now()
         try:
             self.api.patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace, body)
         except client.ApiException as exc:
@@ -479,6 +654,65 @@ class NodeAgent:
     def pod_log(self, namespace: str, name: str) -> str:
         path = self.workdir / "pods" / namespace / name / "container.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+
+# Bind each volume at its mount path inside the pod's own mount namespace, then run the
+# container's command: arguments, never a shell string built from them.
+_MOUNT_SCRIPT = (
+    'while [ "$1" != "--" ]; do mkdir -p "$1" && mount --bind "$2" "$1" || exit 125; '
+    'shift 2; done; shift; exec "$@"'
+)
+
+
+def _in_mount_namespace(bind: dict[str, str], argv: list[str]) -> list[str]:
+    pairs = [x for mount, path in sorted(bind.items()) for x in (mount, path)]
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "sh",
+        "-c",
+        _MOUNT_SCRIPT,
+        "mounts",
+        *pairs,
+        "--",
+        *argv,
+    ]
+
+
+def _can_mount_privately() -> bool:
+    """Whether this process may give a child its own mount namespace with bind mounts."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "--", "mount", "--bind", "/", "/"],
+        capture_output=True,
+        check=False,
+    )
+    return probe.returncode == 0
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _restarts(pod: Any, code: int) -> bool:
+    policy = pod.spec.restart_policy or "Always"
+    return policy == "Always" or (policy == "OnFailure" and code != 0)
+
+
+def _volume_node(pv: Any) -> str | None:
+    """The node a local PersistentVolume's node affinity names."""
+    affinity = pv.spec.node_affinity
+    if affinity is None or affinity.required is None:
+        return None
+    for term in affinity.required.node_selector_terms or []:
+        for expr in term.match_expressions or []:
+            if expr.key == "kubernetes.io/hostname" and expr.values:
+                return str(expr.values[0])
+    return None
 
 
 def _items(data: dict[str, bytes], items: list[Any] | None) -> dict[str, bytes]:
