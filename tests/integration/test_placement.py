@@ -137,8 +137,7 @@ def test_keyed_tasks_stay_on_their_executors(
     for epoch, local, total, duration in per_epoch:
         print(f"epoch {epoch}: {local}/{total} keyed tasks local, {duration:.1f} s")
     assert len(per_epoch) == RECORDS // PER_EPOCH >= 10
-    assert per_epoch[0][1:3] == (0, PARALLELISM)  # nothing known yet
-    assert all((local, total) == (PARALLELISM, PARALLELISM) for _, local, total, _ in per_epoch[1:])
+    assert all((local, total) == (PARALLELISM, PARALLELISM) for _, local, total, _ in per_epoch)
     assert job.status.restarts == 0
     assert job.placement is not None
     executors = {s["executor"] for s in job.placement.to_json()["count"]}
@@ -146,7 +145,7 @@ def test_keyed_tasks_stay_on_their_executors(
     metrics = render_metrics(job)[0].decode()
     n = len(per_epoch)
     assert f'stator_keyed_tasks_total{{job="placed"}} {float(n * PARALLELISM)}' in metrics
-    expected_local = float((n - 1) * PARALLELISM)
+    expected_local = float(n * PARALLELISM)
     assert f'stator_keyed_tasks_local_total{{job="placed"}} {expected_local}' in metrics
 
     assert as_json(sink) == reference()
@@ -171,13 +170,14 @@ def test_a_lost_executor_s_subtasks_move_without_waiting(
     """Kill the executor of subtask 0 between epochs 4 and 5: epoch 5 runs that subtask on
     another executor at once (its preference is dropped, not waited out for 30 s), later
     epochs stay on their new executors, and the output is still exact. (All executors share
-    this disk, so the moved subtask finds its state; restoring it elsewhere is issue 9's
-    node-loss work.)"""
+    this disk, so the moved subtask finds its state there: it counts as local. Restoring
+    elsewhere is tested with executor pods on separate nodes, tests/e2e/test_executors.py.)"""
     sink = CollectSink()
     job = JobDriver(pipeline(sink), job_config(tmp_path / "cluster"), cluster)
     sc = cluster.sparkContext
     per_epoch: dict[int, tuple[int, int, float]] = {}
     moved: list[int] = []  # subtasks that ran on the killed executor
+    victims: list[str] = []
 
     def after(result: EpochResult) -> None:
         last = job.status.last_placement
@@ -187,6 +187,7 @@ def test_a_lost_executor_s_subtasks_move_without_waiting(
             assert job.placement is not None
             placed = job.placement.to_json()["count"]
             victim = placed[0]["executor"]
+            victims.append(victim)
             moved.extend(p["subtask"] for p in placed if p["executor"] == victim)
             os.kill(executor_pid(sc.applicationId, victim), signal.SIGKILL)
             deadline = time.monotonic() + 60
@@ -199,9 +200,11 @@ def test_a_lost_executor_s_subtasks_move_without_waiting(
     for epoch, (local, total, duration) in sorted(per_epoch.items()):
         print(f"epoch {epoch}: {local}/{total} keyed tasks local, {duration:.1f} s")
     assert moved
-    assert per_epoch[5][:2] == (PARALLELISM - len(moved), PARALLELISM)
     assert per_epoch[5][2] < 30  # spark.locality.wait.process was not waited out
-    assert all(per_epoch[e][:2] == (PARALLELISM, PARALLELISM) for e in range(6, 13))
+    assert all(per_epoch[e][:2] == (PARALLELISM, PARALLELISM) for e in range(5, 13))
+    assert job.placement is not None
+    now = {p["subtask"]: p["executor"] for p in job.placement.to_json()["count"]}
+    assert all(now[s] != victims[0] for s in moved)
     assert job.status.restarts == 0
     assert as_json(sink) == reference()
 

@@ -9,6 +9,7 @@ import pytest
 from stator.cluster import session
 from stator.cluster.inventory import Holding, list_copies
 from stator.cluster.placement import LocalRestore, PlacementTracker, uses_placement
+from stator.cluster.replaced import replaced
 from stator.cluster.session import placement_conf
 from stator.epoch.reports import RestoreReport, StateReport
 from stator.epoch.spec import NODE_NAME_ENV, STATE_DIR_ENV
@@ -33,9 +34,9 @@ def test_prefers_the_executor_that_ran_the_subtask() -> None:
     t = PlacementTracker()
     assert t.locations("count", 2) == ["", ""]
     first = t.record([report(0, "1"), report(1, "2", "10.0.0.2")], {"count": 2})
-    assert (first.local, first.total) == (0, 2)
+    assert (first.local, first.total) == (2, 2)  # no state anywhere yet: wherever they ran
     assert t.locations("count", 2) == ["executor_10.0.0.1_1", "executor_10.0.0.2_2"]
-    moved = t.record([report(0, "1"), report(1, "3", "10.0.0.2")], {"count": 2})
+    moved = t.record([report(0, "1"), report(1, "3", "10.0.0.2", "remote")], {"count": 2})
     assert (moved.local, moved.total) == (1, 2)
     assert t.locations("count", 2)[1] == "executor_10.0.0.2_3"
     assert t.locations("count", 3) == ["", "", ""]  # rescaled: no preferences
@@ -51,7 +52,30 @@ def test_a_lost_executor_gives_way_to_its_host_then_to_anywhere() -> None:
     t.record([report(0, "1"), report(1, "2", "10.0.0.2")], {"count": 2})
     live = {"1": "10.0.0.1", "3": "10.0.0.2"}  # executor 2 is gone, its host has executor 3
     assert t.locations("count", 2, live) == ["executor_10.0.0.1_1", "10.0.0.2"]
-    assert t.locations("count", 2, {"1": "10.0.0.1"}) == ["executor_10.0.0.1_1", ""]
+    # Its host is gone too: the least loaded live executor (here the only one).
+    assert t.locations("count", 2, {"1": "10.0.0.1"}) == ["executor_10.0.0.1_1"] * 2
+
+
+def test_subtasks_without_state_are_spread_over_the_live_executors() -> None:
+    t = PlacementTracker()
+    live = {"1": "10.0.0.1", "2": "10.0.0.2", "10": "10.0.0.3"}
+    assert (
+        t.locations("count", 6, live)
+        == [
+            "executor_10.0.0.1_1",
+            "executor_10.0.0.2_2",
+            "executor_10.0.0.3_10",
+        ]
+        * 2
+    )
+    # Subtasks that have an executor keep it; the others fill the least loaded.
+    t.record([report(0, "1"), report(1, "1"), report(2, "2", "10.0.0.2")], {"count": 4})
+    assert t.locations("count", 4, live) == [
+        "executor_10.0.0.1_1",
+        "executor_10.0.0.1_1",
+        "executor_10.0.0.2_2",
+        "executor_10.0.0.3_10",
+    ]
 
 
 def test_without_a_jdk_the_job_runs_without_placement(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -123,3 +147,10 @@ def test_executors_report_their_local_copies(
     assert copies == [("count", 0, 2, 3), ("count", 0, 2, 4), ("count", 1, 3, 4)]
     monkeypatch.delenv(STATE_DIR_ENV)
     assert next(list_copies("job", str(own), []))[3] == copies
+
+
+def test_an_executor_whose_pod_runs_a_newer_one_is_dead() -> None:
+    """A pod runs one executor; its restarted container registers a new id from the same IP."""
+    live = {"1": "10.0.0.1", "2": "10.0.0.2", "3": "10.0.0.1", "12": "10.0.0.2", "4": "10.0.0.3"}
+    assert replaced(live) == ["1", "2"]
+    assert replaced({"1": "10.0.0.1", "2": "10.0.0.2"}) == []

@@ -12,7 +12,9 @@ in a small JVM RDD (``jvm.py``) that prefers, per subtask:
    new driver), as the executors' survey found it (``inventory.py``);
 3. otherwise the last executor's host when that host has another executor (a node-local
    preference: the node's disk may hold the state);
-4. otherwise anywhere (the task then restores from the object store).
+4. otherwise the live executor with the fewest subtasks (a new job or a rescale: subtasks
+   are spread evenly from the first epoch on; a lost executor's subtasks restore from the
+   object store there).
 
 Before an epoch whose keyed subtasks may need a restore (their last executor is gone or
 unknown), the driver (:class:`Placer`) surveys the executors it has not surveyed and, while
@@ -72,8 +74,8 @@ class Where:
 @dataclass(frozen=True)
 class EpochPlacement:
     """Of ``total`` keyed tasks that reported an executor, ``local`` ran where their state
-    was: on the executor that ran the same subtask (same operator, index and parallelism)
-    the epoch before, or on one that restored it from its own local copy."""
+    was: they found their database at the expected epoch, or restored it from a local copy
+    (or had no state yet). A task that read its state from the object store was not."""
 
     local: int
     total: int
@@ -124,7 +126,7 @@ class PlacementTracker:
                 out.append(where.host)
             else:
                 out.append("")
-        return out
+        return _spread(out, live)
 
     def stranded(self, parallelism: dict[str, int], live: dict[str, str]) -> list[Subtask]:
         """Subtasks whose last executor is gone or unknown: they may need a restore."""
@@ -146,10 +148,8 @@ class PlacementTracker:
             key = (s.uid, s.subtask, parallelism.get(s.uid, 0))
             now = Where(s.executor, s.host, s.node)
             total += 1
-            previous = self._where.get(key)
-            local += (previous is not None and previous.executor == now.executor) or (
-                s.restore.source == "local"
-            )
+            # "none": its database was here at the expected epoch (or it had no state yet).
+            local += s.restore.source != "remote"
             self._where[key] = now
         return EpochPlacement(local, total)
 
@@ -167,6 +167,26 @@ class PlacementTracker:
                 }
             )
         return out
+
+
+def _spread(locations: list[str], live: dict[str, str] | None) -> list[str]:
+    """Subtasks with no state anywhere (a new job, a rescale) or whose state is on no live
+    executor go to the live executors with the fewest subtasks, so that keyed subtasks are
+    spread evenly from the first epoch on (and then stay where they are)."""
+    if not live:
+        return locations
+    executors = sorted(live.items(), key=lambda e: (len(e[0]), e[0]))
+    load = {f"executor_{host}_{e}": 0 for e, host in executors}
+    for location in locations:
+        if location in load:
+            load[location] += 1
+    out = []
+    for location in locations:
+        chosen = location or min(load, key=lambda x: load[x])
+        if not location:
+            load[chosen] += 1
+        out.append(chosen)
+    return out
 
 
 def _holders(
@@ -229,6 +249,20 @@ class Placer:
             time.sleep(SURVEY_POLL_S)
             live = live_executors(self.sc)
         waited = time.monotonic() - started
+        for h in sorted(holdings.values(), key=lambda h: h.executor):
+            mine = sorted(
+                f"{u}[{s}/{p}]"
+                for u, s, p, c in h.copies
+                if c == restore.checkpoint_id and u in restore.operators
+            )
+            log.info(
+                "executor %s (%s%s) holds local copies of checkpoint %d for %s",
+                h.executor,
+                h.host,
+                f", node {h.node}" if h.node else "",
+                restore.checkpoint_id,
+                ", ".join(mine) or "nothing",
+            )
         if missing:
             log.info(
                 "%d keyed subtask(s) have no local copy of checkpoint %d on the %d live "

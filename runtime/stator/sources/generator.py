@@ -57,8 +57,14 @@ class GeneratorSource(Source):
     records: RecordMaker = field(default_factory=KeyedEvents)
     count: int | None = 1_000_000  # total records; None = unbounded
     splits: int = 2
-    rate_per_second: float | None = None  # None = as fast as epochs allow
+    # None = as fast as epochs allow; else this many records per second in all, from where
+    # the job (re)started: a restored job does not wait out the time it was away.
+    rate_per_second: float | None = None
+    # With a rate: the first ``burst`` records (in all) are there at once, before the rate
+    # applies (e.g. to build up state quickly, then run steadily).
+    burst: int = 0
     _started_ms: int | None = field(default=None, repr=False)
+    _base: dict[str, int] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.splits < 1:
@@ -67,6 +73,8 @@ class GeneratorSource(Source):
             raise ValueError(f"GeneratorSource.count must be >= 0, got {self.count}")
         if self.rate_per_second is not None and self.rate_per_second <= 0:
             raise ValueError("GeneratorSource.rate_per_second must be positive")
+        if self.burst < 0:
+            raise ValueError(f"GeneratorSource.burst must be >= 0, got {self.burst}")
 
     def discover_splits(self) -> list[str]:
         return [f"gen-{j}" for j in range(self.splits)]
@@ -81,19 +89,22 @@ class GeneratorSource(Source):
 
     def plan(self, positions: dict[str, Any], budget: int, now_ms: int) -> list[SplitRange]:
         per_split = max(1, budget // self.splits)
-        allowance = math.inf  # records each split may have produced by now
+        allowance = math.inf  # records each split may have produced since the start
         if self.rate_per_second is not None:
             if self._started_ms is None:
                 self._started_ms = now_ms
+                self._base = {split: int(done) for split, done in positions.items()}
             elapsed_s = max(0, now_ms - self._started_ms) / 1000
             allowance = math.floor(self.rate_per_second * elapsed_s / self.splits) + 1
+        burst = math.ceil(self.burst / self.splits)
         ranges = []
         for j in range(self.splits):
             split = f"gen-{j}"
             if split not in positions:
                 continue
             done, total = int(positions[split]), self._split_total(j)
-            end = min(total, done + per_split, allowance)
+            limit = max(burst, self._base.get(split, 0) + allowance)
+            end = min(total, done + per_split, limit)
             if end > done or done >= total:
                 ranges.append(SplitRange(split, done, int(max(end, done)), j, final=end >= total))
         return ranges

@@ -1,7 +1,9 @@
 package stator.jvm;
 
 import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.List;
+import java.util.Set;
 import org.apache.spark.Partition;
 import org.apache.spark.SparkEnv;
 import org.apache.spark.TaskContext;
@@ -18,6 +20,10 @@ import scala.reflect.ClassTag$;
  * compute() also records, in the task's local properties, which executor and host run the
  * task: the Python worker reads them (TaskContext.getLocalProperty) and reports them, since a
  * Python worker has no other reliable way to learn its executor id.
+ *
+ * An executor that is gone by the time a stage is submitted (a stage retried after its
+ * executor was lost mid-epoch) is no longer asked for: Spark would otherwise hold the task
+ * back for the whole process-locality wait, waiting for an executor that cannot come back.
  */
 public class PreferredLocationsRDD<T> extends RDD<T> {
   public static final String EXECUTOR_ID = "stator.executor.id";
@@ -53,8 +59,13 @@ public class PreferredLocationsRDD<T> extends RDD<T> {
     List<String> out = new ArrayList<>();
     int i = split.index();
     if (i < locations.length && locations[i] != null && !locations[i].isEmpty()) {
+      Set<String> alive = new HashSet<>(
+          scala.jdk.javaapi.CollectionConverters.asJava(sparkContext().getExecutorIds()));
       for (String location : locations[i].split(",")) {
-        out.add(location);
+        if (!location.startsWith("executor_")
+            || alive.contains(location.substring(location.lastIndexOf('_') + 1))) {
+          out.add(location);
+        }
       }
     }
     return scala.jdk.javaapi.CollectionConverters.asScala(out).toList();
