@@ -20,15 +20,17 @@ what a failure or a crash of the operator leaves behind:
    restore source and in the savepoint history) or fails (fall back as in 1). If the driver
    is gone before it answered, the savepoint is looked for in storage by request id.
    -> A crash leaves the request id in status; the next operator polls the same request.
-3. ``remove-driver``: delete the driver pod(s) and wait until none is left (after the restart
-   backoff, for restarts). Suspend and delete end here.
+3. ``remove-driver``: delete the driver pod(s) and wait until none is left, nor any of
+   their executors (after the restart backoff, for restarts): the next driver's executor
+   StatefulSet has the same name and takes the same claims back. Suspend and delete end here.
    -> Deletion is idempotent; a crash repeats it.
 4. ``deploy``: ensure RBAC, config and service; create the driver pod of this operation's id,
    restoring from the savepoint, the latest checkpoint (``latest``) or nothing (``none``).
    -> Objects are created unless they exist, and the pod is named by the operation id: a
    crash between creating the pod and recording step 5 never creates a second driver.
 5. ``await-ready``: wait until the new driver reports ready, then record it as the running
-   deployment (``lastReconciledSpec``, ``lastStableSpec``, ``deployment``). A driver that
+   deployment (``lastReconciledSpec``, ``lastStableSpec``, ``deployment``) and delete the
+   state claims of executors it no longer has (after a rescale to fewer). A driver that
    fails, or is not ready within ``failover.readinessTimeoutSeconds``, is handed back to the
    reconciler: an upgrade or rescale rolls back to the last stable spec (restoring the
    savepoint of step 2), anything else restarts from the latest checkpoint with backoff.
@@ -55,13 +57,15 @@ from .resources import (
     config_map,
     control_secret,
     driver_pod,
+    executor_instances,
     network_policy,
     role,
     role_binding,
     service,
     service_account,
+    spark_app_id,
 )
-from .spec import get, replicas
+from .spec import Pinning, get, pinning, replicas
 from .status import StatusWriter, age_s, now
 from .storage import SavepointStorage
 
@@ -205,8 +209,11 @@ class Flows:
         wait = (op.not_before or 0.0) - time.time()
         if wait > 0:  # restart backoff
             return min(wait, 5.0)
-        if self.kube.delete_drivers(self.pipeline.namespace, self.pipeline.name):
+        p = self.pipeline
+        if self.kube.delete_drivers(p.namespace, p.name):
             return 1.0  # every deployment's driver, until none is left
+        if self.kube.executors_left(p.namespace, spark_app_id(p.namespace, p.name)):
+            return 1.0  # garbage-collected with their driver pod
         if op.kind is OpKind.SUSPEND:
             self.pipeline.write(operation=None, phase="Suspended", suspendedWith=op.restore)
             self.event("Normal", "Suspended", f"suspended with {op.restore}")
@@ -222,11 +229,12 @@ class Flows:
     def _deploy(self, op: Operation) -> float:
         spec = op.target or {}
         body = {**self.pipeline.body, "spec": spec}
-        objects = (service_account(body), role(body), role_binding(body), service(body))
+        self.kube.apply(role(body))  # before its binding: binding a Role needs the Role
+        objects = (service_account(body), role_binding(body), service(body))
         policy = network_policy(body, os.environ.get("STATOR_OPERATOR_NAMESPACE"))
         for obj in (*objects, control_secret(body), policy):
             self.kube.ensure(obj)
-        self.kube.apply_config(config_map(body, spec))
+        self.kube.apply(config_map(body, spec))
         restore = op.restore or "latest"
         allow = bool(get(spec, "restore", "allowNonRestoredState", default=False))
         self.kube.ensure(driver_pod(body, spec, op.id, restore, allow))
@@ -268,9 +276,16 @@ class Flows:
                 "driverPod": f"{p.name}-driver-{op.id}",
                 "readyAt": now(),
             },
+            # What the previous driver reported: the new one reports its own.
+            restores=None,
+            placement=None,
         )
         if op.kind is not OpKind.ROLLBACK:  # a rollback keeps the error that caused it in view
             p.write(lastError=None, failedSpec=None)
+        keep = executor_instances(spec) if pinning(spec) is not Pinning.OFF else 0
+        surplus = self.kube.delete_claims(p.namespace, spark_app_id(p.namespace, p.name), keep)
+        if surplus:
+            self.event("Normal", "ClaimsDeleted", f"state claims no executor uses: {surplus}")
         if op.kind in (OpKind.UPGRADE, OpKind.RESCALE):
             p.condition("UpgradeSucceeded", True, "Completed", f"running {op.id}")
         p.condition("Ready", True, "DriverReady", f"driver {op.id} is running")

@@ -11,6 +11,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 GROUP, VERSION, PLURAL = "stator.dev", "v1alpha1", "statefulpipelines"
+UNREACHABLE = "node.kubernetes.io/unreachable"  # the node lifecycle controller's taint
 
 
 class Kube:
@@ -19,6 +20,7 @@ class Kube:
         self.core = client.CoreV1Api(self.client)
         self.rbac = client.RbacAuthorizationV1Api(self.client)
         self.networking = client.NetworkingV1Api(self.client)
+        self.apps = client.AppsV1Api(self.client)
         self.custom = client.CustomObjectsApi(self.client)
 
     def patch_status(self, namespace: str, name: str, fields: dict[str, Any]) -> None:
@@ -79,14 +81,80 @@ class Kube:
             if exc.status != 409:
                 raise
 
-    def apply_config(self, obj: dict[str, Any]) -> None:
+    def apply(self, obj: dict[str, Any]) -> None:
+        """Create ``obj``, or replace it with this version (a ConfigMap, or a Role whose
+        rules a newer operator changed)."""
         ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+        create, replace = {
+            "ConfigMap": (
+                self.core.create_namespaced_config_map,
+                self.core.replace_namespaced_config_map,
+            ),
+            "Role": (self.rbac.create_namespaced_role, self.rbac.replace_namespaced_role),
+        }[obj["kind"]]
         try:
-            self.core.create_namespaced_config_map(ns, obj)
+            create(ns, obj)
         except ApiException as exc:
             if exc.status != 409:
                 raise
-            self.core.replace_namespaced_config_map(name, ns, obj)
+            replace(name, ns, obj)
+
+    # ------------------------------------------------------------------ executors
+
+    def executors_left(self, namespace: str, app_id: str) -> bool:
+        """Whether the executors of Spark application ``app_id`` (its StatefulSet, or any of
+        its pods) are still there."""
+        sets = self.apps.list_namespaced_stateful_set(namespace).items
+        if any(s.metadata.name.startswith(f"spark-s-{app_id}-") for s in sets):
+            return True
+        pods = self.core.list_namespaced_pod(namespace, label_selector=_executors(app_id))
+        return bool(pods.items)
+
+    def delete_claims(self, namespace: str, app_id: str, keep: int) -> list[str]:
+        """Delete the executors' state claims of ordinal ``keep`` and up (all with 0)."""
+        claims = self.core.list_namespaced_persistent_volume_claim(
+            namespace, label_selector=_executors(app_id)
+        ).items
+        deleted = []
+        for claim in claims:
+            ordinal = claim.metadata.name.rpartition("-")[2]
+            if ordinal.isdigit() and int(ordinal) >= keep and not claim.metadata.deletion_timestamp:
+                _ignore_missing(
+                    lambda c=claim: self.core.delete_namespaced_persistent_volume_claim(
+                        c.metadata.name, namespace
+                    )
+                )
+                deleted.append(claim.metadata.name)
+        return deleted
+
+    def release_lost(self, namespace: str, app_id: str, claim_prefix: str) -> list[str]:
+        """Executor pods on unreachable nodes (the node lifecycle controller's
+        ``node.kubernetes.io/unreachable`` taint): their claims are deleted and the pods
+        removed, so that the StatefulSet starts them on another node with a new volume.
+        Returns the pods released."""
+        pods = self.core.list_namespaced_pod(namespace, label_selector=_executors(app_id)).items
+        if not pods:
+            return []
+        lost = {
+            n.metadata.name
+            for n in self.core.list_node().items
+            if any(t.key == UNREACHABLE for t in n.spec.taints or [])
+        }
+        released = []
+        for pod in pods:
+            if pod.spec.node_name not in lost:
+                continue
+            claim = f"{claim_prefix}-{pod.metadata.name}"
+            _ignore_missing(
+                lambda c=claim: self.core.delete_namespaced_persistent_volume_claim(c, namespace)
+            )
+            _ignore_missing(
+                lambda p=pod: self.core.delete_namespaced_pod(
+                    p.metadata.name, namespace, grace_period_seconds=0
+                )
+            )
+            released.append(pod.metadata.name)
+        return released
 
     def read_secret(self, namespace: str, name: str) -> dict[str, str]:
         """A Secret's data, decoded (the S3 credentials the operator reads storage with, the
@@ -98,3 +166,16 @@ class Kube:
                 raise LookupError(f"no Secret {namespace}/{name}") from exc
             raise
         return {k: base64.b64decode(v).decode() for k, v in data.items()}
+
+
+def _executors(app_id: str) -> str:
+    """The labels Spark gives its executor pods (and the StatefulSet gives their claims)."""
+    return f"spark-app-selector={app_id},spark-role=executor"
+
+
+def _ignore_missing(call: Any) -> None:
+    try:
+        call()
+    except ApiException as exc:
+        if exc.status != 404:
+            raise

@@ -31,8 +31,20 @@ class KubeApi(StatusApi, SecretApi, Protocol):
         """Create ``obj`` unless it exists."""
         ...
 
-    def apply_config(self, obj: dict[str, Any]) -> None:
-        """Create or replace a ConfigMap."""
+    def apply(self, obj: dict[str, Any]) -> None:
+        """Create or replace a ConfigMap or Role."""
+        ...
+
+    def executors_left(self, namespace: str, app_id: str) -> bool:
+        """Whether any executor (StatefulSet or pod) of a Spark application is still there."""
+        ...
+
+    def delete_claims(self, namespace: str, app_id: str, keep: int) -> list[str]:
+        """Delete the executors' state claims of ordinal ``keep`` and up; their names."""
+        ...
+
+    def release_lost(self, namespace: str, app_id: str, claim_prefix: str) -> list[str]:
+        """Move executors off unreachable nodes (claim deleted, pod removed); their pods."""
         ...
 
 

@@ -8,17 +8,31 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from stator.control.client import JobInfo
+
 from .flows import DriverFailed, Flows
 from .observer import Observation
 from .operation import OpKind, Step
 from .ports import EventSink, KubeApi
 from .resources import (
     JOB_FAILED_EXIT_CODE,
+    STATE_VOLUME,
     STOPPED_EXIT_CODE,
     check_job_config,
     check_pod_security,
+    spark_app_id,
 )
-from .spec import SpecDiff, UpgradeMode, classify, fingerprint, get, upgrade_mode, validate
+from .spec import (
+    Pinning,
+    SpecDiff,
+    UpgradeMode,
+    classify,
+    fingerprint,
+    get,
+    pinning,
+    upgrade_mode,
+    validate,
+)
 from .status import StatusWriter, age_s, now, stamp_ms
 from .storage import SavepointStorage
 
@@ -74,6 +88,10 @@ class Reconciler:
                 f"final savepoint not done after {timeout:.0f}s; removing the driver",
             )
             self.kube.delete_drivers(self.pipeline.namespace, self.pipeline.name)
+        p = self.pipeline
+        claims = self.kube.delete_claims(p.namespace, spark_app_id(p.namespace, p.name), 0)
+        if claims:
+            self.event("Normal", "ClaimsDeleted", f"executors' state claims: {claims}")
         if get(spec, "savepoints", "disposeOnDelete", default=False):
             for sp in self.pipeline.status.get("savepoints", []):
                 self.storage.dispose(self.pipeline.namespace, spec, sp["path"])
@@ -175,6 +193,8 @@ class Reconciler:
             gone = "gone" if obs.pod is None else obs.phase
             reason = f"driver pod {gone} (exit {obs.exit_code})"
             return self._driver_failed(OpKind.RESTART, running, None, reason)
+        if pinning(running) is Pinning.PREFERRED:
+            self._release_lost_executors()
         if obs.driver is None:
             return 2.0
         if obs.phase == "Running" and status.get("phase") != "Running":
@@ -198,9 +218,24 @@ class Reconciler:
             }
         if job.get("last_error"):
             fields["lastError"] = job.get("last_error")
+        fields.update(_restores_and_placement(job))
         if any(status.get(k) != v for k, v in fields.items()):
             self.pipeline.write(**fields)
         return 2.0
+
+    def _release_lost_executors(self) -> None:
+        """``localRecovery.pinning: preferred``: an executor whose node is unreachable gives
+        up its volume there and starts on another node (its key-groups restore from the
+        object store); ``required`` waits for the node instead."""
+        p = self.pipeline
+        moved = self.kube.release_lost(p.namespace, spark_app_id(p.namespace, p.name), STATE_VOLUME)
+        if moved:
+            self.event(
+                "Warning",
+                "ExecutorsMoved",
+                f"executor pod(s) {moved} were on an unreachable node; their local volumes "
+                f"are released and they start on another node (pinning: preferred)",
+            )
 
     def _job_failed(self, obs: Observation) -> float:
         """The driver ended the job itself (exit 2): a failure restarting cannot fix (bad
@@ -286,11 +321,59 @@ class Reconciler:
             self.event("Warning", "InvalidSpec", message)
         p.condition("SpecValid", False, reason, message)
         if p.status.get("lastReconciledSpec") is None:
-            p.write(phase="Failed")
-        p.write(lastError=message)
+            # One patch: no reader sees the phase without its cause.
+            p.write(phase="Failed", lastError=message)
+        else:
+            p.write(lastError=message)
 
     def _spec_accepted(self) -> None:
         """A spec that was reported invalid has been fixed: say so once."""
         if self.pipeline.has_condition("SpecValid", False):
             self.pipeline.condition("SpecValid", True, "Valid", "the spec is accepted")
             self.pipeline.write(lastError=None)
+
+
+def _restores_and_placement(job: JobInfo) -> dict[str, Any]:
+    """The driver's restores (counts, and the latest per subtask) and, with executors as
+    pods, which node holds which key-group ranges at which checkpoint."""
+    out: dict[str, Any] = {}
+    restores = job.get("restores")
+    if restores:
+        out["restores"] = {
+            "local": restores.get("local", 0),
+            "remote": restores.get("remote", 0),
+            "localBytes": restores.get("local_bytes", 0),
+            "remoteBytes": restores.get("remote_bytes", 0),
+            "latest": [
+                {
+                    "operator": r["operator"],
+                    "subtask": r["subtask"],
+                    "checkpointId": r["checkpoint_id"],
+                    "source": r["source"],
+                    "localBytes": r["local_bytes"],
+                    "remoteBytes": r["remote_bytes"],
+                    "node": r.get("node", ""),
+                }
+                for r in restores.get("latest", [])
+            ],
+        }
+    placement = job.get("placement")
+    if placement:
+        out["placement"] = {
+            "keyedTasks": placement.get("keyed_tasks", 0),
+            "keyedTasksLocal": placement.get("keyed_tasks_local", 0),
+            "subtasks": [
+                {
+                    "operator": uid,
+                    "subtask": e["subtask"],
+                    "node": e.get("node", ""),
+                    "executor": e["executor"],
+                    "keyGroups": e.get("key_groups"),
+                    "checkpointId": e.get("checkpoint_id"),
+                }
+                for uid, entries in sorted((placement.get("subtasks") or {}).items())
+                for e in entries
+                if e["parallelism"] == (job.get("parallelism") or {}).get(uid)
+            ],
+        }
+    return out

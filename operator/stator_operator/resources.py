@@ -4,6 +4,7 @@ control API, and the driver pod. No spec field reaches a shell: commands are arg
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from typing import Any
 
@@ -13,7 +14,7 @@ from stator.config import JobConfig, build
 from stator.errors import ConfigError
 
 from .podsecurity import pod_violations, template_violations
-from .spec import CONTROL_PORT, SpecError, get, savepoint_dir
+from .spec import CONTROL_PORT, Pinning, SpecError, get, pinning, savepoint_dir
 
 RUNTIME_UID = 185
 STATE_MOUNT = "/var/lib/stator"
@@ -24,6 +25,41 @@ CONTROL_MOUNT = "/etc/stator-control"
 STOPPED_EXIT_CODE = 3  # the driver stopped with a savepoint (not: finished its input)
 JOB_FAILED_EXIT_CODE = 2  # `stator run`: refused, or ended by a failure no restart fixes
 CONTROL_TOKEN_KEY = "token"  # noqa: S105 - the key in the Secret, not a secret
+STATE_VOLUME = "stator-state"  # an executor's state volume (its claim, with a local volume)
+# Executors are lost once they miss heartbeats for this long (Spark's default is 120 s,
+# checked every 60 s), and a shuffle fetch from a vanished node gives up after 10 s without
+# an answer (default 120 s): the job runs again well within a minute of losing a node.
+FAILURE_DETECTION = {
+    "spark.executor.heartbeatInterval": "3s",
+    "spark.storage.blockManagerHeartbeatTimeoutMs": "15000",
+    "spark.network.timeoutInterval": "3s",
+    "spark.shuffle.io.connectionTimeout": "10s",
+}
+
+
+def spark_app_id(namespace: str, name: str) -> str:
+    """The pipeline's Spark application id, the same for every driver it ever runs: Spark's
+    StatefulSet of executors (``spark-s-<id>-0``) and its claims keep their names across
+    drivers, so a new driver's executors come back to the same volumes and nodes."""
+    digest = hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()[:10]
+    return f"stator-{digest}"
+
+
+def executor_set(app_id: str) -> str:
+    """The StatefulSet Spark creates for the executors (resource profile 0)."""
+    return f"spark-s-{app_id}-0"
+
+
+def executor_claim(app_id: str, ordinal: int) -> str:
+    """The state claim of executor ordinal ``ordinal`` (the StatefulSet's naming)."""
+    return f"{STATE_VOLUME}-{executor_set(app_id)}-{ordinal}"
+
+
+def executor_instances(spec: dict[str, Any]) -> int:
+    executor = spec.get("executor") or {}
+    cores = int(executor.get("cores", 1))
+    replicas = int(spec.get("replicas", JobConfig.parallelism))
+    return int(executor.get("instances", -(-replicas // cores)))
 
 
 def owner(body: dict[str, Any]) -> dict[str, Any]:
@@ -114,21 +150,35 @@ def network_policy(body: dict[str, Any], operator_namespace: str | None) -> dict
 
 
 def role(body: dict[str, Any]) -> dict[str, Any]:
-    """What Spark's Kubernetes backend needs for executors, in this namespace only."""
+    """What Spark's Kubernetes backend needs for executors, in this namespace only: watch
+    its executor pods, write their configuration (a ConfigMap), and create and scale the
+    StatefulSet that runs them (the StatefulSet controller creates the pods and claims)."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
         "metadata": _meta(body, f"{body['metadata']['name']}-stator", "rbac"),
         "rules": [
             {
+                # patch: a StatefulSet's executor pod is labelled with the id its executor
+                # got when it registered.
                 "apiGroups": [""],
                 "resources": ["pods"],
-                "verbs": ["get", "list", "watch", "create", "delete", "deletecollection"],
+                "verbs": ["get", "list", "watch", "create", "patch", "delete", "deletecollection"],
             },
             {
                 "apiGroups": [""],
-                "resources": ["services", "configmaps", "persistentvolumeclaims"],
+                "resources": ["configmaps"],
                 "verbs": ["get", "list", "watch", "create", "delete", "deletecollection"],
+            },
+            {
+                "apiGroups": ["apps"],
+                "resources": ["statefulsets"],
+                "verbs": ["get", "list", "watch", "create", "delete", "patch", "update"],
+            },
+            {
+                "apiGroups": ["apps"],
+                "resources": ["statefulsets/scale"],
+                "verbs": ["get", "patch", "update"],
             },
         ],
     }
@@ -166,9 +216,11 @@ def job_config(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any
             "strategy": get(spec, "failover", "restartStrategy", default="exponential-backoff"),
             "attempts": int(get(spec, "failover", "maxRestarts", default=10)),
         },
-        "spark": _spark(spec, name),
+        "spark": _spark(spec, name, namespace),
         "savepoint": {"dir": savepoint_dir(spec)},
     }
+    if get(spec, "localRecovery", "enabled") is False:
+        cfg["local_recovery"] = {"enabled": False}
     if "replicas" in spec:
         cfg["parallelism"] = int(spec["replicas"])
     if "maxParallelism" in spec:
@@ -184,28 +236,54 @@ def job_config(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any
     return cfg
 
 
-def _spark(spec: dict[str, Any], name: str) -> dict[str, Any]:
+def _spark(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any]:
     """Spark in the driver pod (``local[*]``), or executors as pods when ``spec.executor`` is
     set: the settings known here; what only the running pod knows (API server, pod name
-    and IP, token) the driver derives itself (``stator.cluster.kubernetes``)."""
+    and IP, token) the driver derives itself (``stator.cluster.kubernetes``).
+
+    Executors run in a StatefulSet (Spark's ``statefulset`` allocator) under an application
+    id that never changes: a killed executor restarts in its pod, on its node, with its
+    volume, and a new driver's executors get the same pods and claims back. Their state
+    lives on ``/var/lib/stator``: a claim on a local volume (``localRecovery.volume``), or the
+    pod's emptyDir."""
     conf = dict(spec.get("sparkConf") or {})
     executor = spec.get("executor")
     if executor is None:
         return {"master": "local[*]", "conf": conf}
-    cores = int(executor.get("cores", 1))
-    replicas = int(spec.get("replicas", JobConfig.parallelism))
-    instances = int(executor.get("instances", -(-replicas // cores)))
+    app_id = spark_app_id(namespace, name)
     pods: dict[str, str] = {
-        "spark.executor.instances": str(instances),
-        "spark.executor.cores": str(cores),
+        "spark.app.id": app_id,
+        "spark.kubernetes.allocation.pods.allocator": "statefulset",
+        "spark.executor.instances": str(executor_instances(spec)),
+        "spark.executor.cores": str(int(executor.get("cores", 1))),
         "spark.executor.memory": str(executor.get("memory", "1g")),
         "spark.kubernetes.container.image": spec["image"],
         "spark.kubernetes.container.image.pullPolicy": spec.get("imagePullPolicy", "IfNotPresent"),
-        "spark.kubernetes.executor.podNamePrefix": name,  # pods NAME-exec-N
         # Every executor before the first epoch, so keyed tasks spread over all of them.
         "spark.scheduler.minRegisteredResourcesRatio": "1.0",
         "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s",
+        "spark.executorEnv.STATOR_STATE_DIR": f"{STATE_MOUNT}/state",
+        # The claims outlive every driver (the operator deletes them): a stopping driver
+        # must not delete them by the application's label (Spark's default since 3.4), nor
+        # look for a driver service it never had in client mode.
+        "spark.kubernetes.driver.ownPersistentVolumeClaim": "false",
+        "spark.kubernetes.driver.reusePersistentVolumeClaim": "false",
+        "spark.kubernetes.driver.service.deleteOnTermination": "false",
+        **FAILURE_DETECTION,
     }
+    volume = f"spark.kubernetes.executor.volumes.%s.{STATE_VOLUME}"
+    claim = get(spec, "localRecovery", "volume")
+    if pinning(spec) is not Pinning.OFF and claim:
+        pvc = volume % "persistentVolumeClaim"
+        pods[f"{pvc}.options.claimName"] = "OnDemand"  # a volumeClaimTemplate of the set
+        pods[f"{pvc}.options.storageClass"] = str(claim["storageClassName"])
+        pods[f"{pvc}.options.sizeLimit"] = str(claim["size"])
+        pods[f"{pvc}.mount.path"] = STATE_MOUNT
+        # ReadWriteOnce (Spark 4 asks for ReadWriteOncePod, which local volumes, as the
+        # local static provisioner and most local provisioners create them, do not offer).
+        pods["spark.kubernetes.legacy.useReadWriteOnceAccessMode"] = "true"
+    else:
+        pods[f"{volume % 'emptyDir'}.mount.path"] = STATE_MOUNT
     for key, value in labels(name, "executor").items():
         pods[f"spark.kubernetes.executor.label.{key}"] = value
     secret = get(spec, "checkpointing", "credentialsSecret")
@@ -246,6 +324,13 @@ def executor_pod_template(name: str) -> dict[str, Any]:
             "containers": [
                 {
                     "name": "executor",
+                    # The node, for the placement the status shows (a task reports it).
+                    "env": [
+                        {
+                            "name": "STATOR_NODE_NAME",
+                            "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+                        }
+                    ],
                     "securityContext": {
                         "allowPrivilegeEscalation": False,
                         "capabilities": {"drop": ["ALL"]},

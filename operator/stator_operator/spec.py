@@ -127,6 +127,7 @@ def validate(spec: dict[str, Any]) -> None:
             "name a Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
         )
     _reject_planned(spec)
+    _check_local_recovery(spec)
     for key in get(spec, "config", default={}) or {}:
         if key in PLAIN_TEXT_CREDENTIALS:
             raise SpecError(
@@ -145,21 +146,53 @@ def validate(spec: dict[str, Any]) -> None:
             )
 
 
-# Fields the schema knows but the runtime does not do yet (docs/DESIGN.md, "Planned"): a
-# manifest that sets them is refused rather than silently run without them.
-_PLANNED: tuple[tuple[tuple[str, ...], str], ...] = (
-    (
-        ("localRecovery",),
-        "task-local recovery and node pinning are planned; today every restore reads the "
-        "checkpoint from object storage: remove spec.localRecovery",
-    ),
-)
+class Pinning(StrEnum):
+    """Where executors keep their state, and what happens when its node is lost."""
+
+    REQUIRED = "required"  # a local volume; the executor waits for its node to come back
+    PREFERRED = "preferred"  # a local volume; released to another node when its node is lost
+    OFF = "off"  # no volume of its own: state lives as long as the executor pod
+
+
+def pinning(spec: dict[str, Any]) -> Pinning:
+    """``localRecovery.pinning``; by default ``preferred`` with a volume, ``off`` without."""
+    named = get(spec, "localRecovery", "pinning")
+    if named is not None:
+        return Pinning(named)
+    return Pinning.PREFERRED if get(spec, "localRecovery", "volume") else Pinning.OFF
+
+
+def _check_local_recovery(spec: dict[str, Any]) -> None:
+    local = spec.get("localRecovery")
+    if local is None:
+        return
+    if spec.get("executor") is None and (local.get("volume") or local.get("pinning")):
+        raise SpecError(
+            "spec.localRecovery.volume and .pinning place executor pods, but the pipeline has "
+            "no spec.executor (it runs in the driver pod): add spec.executor, or remove them"
+        )
+    named = local.get("pinning")
+    if named in (Pinning.REQUIRED, Pinning.PREFERRED) and not local.get("volume"):
+        raise SpecError(
+            f"spec.localRecovery.pinning: {named} keeps each executor's state on a local "
+            f"volume of its node; name one in spec.localRecovery.volume (storageClassName of "
+            f"local PersistentVolumes, size), or set pinning: off"
+        )
+    if named == Pinning.OFF and local.get("volume"):
+        raise SpecError(
+            "spec.localRecovery.volume: with pinning: off executors keep state in the pod "
+            "only; remove the volume, or choose pinning: preferred or required"
+        )
+    if local.get("enabled") is False and local.get("volume"):
+        raise SpecError(
+            "spec.localRecovery.volume: local recovery is disabled (enabled: false), so "
+            "nothing would use the volume; remove it or enable local recovery"
+        )
 
 
 def _reject_planned(spec: dict[str, Any]) -> None:
-    for path, why in _PLANNED:
-        if get(spec, *path) is not None:
-            raise SpecError(f"spec.{'.'.join(path)}: {why}")
+    """Fields the schema knows but the runtime does not do yet (docs/DESIGN.md, planned): a
+    manifest that sets them is refused rather than silently run without them."""
     if get(spec, "failover", "strategy", default="full") != "full":
         raise SpecError(
             "spec.failover.strategy: region failover is planned; today a failure rewinds the "

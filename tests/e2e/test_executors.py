@@ -1,29 +1,98 @@
 """Executors as pods: a StatefulPipeline with ``spec.executor`` runs Spark's Kubernetes
-backend in client mode from its driver pod; executor pods (run by the node agent through the
-runtime image's entrypoint) are owned by the driver pod, and the output is exact."""
+backend in client mode from its driver pod; executors run in a StatefulSet (owned by the
+driver pod) on claims of local volumes, so each comes back to its node. Keyed tasks run where
+their state is, a killed executor or driver restores from the local copies, a lost node's
+key-group ranges (and only those) are read from the object store, and the output is exact,
+record for record."""
 
 from __future__ import annotations
 
+import json
+import os
+import time
 from typing import Any
 
-from tests.e2e.conftest import Space
+from stator.checkpoint.coordinator import load_checkpoint
+from stator.checkpoint.metadata import checkpoint_dir
+from stator.storage import S3Options, open_store
+from tests.e2e.conftest import LOCAL_STORAGE_CLASS, NodeControl, Space
 from tests.e2e.test_operator import assert_exact, committed
 
-COUNT = 12_000
+STORAGE_CLASS = os.environ.get("STATOR_E2E_LOCAL_STORAGE_CLASS", LOCAL_STORAGE_CLASS)
 
 
-def test_executor_pods_owned_by_the_driver_exact_output(space: Space) -> None:
-    name = "pods"
-    manifest = space.manifest(name, replicas=4, env={"COUNT": COUNT, "RATE": 1500})
+def executor_manifest(
+    space: Space, name: str, replicas: int, count: int, rate: int, per_epoch: int, **local: Any
+) -> dict[str, Any]:
+    manifest = space.manifest(name, replicas=replicas, env={"COUNT": count, "RATE": rate})
     env = {e["name"]: e["value"] for e in manifest["spec"]["driver"]["env"]}
+    manifest["spec"]["config"]["epoch.max_records"] = str(per_epoch)
     manifest["spec"]["executor"] = {
         "cores": 2,
         "memory": "512m",
         # The executors write sink output and checkpoints to the same S3 endpoint.
         "env": [{"name": "AWS_ENDPOINT_URL_S3", "value": env["AWS_ENDPOINT_URL_S3"]}],
     }
-    space.apply(manifest)
-    status = space.wait(
+    manifest["spec"]["localRecovery"] = {
+        "volume": {"storageClassName": STORAGE_CLASS, "size": "1Gi"},
+        **local,
+    }
+    return manifest
+
+
+def executors(space: Space, name: str) -> list[dict[str, Any]]:
+    pods: list[dict[str, Any]] = space.kube.kubectl_json(
+        "get", "pods", "-n", space.name, "-l", f"stator.dev/pipeline={name},spark-role=executor"
+    )["items"]
+    return sorted(pods, key=lambda p: p["metadata"]["name"])
+
+
+def running_executors(space: Space, name: str, n: int) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        pods = [
+            p
+            for p in executors(space, name)
+            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+        ]
+        if len(pods) == n:
+            return pods
+        time.sleep(0.5)
+    raise TimeoutError(f"{n} running executors of {name}: {executors(space, name)}")
+
+
+def nodes_of(pods: list[dict[str, Any]]) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
+
+
+def claim_nodes(space: Space, pods: list[dict[str, Any]]) -> dict[str, str]:
+    """Executor pod -> the node of the local volume its state claim is bound to."""
+    out = {}
+    for pod in pods:
+        claim = next(
+            v["persistentVolumeClaim"]["claimName"]
+            for v in pod["spec"]["volumes"]
+            if v.get("persistentVolumeClaim")
+        )
+        pvc = space.kube.kubectl_json("get", "pvc", claim, "-n", space.name)
+        pv = space.kube.kubectl_json("get", "pv", pvc["spec"]["volumeName"])
+        terms = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+        out[pod["metadata"]["name"]] = terms[0]["matchExpressions"][0]["values"][0]
+    return out
+
+
+def restored(status: dict[str, Any]) -> dict[str, Any]:
+    return dict(status.get("restores") or {})
+
+
+def test_executor_pods_on_local_volumes_run_every_task_where_its_state_is(space: Space) -> None:
+    """replicas 4 at two cores per executor: two executor pods in a StatefulSet owned by the
+    driver pod, on two nodes, each on a claim of a local volume of its node. Over 20 epochs
+    every keyed task runs where its state is and nothing is restored; exact output."""
+    name = "pods"
+    count = 12_000
+    space.apply(executor_manifest(space, name, 4, count, rate=1200, per_epoch=600))
+    space.wait(
         name,
         "running with three checkpoints",
         lambda s: (
@@ -32,18 +101,18 @@ def test_executor_pods_owned_by_the_driver_exact_output(space: Space) -> None:
         ),
         timeout=300,
     )
-    assert status["replicas"] == 4
     driver = space.driver_pods(name)[0]
-    executors: list[dict[str, Any]] = space.kube.kubectl_json(
-        "get", "pods", "-n", space.name, "-l", f"stator.dev/pipeline={name},spark-role=executor"
-    )["items"]
-    # replicas 4, two cores each: ceil(4 / 2) = 2 executor pods, owned by the driver pod.
-    assert len(executors) == 2, [p["metadata"]["name"] for p in executors]
-    nodes = sorted(p["spec"]["nodeName"] for p in executors)
-    assert len(set(nodes)) == 2, f"executors not spread over the nodes: {nodes}"
-    for pod in executors:
-        owners = pod["metadata"]["ownerReferences"]
-        assert [(o["kind"], o["name"]) for o in owners] == [("Pod", driver["metadata"]["name"])]
+    pods = running_executors(space, name, 2)
+    nodes = nodes_of(pods)
+    assert len(set(nodes.values())) == 2, f"executors not spread over the nodes: {nodes}"
+    assert claim_nodes(space, pods) == nodes  # each on its own node's local volume
+    owner = pods[0]["metadata"]["ownerReferences"][0]
+    assert owner["kind"] == "StatefulSet"
+    sts = space.kube.kubectl_json("get", "statefulset", owner["name"], "-n", space.name)
+    assert [(o["kind"], o["name"]) for o in sts["metadata"]["ownerReferences"]] == [
+        ("Pod", driver["metadata"]["name"])
+    ]
+    for pod in pods:
         assert pod["metadata"]["labels"]["stator.dev/component"] == "executor"
         assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
     # Only the pipeline's own pods, and the operator's namespace on the control port, may
@@ -51,5 +120,198 @@ def test_executor_pods_owned_by_the_driver_exact_output(space: Space) -> None:
     policy = space.kube.kubectl_json("get", "networkpolicy", f"{name}-stator", "-n", space.name)
     operator_ns = policy["spec"]["ingress"][1]["from"][0]["namespaceSelector"]["matchLabels"]
     assert operator_ns == {"kubernetes.io/metadata.name": "stator-system"}
+
+    status = space.wait(name, "20 epochs", lambda s: s.get("epoch", 0) >= 20, timeout=300)
+    placement = status["placement"]
+    print("placement:", json.dumps(placement)[:2000])
+    assert placement["keyedTasks"] >= 4 * 20
+    assert placement["keyedTasksLocal"] == placement["keyedTasks"]
+    # Which node holds which key-group ranges at which checkpoint.
+    assert sorted(s["subtask"] for s in placement["subtasks"]) == [0, 1, 2, 3]
+    assert {s["node"] for s in placement["subtasks"]} == set(nodes.values())
+    assert sorted(tuple(s["keyGroups"]) for s in placement["subtasks"]) == [
+        (0, 16),
+        (16, 32),
+        (32, 48),
+        (48, 64),
+    ]
+    assert all(s["checkpointId"] for s in placement["subtasks"])
+    assert (restored(status)["local"], restored(status)["remote"]) == (0, 0)
     space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=300)
-    assert_exact(committed(space, name), COUNT)
+    assert_exact(committed(space, name), count)
+
+
+def test_a_killed_executor_and_a_killed_driver_restore_from_local_copies(
+    space: Space, kill_driver: Any
+) -> None:
+    """SIGKILL an executor: it restarts in its pod, on its node, with its volume, and its
+    subtasks go on there (their databases, or a local copy of the checkpoint): no byte of
+    keyed state from the object store. Then SIGKILL the driver: the operator starts a new one
+    whose executors come back on the same nodes and volumes, and again every subtask finds its
+    state locally. Exact output."""
+    name = "local"
+    count = 30_000
+    space.apply(executor_manifest(space, name, 4, count, rate=900, per_epoch=600))
+    status = space.wait(
+        name,
+        "three checkpoints",
+        lambda s: s.get("phase") == "Running" and s.get("latestCheckpoint", {}).get("id", 0) >= 3,
+        timeout=300,
+    )
+    pods = running_executors(space, name, 2)
+    nodes = nodes_of(pods)
+    victim = pods[0]["metadata"]["name"]
+    held = subtask_nodes(status)
+    kill_driver(space.name, victim)  # SIGKILL the executor's process group
+    epoch = status["epoch"]
+    status = space.wait(
+        name,
+        "six epochs after the executor kill",
+        lambda s: s.get("epoch", 0) >= epoch + 6,
+        timeout=180,
+    )
+    print("after the executor kill:", json.dumps(restored(status)), json.dumps(status["placement"]))
+    assert restored(status)["remote"] == 0 and restored(status)["remoteBytes"] == 0
+    placement = status["placement"]
+    assert placement["keyedTasksLocal"] == placement["keyedTasks"]
+    assert subtask_nodes(status) == held  # every subtask stayed on its node
+    again = running_executors(space, name, 2)
+    assert nodes_of(again) == nodes  # the same pods, on the same nodes
+    restarted = next(p for p in again if p["metadata"]["name"] == victim)
+    assert restarted["status"]["containerStatuses"][0]["restartCount"] >= 1
+
+    first_driver = status["deployment"]["id"]
+    kill_driver(space.name, space.driver_pods(name)[0]["metadata"]["name"])
+    status = space.wait(
+        name,
+        "a new driver running two epochs",
+        lambda s: (
+            s.get("deployment", {}).get("id") not in (None, first_driver)
+            and (s.get("placement") or {}).get("keyedTasks", 0) >= 8
+        ),
+        timeout=300,
+    )
+    print("after the driver kill:", json.dumps(restored(status)), json.dumps(status["placement"]))
+    assert restored(status)["remote"] == 0 and restored(status)["remoteBytes"] == 0
+    placement = status["placement"]
+    assert placement["keyedTasksLocal"] == placement["keyedTasks"]
+    assert subtask_nodes(status) == held
+    assert nodes_of(running_executors(space, name, 2)) == nodes
+    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=400)
+    assert_exact(committed(space, name), count)
+
+
+def subtask_nodes(status: dict[str, Any]) -> dict[int, str]:
+    return {s["subtask"]: s["node"] for s in status["placement"]["subtasks"]}
+
+
+def test_a_lost_node_reads_only_its_own_ranges_from_the_object_store(
+    space: Space, nodes: NodeControl
+) -> None:
+    """Three executors on three nodes; one node vanishes (its processes freeze, its lease
+    lapses). The job runs again within 60 s; the subtasks that node held restore from the
+    object store (exactly their checkpoint files' bytes) and every other from its local
+    copy; with ``pinning: preferred`` the lost executor starts on another node. Exact."""
+    name = "nodeloss"
+    count = 36_000
+    space.apply(
+        executor_manifest(space, name, 6, count, rate=900, per_epoch=900, pinning="preferred")
+    )
+    space.wait(
+        name,
+        "three checkpoints",
+        lambda s: s.get("phase") == "Running" and s.get("latestCheckpoint", {}).get("id", 0) >= 3,
+        timeout=300,
+    )
+    pods = running_executors(space, name, 3)
+    where = nodes_of(pods)
+    assert len(set(where.values())) == 3, where
+    before = space.status(name)
+    lost = where[pods[0]["metadata"]["name"]]
+    held = sorted(s["subtask"] for s in before["placement"]["subtasks"] if s["node"] == lost)
+    assert held, before["placement"]
+    lost_at = time.monotonic()
+    nodes.lose(lost)
+    try:
+        status = space.wait(
+            name,
+            "running again after the node loss",
+            # Restores are reported when their epoch is done: the job processes again.
+            lambda s: restored(s).get("remote", 0) >= len(held),
+            timeout=120,
+        )
+        recovered_s = time.monotonic() - lost_at
+        print(f"node {lost} lost: running again after {recovered_s:.1f} s")
+        assert recovered_s < 60
+        latest = restored(status)["latest"]
+        remote = sorted(r["subtask"] for r in latest if r["source"] == "remote")
+        assert remote == held, latest
+        assert all(r["source"] == "local" for r in latest if r["subtask"] not in held)
+        checkpoint_id = next(r["checkpointId"] for r in latest if r["source"] == "remote")
+        share = checkpoint_share(space, name, checkpoint_id, held)
+        read = sum(r["remoteBytes"] for r in latest if r["source"] == "remote")
+        print(f"read {read} bytes from the object store; the lost ranges hold {share}")
+        assert abs(read - share) <= 0.1 * share
+        # pinning: preferred: the executor gives up its volume and starts elsewhere.
+        space.wait(
+            name,
+            "the lost executor moved",
+            lambda s: "ExecutorsMoved" in space.events(),
+            timeout=120,
+        )
+        moved = running_executors(space, name, 3)
+        assert lost not in nodes_of(moved).values(), nodes_of(moved)
+    finally:
+        nodes.restore(lost)
+    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=400)
+    assert_exact(committed(space, name), count)
+
+
+def checkpoint_share(space: Space, name: str, checkpoint_id: int, subtasks: list[int]) -> int:
+    """The bytes of checkpoint ``checkpoint_id``'s files of ``subtasks`` of 'count'."""
+    opts = S3Options(
+        endpoint_url=space.s3.endpoint_url,
+        access_key_id=space.s3.access_key,
+        secret_access_key=space.s3.secret_key,
+    )
+    store = open_store(f"s3://{space.bucket}/{name}/checkpoints/{space.name}.{name}", opts)
+    meta = load_checkpoint(store, checkpoint_dir(checkpoint_id))
+    op = meta.operators["count"]
+    return sum(f.size for s in op.subtasks if s.index in subtasks for f in s.files)
+
+
+def test_kubectl_scale_4_6_3_with_executor_pods(space: Space) -> None:
+    """Rescales move executors too: 2, then 3, then 2 executor pods; the claim of the third
+    executor is deleted once it is not needed. Exact output."""
+    name = "scaled"
+    count = 36_000
+    space.apply(executor_manifest(space, name, 4, count, rate=600, per_epoch=900))
+    space.wait(
+        name,
+        "two checkpoints",
+        lambda s: s.get("phase") == "Running" and s.get("latestCheckpoint", {}).get("id", 0) >= 2,
+        timeout=300,
+    )
+    for replicas, pods in ((6, 3), (3, 2)):
+        space.kube.kubectl(
+            "scale", "statefulpipeline", name, "-n", space.name, f"--replicas={replicas}"
+        )
+        status = space.wait(
+            name,
+            f"rescaled to {replicas} and processing",
+            lambda s, r=replicas: (
+                s.get("replicas") == r
+                and not s.get("operation")
+                and (s.get("placement") or {}).get("keyedTasks", 0) > 0
+            ),
+            timeout=300,
+        )
+        assert status["phase"] == "Running", status.get("phase")
+        assert len(running_executors(space, name, pods)) == pods
+        assert sorted(s["subtask"] for s in status["placement"]["subtasks"]) == list(
+            range(replicas)
+        )
+    claims = space.kube.kubectl_json("get", "pvc", "-n", space.name)["items"]
+    assert sorted(c["metadata"]["name"][-2:] for c in claims) == ["-0", "-1"]
+    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=400)
+    assert_exact(committed(space, name), count)

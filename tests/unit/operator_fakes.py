@@ -46,6 +46,10 @@ class FakeKube:
         self.secrets: dict[str, dict[str, str]] = {}
         self.patches: list[dict[str, Any]] = []
         self.deleted: list[str] = []
+        # Executors as the StatefulSet controller and the node lifecycle controller see them.
+        self.executor_pods: dict[str, str] = {}  # pod -> node
+        self.claims: set[str] = set()
+        self.lost_nodes: set[str] = set()
 
     def patch_status(self, namespace: str, name: str, fields: dict[str, Any]) -> None:
         self.patches.append(copy.deepcopy(fields))
@@ -79,8 +83,26 @@ class FakeKube:
         else:
             self.objects.setdefault((kind, name), copy.deepcopy(obj))
 
-    def apply_config(self, obj: dict[str, Any]) -> None:
-        self.configs[obj["metadata"]["name"]] = copy.deepcopy(obj)
+    def apply(self, obj: dict[str, Any]) -> None:
+        if obj["kind"] == "ConfigMap":
+            self.configs[obj["metadata"]["name"]] = copy.deepcopy(obj)
+        else:
+            self.objects[(obj["kind"], obj["metadata"]["name"])] = copy.deepcopy(obj)
+
+    def executors_left(self, namespace: str, app_id: str) -> bool:
+        return bool(self.executor_pods)
+
+    def delete_claims(self, namespace: str, app_id: str, keep: int) -> list[str]:
+        gone = sorted(c for c in self.claims if int(c.rpartition("-")[2]) >= keep)
+        self.claims -= set(gone)
+        return gone
+
+    def release_lost(self, namespace: str, app_id: str, claim_prefix: str) -> list[str]:
+        moved = sorted(p for p, node in self.executor_pods.items() if node in self.lost_nodes)
+        for pod in moved:
+            self.claims.discard(f"{claim_prefix}-{pod}")
+            del self.executor_pods[pod]
+        return moved
 
     # ------------------------------------------------------------------ what the kubelet does
 

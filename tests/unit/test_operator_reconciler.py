@@ -16,6 +16,7 @@ import yaml
 from stator.config import JobConfig
 from stator.storage import open_store
 from stator_operator.operation import Operation, OpKind, Step
+from stator_operator.resources import spark_app_id
 from stator_operator.spec import UpgradeMode, fingerprint
 from tests.unit.operator_fakes import Bed, FakeDriver
 from tests.unit.savepoints import write_savepoint
@@ -818,3 +819,72 @@ def test_an_operator_upgraded_mid_flow_finishes_the_flow(tmp_path: Path) -> None
     s = bed.status
     assert (s["replicas"], s["deployment"]["id"]) == (4, "ab12cd34")
     assert s["deployment"]["restoredFrom"] == location
+
+
+# ---------------------------------------------------------------------- executors as pods
+
+LOCAL = {"volume": {"storageClassName": "local-ssd", "size": "10Gi"}}
+
+
+def executor_pods(bed: Bed, nodes: list[str]) -> list[str]:
+    """Executor pods (and their state claims) of the pipeline's StatefulSet, one per node."""
+    app = spark_app_id("team", "counts")
+    pods = [f"spark-s-{app}-0-{i}" for i in range(len(nodes))]
+    bed.kube.executor_pods = dict(zip(pods, nodes, strict=True))
+    bed.kube.claims = {f"stator-state-{p}" for p in pods}
+    return pods
+
+
+def test_a_rescale_waits_for_the_old_executors_and_drops_claims_it_no_longer_needs(
+    tmp_path: Path,
+) -> None:
+    """The next driver's executor StatefulSet has the old one's name (and takes its claims
+    back): the new driver starts only once the old executors are gone. Rescaled from 4 to 2
+    executors, the claims of executors 2 and 3 are deleted once the new driver runs."""
+    bed = Bed(tmp_path, replicas=4, executor={"cores": 1}, localRecovery=LOCAL)
+    driver = bed.deploy()
+    executor_pods(bed, ["n0", "n1", "n2", "n0"])
+    bed.edit_spec(replicas=2)
+    bed.step()
+    stopped_with_savepoint(bed, driver, f"file://{tmp_path}/sp/team.counts/savepoint-7-req1")
+    bed.step()  # step 3: the driver is asked to go
+    bed.step()  # the driver is gone, its executors not yet
+    assert bed.op is not None and bed.op.step is Step.REMOVE_DRIVER
+    bed.kube.executor_pods.clear()  # garbage-collected with their driver
+    bed.step()
+    assert bed.op is not None and bed.op.step is Step.DEPLOY
+    bed.finish()
+    app = spark_app_id("team", "counts")
+    assert bed.kube.claims == {f"stator-state-spark-s-{app}-0-{i}" for i in (0, 1)}
+    assert "ClaimsDeleted" in bed.reasons()
+    conf = job_yaml(bed)["spark"]["conf"]
+    assert conf["spark.executor.instances"] == "2"
+    assert conf["spark.app.id"] == app
+
+
+@pytest.mark.parametrize(("pinning", "moved"), [("preferred", True), ("required", False)])
+def test_an_executor_on_a_lost_node_moves_only_when_pinning_is_preferred(
+    tmp_path: Path, pinning: str, moved: bool
+) -> None:
+    bed = Bed(tmp_path, executor={}, localRecovery={**LOCAL, "pinning": pinning})
+    bed.deploy()
+    pods = executor_pods(bed, ["n0", "n1"])
+    bed.step()
+    assert "ExecutorsMoved" not in bed.reasons()  # every node is there
+    bed.kube.lost_nodes = {"n1"}
+    bed.step()
+    assert ("ExecutorsMoved" in bed.reasons()) is moved
+    assert (pods[1] in bed.kube.executor_pods) is not moved
+    assert (f"stator-state-{pods[1]}" in bed.kube.claims) is not moved
+    assert pods[0] in bed.kube.executor_pods and f"stator-state-{pods[0]}" in bed.kube.claims
+
+
+def test_deleting_the_pipeline_deletes_the_executors_claims(tmp_path: Path) -> None:
+    bed = Bed(tmp_path, executor={}, localRecovery=LOCAL, deletion={"finalSavepoint": False})
+    bed.deploy()
+    executor_pods(bed, ["n0", "n1"])
+    bed.kube.executor_pods.clear()
+    while bed.delete_step() is not None:
+        pass
+    assert not bed.kube.claims
+    assert bed.reasons()[-2:] == ["ClaimsDeleted", "Deleted"]

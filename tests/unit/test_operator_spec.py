@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 
 from stator.config import JobConfig
-from stator_operator.resources import check_job_config, driver_pod, job_config
+from stator_operator.resources import (
+    check_job_config,
+    driver_pod,
+    executor_claim,
+    job_config,
+    spark_app_id,
+)
 from stator_operator.spec import SpecDiff, SpecError, classify, fingerprint, replicas, validate
 
 SPEC: dict[str, Any] = {
@@ -23,6 +29,7 @@ SPEC: dict[str, Any] = {
     "config": {"epoch.max_records": "3000"},
 }
 BODY = {"metadata": {"name": "counts", "namespace": "team", "uid": "u-1"}}
+VOLUME = {"storageClassName": "local-ssd", "size": "10Gi"}
 
 
 def changed(**fields: Any) -> dict[str, Any]:
@@ -89,11 +96,23 @@ def test_fingerprint_recognises_a_spec_but_not_its_flow_fields() -> None:
             changed(config={"max_parallelism": "3"}),
             "spec.config.max_parallelism is set by the operator",
         ),
-        # Accepted by the schema, not done yet: refused instead of silently ignored.
         (
-            changed(localRecovery={"enabled": True}),
-            "spec.localRecovery: task-local recovery and node pinning are planned",
+            changed(localRecovery={"volume": VOLUME}),
+            "no spec.executor (it runs in the driver pod)",
         ),
+        (
+            changed(executor={}, localRecovery={"pinning": "required"}),
+            "spec.localRecovery.pinning: required keeps each executor's state on a local volume",
+        ),
+        (
+            changed(executor={}, localRecovery={"pinning": "off", "volume": VOLUME}),
+            "spec.localRecovery.volume: with pinning: off executors keep state in the pod",
+        ),
+        (
+            changed(executor={}, localRecovery={"enabled": False, "volume": VOLUME}),
+            "local recovery is disabled (enabled: false), so nothing would use the volume",
+        ),
+        # Accepted by the schema, not done yet: refused instead of silently ignored.
         (
             changed(failover={"strategy": "region"}),
             "spec.failover.strategy: region failover is planned",
@@ -104,6 +123,42 @@ def test_validate_names_the_field_and_the_fix(spec: dict[str, Any], message: str
     with pytest.raises(SpecError) as info:
         validate(spec)
     assert message in str(info.value)
+
+
+def test_executors_run_in_a_statefulset_with_their_state_on_a_local_volume() -> None:
+    """The Spark settings of executor pods: one application id for every driver of the
+    pipeline (so the executor StatefulSet and its claims keep their names), the state volume
+    as a claim on local volumes (pinning) or an emptyDir (off), executors told where their
+    state is, and failure detection within seconds."""
+    pinned = job_config(
+        changed(executor={"cores": 2}, replicas=4, localRecovery={"volume": VOLUME}),
+        "counts",
+        "team",
+    )
+    conf = pinned["spark"]["conf"]
+    assert pinned["spark"]["master"] == "kubernetes"
+    assert conf["spark.app.id"] == spark_app_id("team", "counts")
+    assert spark_app_id("team", "counts") != spark_app_id("other", "counts")
+    assert conf["spark.kubernetes.allocation.pods.allocator"] == "statefulset"
+    assert conf["spark.executor.instances"] == "2"  # ceil(4 / 2)
+    pvc = "spark.kubernetes.executor.volumes.persistentVolumeClaim.stator-state"
+    assert conf[f"{pvc}.options.claimName"] == "OnDemand"
+    assert conf[f"{pvc}.options.storageClass"] == "local-ssd"
+    assert conf[f"{pvc}.options.sizeLimit"] == "10Gi"
+    assert conf[f"{pvc}.mount.path"] == "/var/lib/stator"
+    assert conf["spark.executorEnv.STATOR_STATE_DIR"] == "/var/lib/stator/state"
+    assert int(conf["spark.storage.blockManagerHeartbeatTimeoutMs"]) <= 20_000
+    assert "local_recovery" not in pinned  # the runtime's default: on
+
+    loose = job_config(changed(executor={}, localRecovery={"enabled": False}), "counts", "team")
+    conf = loose["spark"]["conf"]
+    assert conf["spark.kubernetes.executor.volumes.emptyDir.stator-state.mount.path"] == (
+        "/var/lib/stator"
+    )
+    assert not any("persistentVolumeClaim" in k for k in conf)
+    assert loose["local_recovery"] == {"enabled": False}
+    check_job_config(changed(executor={}, localRecovery={"volume": VOLUME}), "counts", "team")
+    assert executor_claim(spark_app_id("team", "counts"), 1).endswith("-0-1")
 
 
 def test_job_config_is_checked_by_the_runtime_rules() -> None:

@@ -26,7 +26,9 @@ docker build -q -f images/operator/Dockerfile -t stator-operator:e2e .
 docker pull -q "$MINIO_IMAGE"
 
 echo "== cluster"
-kind create cluster --name "$CLUSTER" --image "$NODE_IMAGE" --kubeconfig "$kubeconfig" --wait 120s
+# Three workers: executor pods spread over nodes, and one can be lost (docker pause).
+kind create cluster --name "$CLUSTER" --image "$NODE_IMAGE" --kubeconfig "$kubeconfig" \
+  --config tests/e2e/kind/cluster.yaml --wait 120s
 for image in stator-runtime:test stator-operator:e2e "$MINIO_IMAGE"; do
   kind load docker-image --name "$CLUSTER" "$image"
 done
@@ -48,9 +50,12 @@ for _ in $(seq 60); do
   sleep 1
 done
 
-echo "== operator (Helm chart)"
+echo "== operator (Helm chart, namespaced mode: the namespaces the suite uses, tests/e2e/conftest.py)"
+watched=$(seq -f 'e2e-%02g' 0 31 | paste -sd, -)
+for ns in ${watched//,/ }; do kubectl create namespace "$ns" >/dev/null; done
 helm install stator charts/stator-operator --namespace stator-system --create-namespace \
-  --set image.repository=stator-operator --set image.tag=e2e --wait --timeout 180s
+  --set image.repository=stator-operator --set image.tag=e2e \
+  --set "watchNamespaces={$watched}" --wait --timeout 180s
 
 echo "== e2e suite"
 STATOR_E2E_KUBECONFIG="$kubeconfig" \
@@ -58,4 +63,5 @@ STATOR_E2E_S3_ENDPOINT="http://127.0.0.1:$port" \
 STATOR_E2E_S3_POD_ENDPOINT="http://minio.stator-e2e.svc.cluster.local:9000" \
 STATOR_E2E_S3_ACCESS_KEY="$access_key" \
 STATOR_E2E_S3_SECRET_KEY="$secret_key" \
+STATOR_E2E_LOCAL_STORAGE_CLASS=standard \
   "$PYTHON" -m pytest tests/e2e "$@"
