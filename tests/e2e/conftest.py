@@ -10,6 +10,7 @@ and ``STATOR_E2E_S3_POD_ENDPOINT`` (as pods reach it), with ``STATOR_E2E_S3_ACCE
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import os
 import signal
@@ -21,7 +22,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import pytest
 import yaml
@@ -36,6 +37,12 @@ CHART = ROOT / "charts" / "stator-operator"
 CRD = ROOT / "crds" / "statefulpipelines.stator.dev.yaml"
 OPERATOR_NS = "stator-system"
 OPERATOR_DEPLOYMENT = "stator-stator-operator"  # release "stator" of the chart
+LOCAL_STORAGE_CLASS = "stator-local"  # local PersistentVolumes the node agent provides
+# The chart's namespaced mode (least privilege): the operator watches these namespaces only,
+# with a Role in each; every test takes the next one (tests/e2e/kind/run.sh installs the
+# same list).
+WATCHED = [f"e2e-{i:02d}" for i in range(32)]
+_taken = itertools.count()
 EXTERNAL = os.environ.get("STATOR_E2E_KUBECONFIG")
 
 
@@ -97,6 +104,8 @@ def agent(kube: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         },
     )
     node_agent.start()
+    # Local PersistentVolumes on every node, for executors' state (localRecovery.volume).
+    node_agent.provide_local_volumes(LOCAL_STORAGE_CLASS, per_node=6)
     yield node_agent
     node_agent.stop()
 
@@ -106,7 +115,7 @@ def installed(request: pytest.FixtureRequest, cluster: Kubectl) -> None:
     """CRD and operator RBAC from the Helm chart, applied to the API server (on an external
     cluster, ``helm install`` did this)."""
     if not EXTERNAL:
-        _render_and_apply(request.getfixturevalue("kube"))
+        _render_and_apply(request.getfixturevalue("kube"), WATCHED)
     wait_for_crd(cluster)
 
 
@@ -116,8 +125,13 @@ def wait_for_crd(cluster: Kubectl) -> None:
     )
 
 
-def _render_and_apply(kube: KubeCluster) -> None:
-    kube.kubectl("create", "namespace", OPERATOR_NS, check=False)
+def _render_and_apply(kube: KubeCluster, namespaces: list[str]) -> None:
+    """The chart in namespaced mode for ``namespaces`` (created here, with the API server's
+    Pod Security admission enforcing the restricted profile in each)."""
+    for ns in [OPERATOR_NS, *namespaces]:
+        kube.kubectl("create", "namespace", ns, check=False)
+    for ns in namespaces:
+        restrict(kube, ns)
     rendered = kube.helm(
         "template",
         "stator",
@@ -127,8 +141,23 @@ def _render_and_apply(kube: KubeCluster) -> None:
         "--include-crds",
         "--set",
         "replicaCount=0",
+        "--set",
+        f"watchNamespaces={{{','.join(namespaces)}}}",
     ).stdout
     kube.kubectl("apply", "-f", "-", input=rendered)
+
+
+def restrict(cluster: Kubectl, namespace: str) -> None:
+    """The API server's own Pod Security admission enforces what the operator checks: every
+    pod the operator or Spark creates there must meet the restricted profile."""
+    cluster.kubectl(
+        "label",
+        "namespace",
+        namespace,
+        "pod-security.kubernetes.io/enforce=restricted",
+        "pod-security.kubernetes.io/enforce-version=latest",
+        "--overwrite",
+    )
 
 
 def _token_kubeconfig(kube: KubeCluster, path: Path) -> Path:
@@ -241,7 +270,18 @@ def operator(
         return
     kube: KubeCluster = request.getfixturevalue("kube")
     request.getfixturevalue("agent")  # pods need a node agent to run
-    work = tmp_path_factory.mktemp("operator")
+    op = launch_operator(kube, tmp_path_factory.mktemp("operator"))
+    op.start()
+    yield op
+    op.stop()
+
+
+LEASE_SECONDS = 6  # the operator's leader Lease in the test bed (15 by default)
+
+
+def launch_operator(kube: KubeCluster, work: Path, namespaces: list[str] = WATCHED) -> Operator:
+    """An operator process with the RBAC of the chart's service account, watching
+    ``namespaces`` (not yet started); several of them elect a leader."""
     kubeconfig = _token_kubeconfig(kube, work / "kubeconfig")
     health = f"http://{LOOPBACK}:{free_port()}/healthz"
     proc = ManagedProcess(
@@ -252,13 +292,50 @@ def operator(
             "KUBECONFIG": str(kubeconfig),
             "STATOR_OPERATOR_HEALTH": health,
             "STATOR_OPERATOR_NAMESPACE": OPERATOR_NS,
+            "STATOR_LEADER_LEASE_SECONDS": str(LEASE_SECONDS),
+            "STATOR_WATCH_NAMESPACES": ",".join(namespaces),
             "PYTHONPATH": str(ROOT),
         },
     )
-    op = Operator(proc, health)
-    op.start()
-    yield op
-    op.stop()
+    return Operator(proc, health)
+
+
+class NodeControl(Protocol):
+    def lose(self, node: str) -> None: ...
+
+    def restore(self, node: str) -> None: ...
+
+
+@dataclass
+class KindNodes:
+    """kind's nodes are containers: a paused one is a node that vanished (no packets, no
+    heartbeats), as the node agent's frozen nodes are."""
+
+    def lose(self, node: str) -> None:
+        subprocess.run(["docker", "pause", node], check=True)
+
+    def restore(self, node: str) -> None:
+        subprocess.run(["docker", "unpause", node], check=True)
+
+
+@pytest.fixture(scope="session")
+def nodes(request: pytest.FixtureRequest) -> NodeControl:
+    """Lose a node and bring it back: the node agent's, or a kind node's container."""
+    if EXTERNAL:
+        return KindNodes()
+    agent: NodeAgent = request.getfixturevalue("agent")
+    return cast(NodeControl, _AgentNodes(agent))
+
+
+@dataclass
+class _AgentNodes:
+    agent: NodeAgent
+
+    def lose(self, node: str) -> None:
+        self.agent.lose_node(node)
+
+    def restore(self, node: str) -> None:
+        self.agent.restore_node(node)
 
 
 @pytest.fixture(scope="session")
@@ -378,19 +455,13 @@ def space(
     cluster: Kubectl, e2e_s3: tuple[S3Endpoint, str], operator: OperatorControl
 ) -> Iterator[Space]:
     s3, pod_s3 = e2e_s3
-    name = f"e2e-{uuid.uuid4().hex[:6]}"
-    bucket = name
+    taken = next(_taken)
+    assert taken < len(WATCHED), "more tests than watched namespaces: extend WATCHED"
+    name = WATCHED[taken]
+    bucket = f"{name}-{uuid.uuid4().hex[:6]}"
     s3.client().create_bucket(Bucket=bucket)
-    cluster.kubectl("create", "namespace", name)
-    # The API server's own Pod Security admission enforces what the operator checks: every
-    # pod the operator or Spark creates here must meet the restricted profile.
-    cluster.kubectl(
-        "label",
-        "namespace",
-        name,
-        "pod-security.kubernetes.io/enforce=restricted",
-        "pod-security.kubernetes.io/enforce-version=latest",
-    )
+    if EXTERNAL:  # run.sh created the namespaces; the bed's fixture did too
+        restrict(cluster, name)
     cluster.kubectl(
         "create",
         "secret",

@@ -1,5 +1,6 @@
 """Every operator flow end to end: upgrades by mode, suspend/resume, a killed driver, a killed
-operator at each flow step, a failed upgrade that rolls back, and deletion."""
+operator at each flow step, a leader killed mid-rescale with a standby replica taking over, a
+failed upgrade that rolls back, and deletion."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import json
 import time
 from typing import Any
 
-from tests.e2e.conftest import OperatorControl, Space
+import pytest
+
+from tests.e2e.conftest import EXTERNAL, LEASE_SECONDS, OperatorControl, Space, launch_operator
 from tests.e2e.test_operator import assert_exact, committed
 
 COUNT = 30_000
@@ -147,6 +150,56 @@ def test_operator_killed_at_every_step_of_a_rescale(
     assert len({e["message"] for e in creates}) == 6, [e["message"] for e in creates]
     space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=400)
     assert_exact(committed(space, name), 60_000)
+
+
+def test_leader_killed_mid_rescale_the_standby_finishes_it(
+    space: Space, operator: OperatorControl, request: pytest.FixtureRequest, tmp_path: Any
+) -> None:
+    """Two operator replicas: the leader (the session's operator) is SIGKILLed while it waits
+    for a rescale's savepoint; the standby takes its Lease once it lapses and finishes the
+    rescale: one driver per deployment, exact output."""
+    if EXTERNAL:
+        pytest.skip("runs two operator processes of the local test bed")
+    standby = launch_operator(request.getfixturevalue("kube"), tmp_path)
+    standby.start()  # answers its liveness endpoint while it waits for the Lease
+    killed = False
+    try:
+        name = "ha"
+        start(space, name, count=40_000, rate=500)
+        before = space.status(name)["deployment"]["id"]
+        space.kube.kubectl("scale", "spl", name, "-n", space.name, "--replicas=3")
+        space.wait(
+            name,
+            "the rescale's savepoint requested",
+            lambda s: int((s.get("operation") or {}).get("step", 0)) >= 2,
+        )
+        operator.kill()
+        killed, at = True, time.monotonic()
+        s = space.wait(
+            name,
+            "rescaled by the standby",
+            lambda s: running(s) and s.get("replicas") == 3,
+            timeout=300,
+        )
+        print(f"the standby finished the rescale {time.monotonic() - at:.1f} s after the kill")
+        assert s["deployment"]["id"] != before
+        lease = space.kube.kubectl_json(
+            "get", "lease", "stator-operator-leader", "-n", "stator-system"
+        )
+        assert lease["spec"]["leaseTransitions"] >= 1
+        assert int(lease["spec"]["leaseDurationSeconds"]) == LEASE_SECONDS
+        creates = [
+            e["message"]
+            for e in space.kube.kubectl_json("get", "events", "-n", space.name)["items"]
+            if e["reason"] == "DriverCreated"
+        ]
+        assert len(creates) == len(set(creates)) == 2, creates  # the first and the rescaled one
+        space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=400)
+        assert_exact(committed(space, name), 40_000)
+    finally:
+        standby.stop()  # releases the Lease: the session's operator leads again at once
+        if killed:
+            operator.start()
 
 
 def test_failed_upgrade_rolls_back(space: Space) -> None:

@@ -229,3 +229,55 @@ def test_a_user_function_that_raises_fails_the_pipeline_with_its_cause(space: Sp
     assert "KeyError: 'price'" in status["lastError"], status["lastError"]
     assert "restarts" not in status, status
     assert "JobFailed" in space.events()
+
+
+def test_rbac_grants_what_each_needs_and_nothing_more(space: Space) -> None:
+    """``kubectl auth can-i`` as the operator's service account (namespaced mode: a Role in
+    each watched namespace) and as a pipeline's driver (what Spark's Kubernetes backend needs
+    for executors in its own namespace, nothing else)."""
+    name = "rbac"
+    space.apply(space.manifest(name, env={"COUNT": 3000, "RATE": 1000}))
+    space.wait(name, "deployed", lambda s: bool(s.get("deployment")), timeout=120)
+    operator = "system:serviceaccount:stator-system:stator-stator-operator"
+    driver = f"system:serviceaccount:{space.name}:{name}-stator"
+
+    def can(who: str, verb: str, resource: str, namespace: str | None = None) -> bool:
+        where = ["-n", namespace] if namespace else ["--all-namespaces"]
+        if resource in ("nodes", "persistentvolumes", "clusterrolebindings"):
+            where = []
+        out = space.kube.kubectl("auth", "can-i", verb, resource, "--as", who, *where, check=False)
+        return out.stdout.strip() == "yes"
+
+    ns = space.name
+    allowed = [
+        (operator, "create", "pods", ns),
+        (operator, "get", "secrets", ns),  # the Secrets specs name, by name
+        (operator, "patch", "statefulpipelines.stator.dev/status", ns),
+        (operator, "delete", "persistentvolumeclaims", ns),
+        (operator, "create", "statefulsets.apps", ns),
+        (operator, "update", "leases.coordination.k8s.io", "stator-system"),
+        (operator, "list", "nodes", None),
+        (driver, "create", "pods", ns),
+        (driver, "patch", "pods", ns),
+        (driver, "create", "configmaps", ns),
+        (driver, "create", "statefulsets.apps", ns),
+        (driver, "patch", "statefulsets.apps/scale", ns),
+    ]
+    denied = [
+        (operator, "list", "secrets", ns),  # never every Secret
+        (operator, "get", "secrets", "kube-system"),
+        (operator, "create", "pods", "default"),  # not a watched namespace
+        (operator, "create", "pods", None),  # not cluster-wide
+        (operator, "create", "clusterrolebindings", None),
+        (operator, "delete", "nodes", None),
+        (operator, "delete", "persistentvolumes", None),
+        (driver, "get", "secrets", ns),
+        (driver, "delete", "persistentvolumeclaims", ns),  # the claims outlive drivers
+        (driver, "create", "roles.rbac.authorization.k8s.io", ns),
+        (driver, "create", "services", ns),
+        (driver, "get", "statefulpipelines.stator.dev", ns),
+        (driver, "create", "pods", "default"),
+        (driver, "list", "nodes", None),
+    ]
+    wrong = [c for c in allowed if not can(*c)] + [c for c in denied if can(*c)]
+    assert not wrong, wrong

@@ -12,10 +12,21 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - apiGroups: [stator.dev]
   resources: [statefulpipelines/status]
   verbs: [get, patch, update]
-# Driver pods, and what a driver's own Role grants (RBAC forbids granting more than one holds).
+# Driver pods, and what a driver's own Role grants (RBAC forbids granting more than one holds):
+# executor pods, their ConfigMap and StatefulSet. Executors' state claims are listed and
+# deleted (surplus after a rescale, all on delete, one on a lost node with pinning: preferred).
 - apiGroups: [""]
-  resources: [pods, services, configmaps, persistentvolumeclaims]
-  verbs: [get, list, watch, create, update, delete, deletecollection]
+  resources: [pods, services, configmaps]
+  verbs: [get, list, watch, create, update, patch, delete, deletecollection]
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [get, list, delete]
+- apiGroups: [apps]
+  resources: [statefulsets]
+  verbs: [get, list, watch, create, delete, patch, update]
+- apiGroups: [apps]
+  resources: [statefulsets/scale]
+  verbs: [get, patch, update]
 - apiGroups: [""]
   resources: [serviceaccounts]
   verbs: [get, create]
@@ -26,7 +37,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
   verbs: [get, create]
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
-  verbs: [get, create]
+  verbs: [get, create, update]
 # Each pipeline's NetworkPolicy (who may reach its driver).
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]

@@ -1,0 +1,148 @@
+"""Leader election between operator replicas (stator_operator.leader), against an in-memory
+Lease API that refuses updates with a stale resourceVersion, as the API server does."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import threading
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from stator_operator.leader import LeaderElector
+
+
+class FakeLeases:
+    def __init__(self) -> None:
+        self.leases: dict[str, dict[str, Any]] = {}
+        self.version = 0
+        self.down = False
+        self.lock = threading.Lock()
+
+    def _obj(self, raw: dict[str, Any]) -> Any:
+        spec = raw["spec"]
+        renew = spec.get("renewTime")
+        return SimpleNamespace(
+            metadata=SimpleNamespace(resource_version=raw["metadata"]["resourceVersion"]),
+            spec=SimpleNamespace(
+                holder_identity=spec.get("holderIdentity"),
+                renew_time=dt.datetime.fromisoformat(renew.replace("Z", "+00:00"))
+                if renew
+                else None,
+                lease_duration_seconds=spec.get("leaseDurationSeconds"),
+                lease_transitions=spec.get("leaseTransitions"),
+            ),
+        )
+
+    def read_namespaced_lease(self, name: str, namespace: str) -> Any:
+        with self.lock:
+            if self.down:
+                raise ApiException(status=503)
+            if name not in self.leases:
+                raise ApiException(status=404)
+            return self._obj(self.leases[name])
+
+    def create_namespaced_lease(self, namespace: str, body: dict[str, Any]) -> None:
+        with self.lock:
+            name = body["metadata"]["name"]
+            if name in self.leases:
+                raise ApiException(status=409)
+            self.version += 1
+            stored = copy.deepcopy(body)
+            stored["metadata"]["resourceVersion"] = str(self.version)
+            self.leases[name] = stored
+
+    def patch_namespaced_lease(self, name: str, namespace: str, body: dict[str, Any]) -> None:
+        with self.lock:
+            if self.down:
+                raise ApiException(status=503)
+            stored = self.leases[name]
+            if body["metadata"]["resourceVersion"] != stored["metadata"]["resourceVersion"]:
+                raise ApiException(status=409)
+            for key, value in body["spec"].items():
+                if value is None:
+                    stored["spec"].pop(key, None)
+                else:
+                    stored["spec"][key] = value
+            self.version += 1
+            stored["metadata"]["resourceVersion"] = str(self.version)
+
+    def holder(self) -> str | None:
+        return self.leases["lead"]["spec"].get("holderIdentity")
+
+
+def elector(api: FakeLeases, name: str, duration: int = 1) -> LeaderElector:
+    return LeaderElector(
+        "ops", name="lead", identity=name, duration_s=duration, renew_s=0.1, retry_s=0.05, api=api
+    )
+
+
+def test_one_replica_leads_and_a_standby_takes_over_when_it_stops_renewing() -> None:
+    api = FakeLeases()
+    a, b = elector(api, "a"), elector(api, "b")
+    a.acquire()
+    assert api.holder() == "a"
+    assert not b._try_acquire()  # held and fresh: b waits
+    lost: list[str] = []
+    a.keep_renewing(lost.append)
+    time.sleep(1.5)  # longer than the lease: a renews, so b still cannot take it
+    assert not b._try_acquire() and api.holder() == "a" and not lost
+    a._stop.set()  # a dies without releasing
+    started = time.monotonic()
+    b.acquire()
+    waited = time.monotonic() - started
+    assert api.holder() == "b"
+    assert 0.5 < waited < 3, waited  # about one lease duration after a's last renewal
+    assert api.leases["lead"]["spec"]["leaseTransitions"] == 1
+
+
+def test_a_released_lease_is_taken_at_once() -> None:
+    api = FakeLeases()
+    a, b = elector(api, "a", duration=30), elector(api, "b", duration=30)
+    a.acquire()
+    a.release()
+    assert api.holder() is None
+    started = time.monotonic()
+    b.acquire()
+    assert time.monotonic() - started < 1 and api.holder() == "b"
+
+
+def test_two_standbys_racing_for_one_lease_never_both_win() -> None:
+    api = FakeLeases()
+    elector(api, "old").acquire()
+    api.leases["lead"]["spec"]["holderIdentity"] = None  # released
+    racers = [elector(api, f"r{i}") for i in range(8)]
+    won: list[str] = []
+    barrier = threading.Barrier(len(racers))
+
+    def race(e: LeaderElector) -> None:
+        barrier.wait()
+        if e._try_acquire():
+            won.append(e.identity)
+
+    threads = [threading.Thread(target=race, args=(e,)) for e in racers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1 and api.holder() == won[0]
+
+
+@pytest.mark.parametrize("how", ["taken", "unreachable"])
+def test_a_leader_that_may_have_lost_the_lease_gives_up(how: str) -> None:
+    api = FakeLeases()
+    a = elector(api, "a", duration=1)
+    a.acquire()
+    lost: list[str] = []
+    done = threading.Event()
+    a.keep_renewing(lambda reason: (lost.append(reason), done.set()))
+    if how == "taken":
+        api.leases["lead"]["spec"]["holderIdentity"] = "b"
+    else:
+        api.down = True
+    assert done.wait(5)
+    assert ("held by b" if how == "taken" else "could not renew") in lost[0]
