@@ -8,6 +8,7 @@ import org.apache.spark.Partition;
 import org.apache.spark.SparkEnv;
 import org.apache.spark.TaskContext;
 import org.apache.spark.rdd.RDD;
+import org.apache.spark.storage.BlockManagerId;
 import scala.reflect.ClassTag;
 import scala.reflect.ClassTag$;
 
@@ -24,6 +25,9 @@ import scala.reflect.ClassTag$;
  * An executor that is gone by the time a stage is submitted (a stage retried after its
  * executor was lost mid-epoch) is no longer asked for: Spark would otherwise hold the task
  * back for the whole process-locality wait, waiting for an executor that cannot come back.
+ * A live executor on the gone one's host is asked for instead: on Kubernetes that is its
+ * replacement, restarted in the same pod (same IP) with the same state volume, so the task
+ * still finds its state there.
  */
 public class PreferredLocationsRDD<T> extends RDD<T> {
   public static final String EXECUTOR_ID = "stator.executor.id";
@@ -62,12 +66,34 @@ public class PreferredLocationsRDD<T> extends RDD<T> {
       Set<String> alive = new HashSet<>(
           scala.jdk.javaapi.CollectionConverters.asJava(sparkContext().getExecutorIds()));
       for (String location : locations[i].split(",")) {
-        if (!location.startsWith("executor_")
-            || alive.contains(location.substring(location.lastIndexOf('_') + 1))) {
+        if (!location.startsWith("executor_")) {
           out.add(location);
+          continue;
+        }
+        int cut = location.lastIndexOf('_');
+        if (alive.contains(location.substring(cut + 1))) {
+          out.add(location);
+          continue;
+        }
+        String host = location.substring("executor_".length(), cut);
+        for (String id : executorsOn(host, alive)) {
+          out.add("executor_" + host + "_" + id);
         }
       }
     }
     return scala.jdk.javaapi.CollectionConverters.asScala(out).toList();
+  }
+
+  /** Live executors whose block manager is on this host (the driver's own view). */
+  private static List<String> executorsOn(String host, Set<String> alive) {
+    List<String> ids = new ArrayList<>();
+    scala.collection.Map<BlockManagerId, ?> status =
+        SparkEnv.get().blockManager().master().getMemoryStatus();
+    for (BlockManagerId bm : scala.jdk.javaapi.CollectionConverters.asJava(status.keySet())) {
+      if (host.equals(bm.host()) && alive.contains(bm.executorId())) {
+        ids.add(bm.executorId());
+      }
+    }
+    return ids;
   }
 }
