@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stator.control.client import JobInfo
+from stator.driver.restart import History, decide
 
 from .flows import DriverFailed, Flows
 from .observer import Observation
@@ -20,6 +21,7 @@ from .resources import (
     STOPPED_EXIT_CODE,
     check_job_config,
     check_pod_security,
+    restart_config,
     spark_app_id,
 )
 from .spec import (
@@ -140,6 +142,7 @@ class Reconciler:
         mode = upgrade_mode(spec)
         kind = OpKind.RESCALE if diff is SpecDiff.SCALE else OpKind.UPGRADE
         self.event("Normal", "SpecChanged", f"{kind} ({mode}): {', '.join(fields)}")
+        self.pipeline.write(restartHistory=None)  # a new spec gets a fresh restart budget
         if kind is OpKind.RESCALE or mode is UpgradeMode.SAVEPOINT:
             return self._start(kind, Step.SAVEPOINT, target=spec, mode=UpgradeMode.SAVEPOINT)
         restore = "latest" if mode is UpgradeMode.LAST_STATE else "none"
@@ -266,8 +269,8 @@ class Reconciler:
     ) -> float:
         """A driver failed (or never became ready). A failed upgrade or rescale rolls back to
         the last stable spec and remembers the failed one, so it is not retried; anything
-        else restarts from the latest checkpoint, with backoff, up to
-        ``failover.maxRestarts``."""
+        else restarts from the latest checkpoint when the job's restart strategy
+        (``spec.failover``, the same rules as the driver's) says, or gives up."""
         p = self.pipeline
         stable = p.status.get("lastStableSpec")
         p.write(lastError=reason)
@@ -283,20 +286,29 @@ class Reconciler:
             restore = savepoint or "latest"
             return self._start(OpKind.ROLLBACK, Step.REMOVE_DRIVER, target=stable, restore=restore)
         restarts = int(p.status.get("restarts", 0)) + 1
-        limit = int(get(target, "failover", "maxRestarts", default=10))
-        if restarts > limit:
-            p.write(operation=None, phase="Failed", restarts=restarts)
-            self.event("Warning", "Failed", f"{reason}; gave up after {limit} restarts")
-            p.condition("Ready", False, "RestartsExhausted", reason)
+        strategy = restart_config(target, p.name, p.namespace)
+        history = History.from_json(p.status.get("restartHistory"))
+        decision = decide(strategy, history, time.time())
+        if decision.delay_ms is None:
+            gave_up = f"{reason}; gave up: {decision.why}"
+            p.write(
+                operation=None,
+                phase="Failed",
+                restarts=restarts,
+                restartHistory=decision.history.to_json(),
+            )
+            self.event("Warning", "Failed", gave_up)
+            p.condition("Ready", False, "RestartsExhausted", gave_up)
             return 60.0
-        p.write(restarts=restarts)
-        self.event("Warning", "DriverFailed", f"{reason}; restart {restarts} of {limit}")
+        p.write(restarts=restarts, restartHistory=decision.history.to_json())
+        delay_s = decision.delay_ms / 1000
+        self.event("Warning", "DriverFailed", f"{reason}; {decision.why}, in {delay_s:.1f}s")
         return self._start(
             OpKind.RESTART,
             Step.REMOVE_DRIVER,
             target=target,
             restore="latest",
-            not_before=time.time() + min(60, 2 ** min(restarts, 6)),
+            not_before=time.time() + delay_s,
         )
 
     # ------------------------------------------------------------------ spec validity

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from stator.config import JobConfig, build
+from stator.config import JobConfig, RestartConfig, build
 from stator.errors import ConfigError
 
 from .podsecurity import pod_violations, template_violations
@@ -212,10 +212,7 @@ def job_config(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any
         },
         "state": {"local_dir": f"{STATE_MOUNT}/state"},
         "control": {"port": CONTROL_PORT},
-        "restart": {
-            "strategy": get(spec, "failover", "restartStrategy", default="exponential-backoff"),
-            "attempts": int(get(spec, "failover", "maxRestarts", default=10)),
-        },
+        "restart": _restart(spec),
         "spark": _spark(spec, name, namespace),
         "savepoint": {"dir": savepoint_dir(spec)},
     }
@@ -352,6 +349,39 @@ def check_pod_security(spec: dict[str, Any], name: str, namespace: str) -> None:
     if problems:
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
         raise SpecError("; ".join(problems[:3]) + more)
+
+
+# spec.failover field -> (restart.* key, factor to the runtime's unit)
+_RESTART_FIELDS = {
+    "restartDelaySeconds": ("delay_ms", 1000),
+    "maxRestartDelaySeconds": ("max_delay_ms", 1000),
+    "backoffMultiplier": ("multiplier", 1),
+    "backoffJitter": ("jitter", 1),
+    "resetAfterSeconds": ("reset_after_ms", 1000),
+    "failureRateIntervalSeconds": ("interval_ms", 1000),
+}
+
+
+def _restart(spec: dict[str, Any]) -> dict[str, Any]:
+    """spec.failover as the runtime's restart.* keys; what the spec leaves out keeps the
+    runtime's defaults (config.RestartConfig)."""
+    failover = spec.get("failover") or {}
+    out: dict[str, Any] = {
+        "strategy": failover.get("restartStrategy", "exponential-backoff"),
+        "attempts": int(failover.get("maxRestarts", 10)),
+    }
+    for field_name, (key, factor) in _RESTART_FIELDS.items():
+        if field_name in failover:
+            value = failover[field_name] * factor
+            out[key] = int(value) if key.endswith("_ms") else float(value)
+    return out
+
+
+def restart_config(spec: dict[str, Any], name: str, namespace: str) -> RestartConfig:
+    """The job's restart strategy: the driver restarts failed epochs by it, and the operator
+    restarts a failed driver pod by it (one set of spec fields, one set of rules)."""
+    config: JobConfig = build(JobConfig, job_config(spec, name, namespace), "")
+    return config.restart
 
 
 def check_job_config(spec: dict[str, Any], name: str, namespace: str) -> None:

@@ -106,16 +106,20 @@ class LocalRecoveryConfig:
 
 @dataclass(frozen=True)
 class RestartConfig:
-    # fixed-delay: up to `attempts` restarts, `delay_ms` apart.
-    # exponential-backoff: delay doubles (x `multiplier`) up to `max_delay_ms`, unlimited
-    #   attempts; the delay resets after `reset_after_ms` without failure.
-    # failure-rate: give up when more than `attempts` failures fall within `interval_ms`.
+    # What a failed epoch does (driver/restart.py has the rules):
+    # fixed-delay: up to `attempts` restarts in the job's life, `delay_ms` apart.
+    # exponential-backoff: `delay_ms`, x `multiplier` per restart up to `max_delay_ms`, each
+    #   spread by +-`jitter` (a fraction); after `reset_after_ms` without a failure the delay
+    #   and the count start over; at most `attempts` restarts between resets.
+    # failure-rate: give up when more than `attempts` failures fall within `interval_ms`;
+    #   otherwise restart after `delay_ms`.
     # none: fail the job on the first failure.
     strategy: Literal["fixed-delay", "exponential-backoff", "failure-rate", "none"] = "fixed-delay"
     attempts: int = 3
     delay_ms: int = 1000
     max_delay_ms: int = 60_000
     multiplier: float = 2.0
+    jitter: float = 0.1
     reset_after_ms: int = 600_000
     interval_ms: int = 60_000
 
@@ -173,8 +177,7 @@ class JobConfig:
         _positive(self, "checkpoint.every_epochs", self.checkpoint.every_epochs)
         _positive(self, "checkpoint.retained", self.checkpoint.retained)
         _positive(self, "spark.task_attempts", self.spark.task_attempts)
-        if self.restart.attempts < 0:
-            raise ConfigError("restart.attempts must be >= 0")
+        _check_restart(self.restart)
         if self.local_recovery.executor_wait_ms < 0:
             raise ConfigError("local_recovery.executor_wait_ms must be >= 0")
         storage = self.checkpoint.storage
@@ -183,6 +186,23 @@ class JobConfig:
                 f"checkpoint.storage: unsupported storage URI {storage!r}; use "
                 f"file:///absolute/path or s3://bucket/prefix"
             )
+
+
+def _check_restart(r: RestartConfig) -> None:
+    for key in ("attempts", "delay_ms", "max_delay_ms", "reset_after_ms", "interval_ms"):
+        if getattr(r, key) < 0:
+            raise ConfigError(f"restart.{key} must be >= 0")
+    if r.multiplier < 1:
+        raise ConfigError(
+            f"restart.multiplier must be >= 1 (the delay never shrinks), got {r.multiplier}"
+        )
+    if not 0 <= r.jitter <= 1:
+        raise ConfigError(f"restart.jitter is a fraction of the delay: 0 to 1, got {r.jitter}")
+    if r.max_delay_ms < r.delay_ms:
+        raise ConfigError(
+            f"restart.max_delay_ms ({r.max_delay_ms}) is below restart.delay_ms ({r.delay_ms}); "
+            f"raise max_delay_ms or lower delay_ms"
+        )
 
 
 def _positive(_: object, key: str, value: int) -> None:

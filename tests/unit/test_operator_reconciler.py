@@ -6,6 +6,7 @@ behind: the status and operation it wrote, the objects it created, the events it
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,10 @@ def restore_arg(bed: Bed, pod: str | None = None) -> str:
 def job_yaml(bed: Bed) -> dict[str, Any]:
     cfg: dict[str, Any] = yaml.safe_load(bed.kube.configs["counts-config"]["data"]["job.yaml"])
     return cfg
+
+
+def conditions_message(bed: Bed, ctype: str) -> str:
+    return next(c["message"] for c in bed.status["conditions"] if c["type"] == ctype)
 
 
 def conditions(bed: Bed) -> dict[str, tuple[str, str]]:
@@ -236,7 +241,11 @@ def test_a_failed_driver_restarts_from_the_latest_checkpoint_after_a_backoff(
     reason = "driver pod Failed (exit 137)" if how == "failed" else "driver pod gone (exit None)"
     assert bed.status["lastError"] == reason
     assert (bed.status["restarts"], bed.status["phase"]) == (1, "Restarting")
-    assert ("Warning", "DriverFailed", f"{reason}; restart 1 of 10") in bed.events
+    # The default: exponential-backoff from 1 s with 10% jitter, at most 10 restarts.
+    failed = [m for _, r, m in bed.events if r == "DriverFailed"]
+    assert len(failed) == 1 and re.fullmatch(
+        re.escape(f"{reason}; restart 1 of 10, in ") + r"(0\.9|1\.0|1\.1)s", failed[0]
+    ), failed
     assert op.not_before is not None and op.not_before > time.time()
     assert bed.step() > 0 and not bed.kube.deleted, "waits out the backoff"
     bed.edit_operation(notBefore=0)
@@ -303,6 +312,54 @@ def test_restarts_exhausted_fail_the_pipeline(tmp_path: Path) -> None:
     bed.edit_spec(image="stator-runtime:2")  # a new spec is tried
     bed.step()
     assert bed.op is not None and bed.op.kind is OpKind.UPGRADE
+
+
+def test_a_crash_looping_driver_is_restarted_with_growing_delays(tmp_path: Path) -> None:
+    """The operator restarts a failed driver pod by the job's restart strategy: here
+    exponential-backoff from 2 s, x3, capped at 10 s, no jitter, at most 4 restarts."""
+    failover = {
+        "restartStrategy": "exponential-backoff",
+        "maxRestarts": 4,
+        "restartDelaySeconds": 2,
+        "maxRestartDelaySeconds": 10,
+        "backoffMultiplier": 3,
+        "backoffJitter": 0,
+    }
+    bed = Bed(tmp_path, failover=failover)
+    bed.deploy()
+    waits = []
+    for _ in range(4):
+        bed.kube.set_phase(bed.driver_pod(), "Failed", exit_code=1)
+        bed.step()
+        op = bed.op
+        assert op is not None and op.kind is OpKind.RESTART and op.not_before is not None
+        waits.append(round(op.not_before - time.time()))
+        bed.edit_operation(notBefore=0)
+        bed.finish()
+    assert waits == [2, 6, 10, 10]
+    assert bed.status["restartHistory"]["count"] == 4
+    bed.kube.set_phase(bed.driver_pod(), "Failed", exit_code=1)
+    bed.step()
+    s = bed.status
+    assert (s["phase"], s["restarts"], bed.op) == ("Failed", 5, None)
+    assert "exponential-backoff allows 4" in conditions_message(bed, "Ready")
+
+
+def test_a_new_spec_gets_a_fresh_restart_budget(tmp_path: Path) -> None:
+    failover = {"restartStrategy": "fixed-delay", "maxRestarts": 1}
+    bed = Bed(tmp_path, failover=failover, upgradeMode="last-state")
+    bed.deploy()
+    bed.kube.set_phase(bed.driver_pod(), "Failed", exit_code=1)
+    bed.step()
+    assert bed.status["restartHistory"]["count"] == 1
+    bed.edit_operation(notBefore=0)
+    bed.finish()
+    bed.edit_spec(image="stator-runtime:2")
+    bed.finish()
+    assert "restartHistory" not in bed.status
+    bed.kube.set_phase(bed.driver_pod(), "Failed", exit_code=1)
+    bed.step()
+    assert bed.op is not None and bed.op.kind is OpKind.RESTART, "one restart allowed again"
 
 
 def test_a_first_deployment_that_never_gets_ready_restarts(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ One epoch:
    carries the split's watermark). Nothing to read and nothing finishing -> wait, re-plan.
 2. Run (``sparkjob.py``): source tasks -> shuffle by key-group -> keyed tasks -> ... ->
    sinks, as one Spark job. Keyed tasks commit their state for the epoch atomically
-   (``keyed_task.py``); if a checkpoint is due they also snapshot and upload.
+   (``tasks/keyed.py``); if a checkpoint is due they also snapshot and upload.
 3. Advance: source positions move to the ranges' ends; staged sink output joins the output
    pending commit (``completion.py``).
 4. Checkpoint (if due, ``completion.py``): the coordinator completes it (metadata last),

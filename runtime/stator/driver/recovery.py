@@ -162,9 +162,11 @@ class Recovery:
                 self._discard_staged()
                 raise JobFailed(
                     f"job '{self.job}' failed and the restart strategy "
-                    f"'{self.config.restart.strategy}' gave up: {self.status.last_error}"
+                    f"'{self.config.restart.strategy}' gave up ({self.restart.why}): "
+                    f"{self.status.last_error}"
                 ) from exc
             self.status.restarts += 1
+            log.info("restarting in %d ms (%s)", delay, self.restart.why)
             time.sleep(delay / 1000)
             try:
                 latest = self.coordinator.latest
