@@ -60,8 +60,9 @@ class GeneratorSource(Source):
     # None = as fast as epochs allow; else this many records per second in all, from where
     # the job (re)started: a restored job does not wait out the time it was away.
     rate_per_second: float | None = None
-    # With a rate: the first ``burst`` records (in all) are there at once, before the rate
-    # applies (e.g. to build up state quickly, then run steadily).
+    # With a rate: the first ``burst`` records (in all) are there at once, and the rate adds
+    # to them from the start (e.g. build up state quickly, then run steadily). A job restored
+    # past the burst does not get it again.
     burst: int = 0
     _started_ms: int | None = field(default=None, repr=False)
     _base: dict[str, int] = field(default_factory=dict, repr=False)
@@ -103,7 +104,7 @@ class GeneratorSource(Source):
             if split not in positions:
                 continue
             done, total = int(positions[split]), self._split_total(j)
-            limit = max(burst, self._base.get(split, 0) + allowance)
+            limit = max(burst, self._base.get(split, 0)) + allowance
             end = min(total, done + per_split, limit)
             if end > done or done >= total:
                 ranges.append(SplitRange(split, done, int(max(end, done)), j, final=end >= total))
