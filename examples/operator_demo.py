@@ -1,18 +1,24 @@
 """``make demo``: the main job, the way users run it.
 
 Starts the local test bed (a real kube-apiserver with controller-manager and scheduler, the
-node agent that runs pods as processes, MinIO), installs the operator's CRD and RBAC from the
-Helm chart and runs the operator with exactly that RBAC, then:
+node agent that runs pods as processes on three nodes with local volumes, MinIO), installs the
+operator's CRD and RBAC from the Helm chart and runs the operator with exactly that RBAC, then:
 
 1. ``kubectl apply``s a StatefulPipeline (rate-limited generator -> keyed count -> exactly-once
-   file sink on MinIO, checkpoints on MinIO);
-2. kills the driver process (SIGKILL): the operator restarts it from the latest checkpoint;
-3. ``kubectl scale``s it from 2 to 4: stop with savepoint, restore at the new parallelism;
-4. waits until the job has read all its input and checks the committed output is exact.
+   file sink on MinIO, checkpoints on MinIO) with executors as pods, each on a claim of a local
+   volume of its node, and shows the pods and which node holds which key-group ranges;
+2. kills an executor (SIGKILL): it restarts in its pod on its node and the job goes on with
+   the state on that node's disk (no byte read from MinIO);
+3. kills the driver (SIGKILL): the operator starts a new one whose executors come back on the
+   same nodes and restore from their local copies;
+4. ``kubectl scale``s it from 4 to 6: stop with savepoint, restore at the new parallelism on
+   three executors;
+5. waits until the job has read all its input and checks the committed output is exact.
 
-It prints the status along the way and two numbers: apply -> driver pod created, and the
+It prints the status along the way and three numbers: apply -> driver pod created, the
 operator's own share of the rescale (everything but the savepoint, the restore and Spark's
-start-up, which the driver reports and which are subtracted).
+start-up, which the driver reports and which are subtracted), and the bytes each recovery read
+from MinIO.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNT, RATE = 40_000, 800
@@ -33,16 +40,15 @@ def main() -> int:
     from stator.sinks import read_committed
     from stator.storage import S3Options
     from tests.e2e.conftest import (
-        Operator,
+        LOCAL_STORAGE_CLASS,
         Space,
         _render_and_apply,
-        _token_kubeconfig,
+        launch_operator,
         wait_for_crd,
     )
     from tests.e2e.test_operator import expected_counts
     from tests.testbed.bed import running
     from tests.testbed.nodeagent import NodeAgent
-    from tests.testbed.procs import LOOPBACK, ManagedProcess, free_port
 
     t0 = time.monotonic()
 
@@ -60,36 +66,29 @@ def main() -> int:
         agent = NodeAgent(
             kube.kubeconfig,
             work / "agent",
+            nodes=["node-0", "node-1", "node-2"],
             extra_env={
                 "PYTHONPATH": str(ROOT),
                 "PYSPARK_PYTHON": sys.executable,
                 "STATOR_HOME": str(work / "home"),
             },
         ).start()
+        agent.provide_local_volumes(LOCAL_STORAGE_CLASS, per_node=4)
         try:
-            _render_and_apply(kube)  # CRD and RBAC from the Helm chart, as the tests do
-            wait_for_crd(kube)
-            health = f"http://{LOOPBACK}:{free_port()}/healthz"
-            op = Operator(
-                ManagedProcess(
-                    "operator",
-                    [sys.executable, "-m", "stator_operator"],
-                    work / "operator",
-                    env={
-                        "KUBECONFIG": str(_token_kubeconfig(kube, work / "op-kubeconfig")),
-                        "STATOR_OPERATOR_HEALTH": health,
-                        "PYTHONPATH": str(ROOT),
-                    },
-                ),
-                health,
-            )
-            (work / "operator").mkdir(parents=True, exist_ok=True)
-            op.start()
-            say("operator installed from the Helm chart (CRD + least-privilege RBAC) and running")
-
             ns, name = "demo", "clicks"
+            # CRD and RBAC from the Helm chart, as the tests do: namespaced mode, a Role in
+            # the one namespace the operator watches.
+            _render_and_apply(kube, [ns])
+            wait_for_crd(kube)
+            (work / "operator").mkdir(parents=True, exist_ok=True)
+            op = launch_operator(kube, work / "operator", [ns])
+            op.start()
+            say(
+                f"operator installed from the Helm chart (CRD + least-privilege RBAC, watching "
+                f"namespace {ns} only) and running"
+            )
+
             bed.s3.client().create_bucket(Bucket=ns)
-            kube.kubectl("create", "namespace", ns)
             kube.kubectl(
                 "create",
                 "secret",
@@ -101,57 +100,96 @@ def main() -> int:
                 f"--from-literal=AWS_SECRET_ACCESS_KEY={bed.s3.secret_key}",
             )
             space = Space(ns, ns, bed.s3, kube)
-            manifest = space.manifest(name, env={"COUNT": COUNT, "RATE": RATE})
-            print(json.dumps(manifest["spec"], indent=1)[:1200])
+            manifest = space.manifest(name, replicas=4, env={"COUNT": COUNT, "RATE": RATE})
+            manifest["spec"]["executor"] = {
+                "cores": 2,
+                "memory": "512m",
+                "env": [{"name": "AWS_ENDPOINT_URL_S3", "value": bed.s3.endpoint_url}],
+            }
+            manifest["spec"]["localRecovery"] = {
+                "volume": {"storageClassName": LOCAL_STORAGE_CLASS, "size": "1Gi"}
+            }
+            print(json.dumps(manifest["spec"], indent=1)[:1600])
             t_apply = time.monotonic()
             space.apply(manifest)
             while not space.driver_pods(name):
                 time.sleep(0.02)
             apply_to_pod = time.monotonic() - t_apply
             say(f"kubectl apply -> driver pod created in {apply_to_pod:.2f}s")
-            space.wait(
+            status = space.wait(
                 name,
                 "running",
                 lambda s: (
-                    s.get("phase") == "Running" and s.get("latestCheckpoint", {}).get("id", 0) >= 2
+                    s.get("phase") == "Running"
+                    and s.get("latestCheckpoint", {}).get("id", 0) >= 2
+                    and bool(s.get("placement"))
                 ),
+                timeout=300,
             )
             say(kube.kubectl("get", "spl", "-n", ns).stdout.strip())
+            say("pods:\n" + kube.kubectl("get", "pods", "-n", ns, "-o", "wide").stdout.strip())
+            _show_placement(say, status)
 
-            pod = space.driver_pods(name)[-1]["metadata"]["name"]
-            os.killpg(agent.pods[f"{ns}/{pod}"].proc.pid, signal.SIGKILL)
-            say(f"killed driver {pod} with SIGKILL")
-            space.wait(
+            executor = _executor_pods(kube, ns)[0]
+            before = space.status(name)
+            os.killpg(agent.pods[f"{ns}/{executor}"].proc.pid, signal.SIGKILL)
+            say(f"killed executor {executor} with SIGKILL")
+            status = space.wait(
+                name,
+                "six epochs after the kill",
+                lambda s: s.get("epoch", 0) >= before.get("epoch", 0) + 6,
+                timeout=300,
+            )
+            restarts = kube.kubectl_json("get", "pod", executor, "-n", ns)["status"]
+            say(
+                f"executor {executor} restarted in its pod "
+                f"({restarts['containerStatuses'][0]['restartCount']} restart(s)) on the same "
+                f"node; restores since: {json.dumps(_restores(status))}"
+            )
+            _show_placement(say, status)
+
+            first = status["deployment"]["id"]
+            driver = space.driver_pods(name)[-1]["metadata"]["name"]
+            os.killpg(agent.pods[f"{ns}/{driver}"].proc.pid, signal.SIGKILL)
+            say(f"killed driver {driver} with SIGKILL")
+            status = space.wait(
                 name,
                 "restarted",
                 lambda s: (
-                    s.get("restarts") == 1
-                    and s.get("phase") == "Running"
-                    and not s.get("operation")
+                    s.get("deployment", {}).get("id") not in (None, first)
+                    and (s.get("placement") or {}).get("keyedTasks", 0) >= 8
                 ),
+                timeout=300,
             )
-            say("operator restarted the driver from the latest checkpoint")
+            say(
+                "operator restarted the driver from the latest checkpoint; its executors came "
+                f"back on the same nodes; restores: {json.dumps(_restores(status))}"
+            )
+            _show_placement(say, status)
 
             t_scale = time.monotonic()
-            kube.kubectl("scale", "statefulpipeline", name, "-n", ns, "--replicas=4")
+            kube.kubectl("scale", "statefulpipeline", name, "-n", ns, "--replicas=6")
             marks: dict[str, float] = {}
             while True:
                 s = space.status(name)
                 op_step = (s.get("operation") or {}).get("stepName")
                 if op_step and op_step not in marks:
                     marks[op_step] = time.monotonic()
-                if s.get("replicas") == 4 and not s.get("operation"):
+                if s.get("replicas") == 6 and not s.get("operation"):
                     break
                 time.sleep(0.05)
             t_done = time.monotonic()
             savepoint = s["deployment"]["restoredFrom"]
             driver_time = _driver_share(marks, t_done)
             total = t_done - t_scale
-            say(f"rescaled 2 -> 4 in {total:.1f}s through savepoint {savepoint}")
+            say(f"rescaled 4 -> 6 in {total:.1f}s through savepoint {savepoint}")
             say(
                 f"operator's own share of the rescale: {total - driver_time:.1f}s "
                 f"(savepoint, restore and Spark start-up: {driver_time:.1f}s)"
             )
+            status = space.wait(name, "placed", lambda s: bool(s.get("placement")), timeout=120)
+            say("pods:\n" + kube.kubectl("get", "pods", "-n", ns, "-o", "wide").stdout.strip())
+            _show_placement(say, status)
             space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=600)
             say(kube.kubectl("get", "spl", "-n", ns).stdout.strip())
             final = space.status(name)
@@ -176,13 +214,36 @@ def main() -> int:
             exact = last == expected_counts(COUNT)
             say(
                 f"committed output: {len(records)} running counts; final counts "
-                f"{'exact' if exact else 'WRONG'} over {COUNT:,} events after a crash and a "
-                f"rescale"
+                f"{'exact' if exact else 'WRONG'} over {COUNT:,} events after an executor kill, "
+                f"a driver kill and a rescale"
             )
             op.stop()
             return 0 if exact else 1
         finally:
             agent.stop()
+
+
+def _executor_pods(kube: Any, ns: str) -> list[str]:
+    pods = kube.kubectl_json("get", "pods", "-n", ns, "-l", "spark-role=executor")["items"]
+    return sorted(p["metadata"]["name"] for p in pods)
+
+
+def _restores(status: dict[str, Any]) -> dict[str, Any]:
+    r = status.get("restores") or {}
+    return {k: r.get(k, 0) for k in ("local", "remote", "localBytes", "remoteBytes")}
+
+
+def _show_placement(say: Any, status: dict[str, Any]) -> None:
+    placement = status.get("placement") or {}
+    rows = [
+        f"  subtask {s['subtask']}: key-groups {s['keyGroups']} on {s['node']} "
+        f"(executor {s['executor']}), local copy of checkpoint {s['checkpointId']}"
+        for s in placement.get("subtasks", [])
+    ]
+    say(
+        f"placement ({placement.get('keyedTasksLocal')} of {placement.get('keyedTasks')} keyed "
+        f"tasks ran where their state is):\n" + "\n".join(rows)
+    )
 
 
 def _driver_share(marks: dict[str, float], done: float) -> float:

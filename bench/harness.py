@@ -1,0 +1,99 @@
+"""How every comparison in ``bench/`` is measured and reported.
+
+A comparison runs two contenders on the same input the same number of times (at least 3),
+alternating A, B, A, B, ... so that drift of the machine (other load, a warming cache) falls
+on both alike. Each run returns its measurement only after it checked its own output (a run
+whose output is wrong raises: its time never counts). The report gives, per contender, the
+median and the spread (min-max) of its runs, and the ratio of the medians.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class WrongOutput(AssertionError):
+    """A benchmark run's output failed its check: the run does not count."""
+
+
+@dataclass(frozen=True)
+class Runs:
+    """One contender's measurements (one number per run, in ``unit``)."""
+
+    name: str
+    unit: str
+    values: tuple[float, ...]
+    details: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def median(self) -> float:
+        return float(statistics.median(self.values))
+
+    def cell(self, fmt: str = "{:,.0f}") -> str:
+        lo, hi = min(self.values), max(self.values)
+        return (
+            f"{self.name}: {fmt.format(self.median)} {self.unit} "
+            f"(min {fmt.format(lo)}, max {fmt.format(hi)}, n={len(self.values)})"
+        )
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """``stator`` against ``peer``; ``higher_is_better`` decides which way the ratio reads
+    (rates: stator / peer; times: peer / stator, so that > 1 always favours Stator)."""
+
+    what: str  # exactly what was compared
+    stator: Runs
+    peer: Runs
+    higher_is_better: bool = True
+    target: str = ""
+    fmt: str = "{:,.0f}"
+
+    @property
+    def ratio(self) -> float:
+        a, b = self.stator.median, self.peer.median
+        return a / b if self.higher_is_better else b / a
+
+    def row(self) -> tuple[str, str, str, str]:
+        target = f" (target {self.target})" if self.target else ""
+        return (
+            self.what,
+            self.stator.cell(self.fmt),
+            self.peer.cell(self.fmt),
+            f"**{self.ratio:.2f}x**{target}",
+        )
+
+
+Measure = Callable[[], tuple[float, dict[str, Any]]]
+
+
+@dataclass
+class Alternating:
+    """Runs contenders in turn; each call returns (value, details) of one checked run."""
+
+    runs: int = 3
+    log: Callable[[str], None] = print
+    results: dict[str, list[tuple[float, dict[str, Any]]]] = field(default_factory=dict)
+
+    def measure(self, contenders: dict[str, Measure]) -> dict[str, list[float]]:
+        if self.runs < 1:
+            raise ValueError("runs must be >= 1")
+        for i in range(self.runs):
+            for name, run in contenders.items():
+                value, details = run()
+                self.results.setdefault(name, []).append((value, details))
+                self.log(f"  run {i + 1}/{self.runs} {name}: {value:,.3f} {details}")
+        return {name: [v for v, _ in self.results[name]] for name in contenders}
+
+    def runs_of(self, name: str, label: str, unit: str) -> Runs:
+        got = self.results[name]
+        return Runs(label, unit, tuple(v for v, _ in got), tuple(d for _, d in got))
+
+
+def table(rows: list[tuple[str, str, str, str]]) -> str:
+    lines = ["| benchmark | Stator | peer | ratio of medians |", "|---|---|---|---|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)

@@ -1,0 +1,331 @@
+"""``python -m bench.pods``: executors as pods on the local test bed, against their peers in
+the same run (``bench/harness.py``: alternating runs, medians and spread, checked output).
+
+1. ``recovery``: an executor holding all of a job's keyed state (``--state-bytes``, 1 GiB by
+   default) loses its pod. Stator with task-local recovery (the executor's state on a claim
+   of a local volume, ``localRecovery.pinning: required``) against the same job without it
+   (state in the pod's emptyDir, local recovery off: the replacement executor reads the
+   checkpoint from MinIO, as Spark's own state store does). Both pipelines run side by side
+   and lose their executor pod in turn; the time counts from the pod's deletion to the second
+   epoch the job completes after it (processing again, whatever epoch was in flight). A run
+   counts only if the restore read what it should from MinIO: nothing with local recovery,
+   the whole state without.
+2. ``throughput``: a keyed count of ``--count`` events over ``--keys`` keys, to the end of its
+   input, with two executor pods of one core each against ``local[*]`` in the driver pod, on
+   the same two cores. Rate over the epochs after the first (Spark's start-up left out, the
+   same for both); a run counts only if the committed counts are exact.
+
+MinIO, the API server and every pod share this machine's cores with the job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import functools
+import json
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from bench.harness import Alternating, Comparison, WrongOutput, table
+
+ROOT = Path(__file__).resolve().parent.parent
+MULT, SEED = 2654435761, 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.pods", description=__doc__)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--state-bytes", type=int, default=1 << 30)
+    parser.add_argument("--value-bytes", type=int, default=4096)
+    parser.add_argument("--count", type=int, default=1_500_000)
+    parser.add_argument("--keys", type=int, default=50_000)
+    parser.add_argument("--only", nargs="*", default=["recovery", "throughput"])
+    parser.add_argument("--json", type=Path, help="also write the measurements here")
+    args = parser.parse_args(argv)
+    with _Bed() as space:
+        rows, results = [], {}
+        if "recovery" in args.only:
+            c = recovery(space, args)
+            rows.append(c.row())
+            results["recovery"] = _dump(c)
+        if "throughput" in args.only:
+            c = throughput(space, args)
+            rows.append(c.row())
+            results["throughput"] = _dump(c)
+    print(table(rows))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+def _dump(c: Comparison) -> dict[str, Any]:
+    return {
+        "what": c.what,
+        "ratio": c.ratio,
+        "stator": {"values": c.stator.values, "details": c.stator.details},
+        "peer": {"values": c.peer.values, "details": c.peer.details},
+    }
+
+
+# ---------------------------------------------------------------------------- the test bed
+
+
+class _Bed:
+    """The test bed with the operator running, and one namespace with a bucket."""
+
+    def __enter__(self) -> Any:
+        from contextlib import ExitStack
+
+        from tests.e2e.conftest import (
+            LOCAL_STORAGE_CLASS,
+            Space,
+            _render_and_apply,
+            launch_operator,
+            wait_for_crd,
+        )
+        from tests.testbed.bed import running
+        from tests.testbed.nodeagent import NodeAgent
+
+        self.stack = ExitStack()
+        bed = self.stack.enter_context(running(kafka=False))
+        kube = bed.kube
+        assert kube is not None
+        work = Path(tempfile.mkdtemp(prefix="bench-pods-"))
+        agent = NodeAgent(
+            kube.kubeconfig,
+            work / "agent",
+            nodes=["node-0", "node-1", "node-2"],
+            extra_env={"PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable},
+        ).start()
+        self.stack.callback(agent.stop)
+        agent.provide_local_volumes(LOCAL_STORAGE_CLASS, per_node=4, capacity="8Gi")
+        ns = f"bench-{uuid.uuid4().hex[:6]}"
+        _render_and_apply(kube, [ns])
+        wait_for_crd(kube)
+        (work / "operator").mkdir(parents=True)
+        op = launch_operator(kube, work / "operator", [ns])
+        op.start()
+        self.stack.callback(op.stop)
+        bed.s3.client().create_bucket(Bucket=ns)
+        kube.kubectl(
+            "create",
+            "secret",
+            "generic",
+            "s3-credentials",
+            "-n",
+            ns,
+            f"--from-literal=AWS_ACCESS_KEY_ID={bed.s3.access_key}",
+            f"--from-literal=AWS_SECRET_ACCESS_KEY={bed.s3.secret_key}",
+        )
+        space = Space(ns, ns, bed.s3, kube)
+        space.storage_class = LOCAL_STORAGE_CLASS  # type: ignore[attr-defined]
+        return space
+
+    def __exit__(self, *exc: object) -> None:
+        self.stack.close()
+
+
+def _manifest(space: Any, name: str, entrypoint: str, env: dict[str, Any], **spec: Any) -> Any:
+    manifest = space.manifest(name, env=env, entrypoint=entrypoint, **spec)
+    manifest["spec"]["driver"]["env"] = [
+        e for e in manifest["spec"]["driver"]["env"] if e["name"] != "COUNTS_OUT"
+    ] + [{"name": "OUT", "value": f"s3://{space.bucket}/{name}/out"}]
+    return manifest
+
+
+def _executors(space: Any, cores: int, instances: int, memory: str = "1g") -> dict[str, Any]:
+    return {
+        "cores": cores,
+        "instances": instances,
+        "memory": memory,
+        "env": [{"name": "AWS_ENDPOINT_URL_S3", "value": space.pod_s3}],
+    }
+
+
+def _driver(space: Any, name: str) -> Any:
+    """The control API of the pipeline's running driver."""
+    from stator.control.client import ControlClient
+
+    pod = space.driver_pods(name)[-1]
+    token = space.kube.kubectl_json("get", "secret", f"{name}-control", "-n", space.name)
+    secret = base64.b64decode(token["data"]["token"]).decode()
+    return ControlClient(f"http://{pod['status']['podIP']}:8081", token=secret)
+
+
+def _poll(what: str, check: Any, timeout: float, every: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            got = check()
+        except Exception:  # the driver may be between pods: look again
+            got = None
+        if got:
+            return got
+        time.sleep(every)
+    raise TimeoutError(what)
+
+
+# ---------------------------------------------------------------------------- 1. recovery
+
+
+def recovery(space: Any, args: argparse.Namespace) -> Comparison:
+    keys = args.state_bytes // args.value_bytes
+    env = {"KEYS": keys, "VALUE_BYTES": args.value_bytes, "RATE": 100}
+    config = {"epoch.max_records": str(keys), "restart.delay_ms": "200"}
+    contenders = {
+        "local": {"volume": {"storageClassName": space.storage_class, "size": "4Gi"}},
+        "remote": {"enabled": False},
+    }
+    for name, local in contenders.items():
+        space.apply(
+            _manifest(
+                space,
+                name,
+                "bench.pipelines:big_state",
+                env,
+                replicas=2,
+                config=config,
+                executor=_executors(space, cores=2, instances=1, memory="1g"),
+                localRecovery=local,
+            )
+        )
+    for name in contenders:
+        space.wait(
+            name,
+            "the state written and checkpointed",
+            lambda s: (
+                s.get("phase") == "Running"
+                and s.get("latestCheckpoint", {}).get("stateBytes", 0)
+                >= 0.9 * keys * args.value_bytes
+            ),
+            timeout=900,
+        )
+        print(f"{name}: {space.status(name)['latestCheckpoint']}", file=sys.stderr)
+    runs = Alternating(args.runs, log=lambda line: print(line, file=sys.stderr))
+    runs.measure({name: functools.partial(_lose_executor, space, name) for name in contenders})
+    state_gb = keys * args.value_bytes / 1e9
+    for name in contenders:
+        space.kube.kubectl("delete", "statefulpipeline", name, "-n", space.name, "--wait=false")
+    return Comparison(
+        f"an executor pod holding {state_gb:.2f} GB of keyed state is deleted: time until the "
+        f"job processes again (2nd epoch after); task-local recovery on a local volume vs the "
+        f"state restored from MinIO",
+        runs.runs_of("local", "local volume", "s"),
+        runs.runs_of("remote", "from MinIO", "s"),
+        higher_is_better=False,
+        target=">= 5x",
+        fmt="{:.1f}",
+    )
+
+
+def _lose_executor(space: Any, name: str) -> tuple[float, dict[str, Any]]:
+    """Delete the pipeline's executor pod; time until the job completed two more epochs;
+    check where the restore read from."""
+    driver = _driver(space, name)
+    before = driver.job()
+    pod = space.kube.kubectl_json(
+        "get", "pods", "-n", space.name, "-l", f"stator.dev/pipeline={name},spark-role=executor"
+    )["items"][0]["metadata"]["name"]
+    epoch = before["epoch"]
+    t0 = time.monotonic()
+    space.kube.kubectl("delete", "pod", pod, "-n", space.name, "--grace-period=0", "--force")
+    after = _poll(
+        f"{name} processing again",
+        lambda: (j := driver.job())["epoch"] >= epoch + 2 and j,
+        timeout=600,
+    )
+    seconds = time.monotonic() - t0
+    read = after["restores"]["remote_bytes"] - before["restores"]["remote_bytes"]
+    details = {
+        "epoch": epoch,
+        "remote_bytes": read,
+        "local_restores": after["restores"]["local"] - before["restores"]["local"],
+    }
+    if name == "local" and read:
+        raise WrongOutput(f"task-local recovery read {read} bytes from MinIO")
+    if name == "remote":
+        state = after["latest_checkpoint"]["state_bytes"]
+        if read < 0.9 * state:
+            raise WrongOutput(f"read {read} bytes from MinIO, the state is {state}")
+    # The executor is back (its replacement registered) before the next run.
+    time.sleep(3)
+    return seconds, details
+
+
+# ---------------------------------------------------------------------------- 2. throughput
+
+
+def throughput(space: Any, args: argparse.Namespace) -> Comparison:
+    expected = _expected_counts(args.count, args.keys)
+    runs = Alternating(args.runs, log=lambda line: print(line, file=sys.stderr))
+    modes = {
+        "pods": {"executor": _executors(space, cores=1, instances=2)},
+        "local": {},
+    }
+    runs.measure(
+        {
+            mode: functools.partial(_count_run, space, args, mode, spec, expected)
+            for mode, spec in modes.items()
+        }
+    )
+    return Comparison(
+        f"keyed count, {args.count:,} events over {args.keys:,} keys, checkpoint every epoch "
+        f"on MinIO: two executor pods of one core vs local[*] in the driver pod (2 cores)",
+        runs.runs_of("pods", "executor pods", "events/s"),
+        runs.runs_of("local", "local[*]", "events/s"),
+        target=">= 0.8",
+    )
+
+
+def _count_run(
+    space: Any, args: argparse.Namespace, mode: str, spec: dict[str, Any], expected: Counter[str]
+) -> tuple[float, dict[str, Any]]:
+    from stator.sinks import read_committed
+    from stator.storage import S3Options
+
+    name = f"count-{mode}-{uuid.uuid4().hex[:4]}"
+    env = {"COUNT": args.count, "KEYS": args.keys}
+    config = {"epoch.max_records": "150000"}
+    space.apply(
+        _manifest(space, name, "bench.pipelines:counts", env, replicas=2, config=config, **spec)
+    )
+    _poll(f"{name} driver", lambda: space.driver_pods(name) and _driver(space, name).job(), 300)
+    driver = _driver(space, name)
+    first = _poll(f"{name} first epoch", lambda: (j := driver.job())["epoch"] >= 1 and j, 300, 0.05)
+    t1 = time.monotonic()
+    last = _poll(
+        f"{name} done",
+        lambda: (j := driver.job())["records_in"] >= args.count and j,
+        900,
+        0.05,
+    )
+    seconds = time.monotonic() - t1
+    rate = (last["records_in"] - first["records_in"]) / seconds
+    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=300)
+    opts = S3Options(
+        endpoint_url=space.s3.endpoint_url,
+        access_key_id=space.s3.access_key,
+        secret_access_key=space.s3.secret_key,
+    )
+    final: dict[str, int] = {}
+    for key, value in read_committed(f"s3://{space.bucket}/{name}/out", opts):
+        final[key] = int(value)
+    if final != dict(expected):
+        raise WrongOutput(f"{name}: the committed counts differ from the input's")
+    space.kube.kubectl("delete", "statefulpipeline", name, "-n", space.name, "--wait=false")
+    return rate, {"seconds": seconds, "epochs": last["epoch"]}
+
+
+def _expected_counts(count: int, keys: int) -> Counter[str]:
+    """The per-key counts of KeyedEvents(keys, seed=1), computed independently of Stator."""
+    return Counter(f"k{((i * MULT + SEED) & 0xFFFFFFFF) % keys}" for i in range(count))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
