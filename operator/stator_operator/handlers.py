@@ -4,6 +4,7 @@ its next steps, one pipeline at a time."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Any, cast
@@ -33,6 +34,12 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="stator.dev")
     settings.posting.level = logging.INFO
     settings.watching.server_timeout = 120
+    if os.environ.get("STATOR_WATCH_NAMESPACES"):
+        # Namespaced mode: the watched namespaces are exact names and the operator may not
+        # list namespaces (least privilege). Without this kopf first retries that forbidden
+        # list for about a minute before it watches anything. (CRDs are still listed once at
+        # start: the chart installs the CRD before the operator.)
+        settings.scanning.disabled = True
 
 
 def _pipeline(body: Any) -> Pipeline:
