@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kubernetes.client.rest import ApiException
+
 from stator.control.client import (
     ControlHTTPError,
     ControlUnreachable,
@@ -50,6 +52,13 @@ class FakeKube:
         self.executor_pods: dict[str, str] = {}  # pod -> node
         self.claims: set[str] = set()
         self.lost_nodes: set[str] = set()
+        # Calls that fail (as the API server or the network would) the next N times.
+        self.failing: dict[str, int] = {}
+
+    def _call(self, method: str) -> None:
+        if self.failing.get(method, 0) > 0:
+            self.failing[method] -= 1
+            raise ApiException(status=503, reason=f"{method}: the API server is unavailable")
 
     def patch_status(self, namespace: str, name: str, fields: dict[str, Any]) -> None:
         self.patches.append(copy.deepcopy(fields))
@@ -66,6 +75,7 @@ class FakeKube:
 
     def delete_drivers(self, namespace: str, name: str) -> bool:
         """Pods asked to go before are gone now; the others are asked to go."""
+        self._call("delete_drivers")
         for pod_name in [n for n, p in self.pods.items() if p["metadata"].get("deleting")]:
             del self.pods[pod_name]
         for pod_name, pod in self.pods.items():
@@ -75,6 +85,7 @@ class FakeKube:
         return bool(self.pods)
 
     def ensure(self, obj: dict[str, Any]) -> None:
+        self._call("ensure")
         kind, name = obj["kind"], obj["metadata"]["name"]
         if kind == "Pod":
             self.pods.setdefault(name, {**copy.deepcopy(obj), "status": {"phase": "Pending"}})
@@ -84,12 +95,14 @@ class FakeKube:
             self.objects.setdefault((kind, name), copy.deepcopy(obj))
 
     def apply(self, obj: dict[str, Any]) -> None:
+        self._call("apply")
         if obj["kind"] == "ConfigMap":
             self.configs[obj["metadata"]["name"]] = copy.deepcopy(obj)
         else:
             self.objects[(obj["kind"], obj["metadata"]["name"])] = copy.deepcopy(obj)
 
     def executors_left(self, namespace: str, app_id: str) -> bool:
+        self._call("executors_left")
         return bool(self.executor_pods)
 
     def delete_claims(self, namespace: str, app_id: str, keep: int) -> list[str]:

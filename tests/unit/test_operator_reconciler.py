@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes.client.rest import ApiException
 
 from stator.config import JobConfig
 from stator.storage import open_store
@@ -945,3 +946,33 @@ def test_deleting_the_pipeline_deletes_the_executors_claims(tmp_path: Path) -> N
         pass
     assert not bed.kube.claims
     assert bed.reasons()[-2:] == ["ClaimsDeleted", "Deleted"]
+
+
+@pytest.mark.parametrize("method", ["ensure", "apply", "delete_drivers", "executors_left"])
+def test_an_api_error_at_any_step_is_retried_without_a_second_driver(
+    tmp_path: Path, method: str
+) -> None:
+    """A Kubernetes call that fails mid-step (kopf retries the handler) leaves the operation
+    where it was: the retried step finishes it, with one driver and nothing lost."""
+    bed = Bed(tmp_path)
+    bed.deploy()
+    bed.kube.set_phase(bed.driver_pod(), "Failed", exit_code=137)
+    bed.step()
+    bed.edit_operation(notBefore=0)
+    bed.kube.failing[method] = 2
+    failures = 0
+    for _ in range(30):
+        if bed.op is not None and bed.op.step is Step.AWAIT_READY:
+            break
+        try:
+            bed.step()
+        except ApiException:
+            failures += 1
+    assert failures == 2, f"{method} was called and failed twice"
+    op = bed.op
+    assert op is not None and (op.kind, op.step) == (OpKind.RESTART, Step.AWAIT_READY)
+    live = [p for p, pod in bed.kube.pods.items() if not pod["metadata"].get("deleting")]
+    assert live == [f"counts-driver-{op.id}"], "exactly one driver for the restart"
+    bed.start_driver()
+    bed.until(lambda: not bed.op)
+    assert bed.status["phase"] == "Running" and restore_arg(bed) == "latest"
