@@ -107,6 +107,19 @@ class FileStore(ObjectStore):
         super().__init__(uri)
         self.root = Path(urlparse(uri).path)
 
+    def check(self) -> None:
+        """As for any store, and the directories the probe had to create are removed again:
+        a job refused before it starts leaves the file system as it found it."""
+        created = [
+            p for p in (self.root / "_probe", self.root, *self.root.parents) if not p.exists()
+        ]
+        try:
+            super().check()
+        finally:
+            for path in created:  # deepest first
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+
     def _path(self, key: str) -> Path:
         path = (self.root / key).resolve()
         if self.root.resolve() not in (path, *path.parents):

@@ -346,6 +346,12 @@ CASES: list[tuple[str, list[str], str, bool]] = [
     ),
     ("storage-no-bucket", [GOOD_REF, "-s", "checkpoint.storage=s3:///ck"], "has no bucket", False),
     (
+        "savepoint-dir-not-a-directory",
+        [GOOD_REF, "-s", "savepoint.dir=file://{f}/plainfile/sp"],
+        "savepoint.dir file://{f}/plainfile/sp/good-pipe: cannot write",
+        False,
+    ),
+    (
         "storage-unreachable",
         [
             GOOD_REF,
@@ -382,11 +388,11 @@ def test_bad_input_fails_before_spark(
         *(a.format(**fill) for a in args),
         "--set",
         f"state.local_dir={isolated}/state",
-        "--set",
-        f"savepoint.dir=file://{isolated}/sp",
     ]
     if not any(a.startswith("checkpoint.storage=") for a in argv):
         argv += ["--set", f"checkpoint.storage=file://{isolated}/ck"]
+    if not any(a.startswith("savepoint.dir=") for a in argv):
+        argv += ["--set", f"savepoint.dir=file://{isolated}/sp"]
     before = _files(fixtures, isolated)
 
     code = main(argv)

@@ -14,8 +14,10 @@ its cause. So the CLI runs these checks first, in this order, and each one fails
    pipeline: same max parallelism, no state for operators the pipeline dropped (unless
    ``restore.allow_non_restored_state``).
 3. Checkpoint storage reachable and writable (a probe object, removed at once).
+4. The savepoint directory, likewise (a savepoint, a stop-with-savepoint or a rescale would
+   otherwise find out only when it is asked for, with the job running).
 
-Steps 1-2 only read, and step 3 runs last, so a job refused here has written nothing.
+Steps 1-2 only read, and steps 3-4 run last, so a job refused here has written nothing.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from ..config import JobConfig
 from ..errors import CheckpointNotFoundError, ConfigError, StatorError, StorageError
 from ..lineage import list_checkpoints
 from ..savepoint.metadata import SavepointMetadata
-from ..storage import ObjectStore
+from ..storage import ObjectStore, open_store
 from .parallelism import Parallelism
 from .restore import Target, check_compatible, load_target
 
@@ -36,22 +38,23 @@ from .restore import Target, check_compatible, load_target
 def preflight(
     job: str, config: JobConfig, parallelism: Parallelism, store: ObjectStore
 ) -> Target | None:
-    """Steps 2-3 of the module docstring; returns the restore target it found (if any)."""
+    """Steps 2-4 of the module docstring; returns the restore target it found (if any)."""
     target = check_restore_source(job, config, parallelism, store)
-    with _checkpoint_storage(store):
+    with _storage("checkpoint.storage", store.uri):
         store.check()
+    savepoints = f"{config.savepoint.dir.rstrip('/')}/{job}"
+    with _storage("savepoint.dir", savepoints):
+        open_store(savepoints, config.s3).check()
     return target
 
 
 @contextmanager
-def _checkpoint_storage(store: ObjectStore) -> Iterator[None]:
-    """A storage error here is about ``checkpoint.storage``: say so."""
+def _storage(key: str, uri: str) -> Iterator[None]:
+    """A storage error here is about ``key``: say so."""
     try:
         yield
     except StorageError as exc:
-        raise StorageError(
-            f"checkpoint.storage {store.uri}: {exc}. Fix checkpoint.storage (and s3.* for S3)"
-        ) from exc
+        raise StorageError(f"{key} {uri}: {exc}. Fix {key} (and s3.* for S3)") from exc
 
 
 def check_restore_source(
@@ -59,7 +62,7 @@ def check_restore_source(
 ) -> Target | None:
     source = config.restore.source
     if source in ("latest", "none"):
-        with _checkpoint_storage(store):
+        with _storage("checkpoint.storage", store.uri):
             entries = list_checkpoints(store.uri, config.s3)
         completed = [e.metadata for e in entries if e.metadata]
         if source == "none":
