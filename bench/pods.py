@@ -86,6 +86,7 @@ class _Bed:
             LOCAL_STORAGE_CLASS,
             Space,
             _render_and_apply,
+            create_credentials,
             launch_operator,
             wait_for_crd,
         )
@@ -113,16 +114,7 @@ class _Bed:
         op.start()
         self.stack.callback(op.stop)
         bed.s3.client().create_bucket(Bucket=ns)
-        kube.kubectl(
-            "create",
-            "secret",
-            "generic",
-            "s3-credentials",
-            "-n",
-            ns,
-            f"--from-literal=AWS_ACCESS_KEY_ID={bed.s3.access_key}",
-            f"--from-literal=AWS_SECRET_ACCESS_KEY={bed.s3.secret_key}",
-        )
+        create_credentials(kube, ns, bed.s3)
         space = Space(ns, ns, bed.s3, kube)
         space.storage_class = LOCAL_STORAGE_CLASS  # type: ignore[attr-defined]
         return space

@@ -43,6 +43,7 @@ def main() -> int:
         LOCAL_STORAGE_CLASS,
         Space,
         _render_and_apply,
+        create_credentials,
         launch_operator,
         wait_for_crd,
     )
@@ -89,16 +90,7 @@ def main() -> int:
             )
 
             bed.s3.client().create_bucket(Bucket=ns)
-            kube.kubectl(
-                "create",
-                "secret",
-                "generic",
-                "s3-credentials",
-                "-n",
-                ns,
-                f"--from-literal=AWS_ACCESS_KEY_ID={bed.s3.access_key}",
-                f"--from-literal=AWS_SECRET_ACCESS_KEY={bed.s3.secret_key}",
-            )
+            create_credentials(kube, ns, bed.s3)
             space = Space(ns, ns, bed.s3, kube)
             manifest = space.manifest(name, replicas=4, env={"COUNT": COUNT, "RATE": RATE})
             manifest["spec"]["executor"] = {

@@ -279,6 +279,20 @@ def operator(
 LEASE_SECONDS = 6  # the operator's leader Lease in the test bed (15 by default)
 
 
+def create_credentials(kube: Any, namespace: str, s3: Any) -> None:
+    """The Secret a manifest's checkpointing.credentialsSecret names (``s3-credentials``)."""
+    kube.kubectl(
+        "create",
+        "secret",
+        "generic",
+        "s3-credentials",
+        "-n",
+        namespace,
+        f"--from-literal=AWS_ACCESS_KEY_ID={s3.access_key}",
+        f"--from-literal=AWS_SECRET_ACCESS_KEY={s3.secret_key}",
+    )
+
+
 def launch_operator(kube: KubeCluster, work: Path, namespaces: list[str] = WATCHED) -> Operator:
     """An operator process with the RBAC of the chart's service account, watching
     ``namespaces`` (not yet started); several of them elect a leader."""
@@ -462,15 +476,6 @@ def space(
     s3.client().create_bucket(Bucket=bucket)
     if EXTERNAL:  # run.sh created the namespaces; the bed's fixture did too
         restrict(cluster, name)
-    cluster.kubectl(
-        "create",
-        "secret",
-        "generic",
-        "s3-credentials",
-        "-n",
-        name,
-        f"--from-literal=AWS_ACCESS_KEY_ID={s3.access_key}",
-        f"--from-literal=AWS_SECRET_ACCESS_KEY={s3.secret_key}",
-    )
+    create_credentials(cluster, name, s3)
     yield Space(name, bucket, s3, cluster, pod_s3)
     cluster.kubectl("delete", "statefulpipelines", "--all", "-n", name, "--wait=false", check=False)
