@@ -9,7 +9,7 @@ import pytest
 from stator.cluster import session
 from stator.cluster.inventory import Holding, list_copies
 from stator.cluster.placement import LocalRestore, PlacementTracker, uses_placement
-from stator.cluster.replaced import ReplacedExecutorWatcher, replaced
+from stator.cluster.replaced import replaced
 from stator.cluster.session import placement_conf
 from stator.epoch.reports import RestoreReport, StateReport
 from stator.epoch.spec import NODE_NAME_ENV, STATE_DIR_ENV
@@ -154,58 +154,3 @@ def test_an_executor_whose_pod_runs_a_newer_one_is_dead() -> None:
     live = {"1": "10.0.0.1", "2": "10.0.0.2", "3": "10.0.0.1", "12": "10.0.0.2", "4": "10.0.0.3"}
     assert replaced(live) == ["1", "2"]
     assert replaced({"1": "10.0.0.1", "2": "10.0.0.2"}) == []
-
-
-class Watcher(ReplacedExecutorWatcher):
-    """The watcher's decisions, with the registered executors and the pod list given and
-    removals recorded instead of sent to Spark."""
-
-    def __init__(self, live: dict[str, str], ips: set[str] | Exception) -> None:
-        self.now, self.ips, self.removed = 100.0, ips, []  # type: ignore[var-annotated]
-
-        def pod_ips() -> set[str]:
-            if isinstance(self.ips, Exception):
-                raise self.ips
-            return self.ips
-
-        super().__init__(
-            None, grace_s=2.0, pod_ips=pod_ips, clock=lambda: self.now, live=lambda: live
-        )
-
-    def _remove(self, executor: str, why: str) -> None:
-        self.removed.append((executor, why))
-        self._removed.add(executor)
-
-
-def test_an_executor_whose_pod_is_gone_is_removed_after_the_grace() -> None:
-    live = {"1": "10.0.0.1", "2": "10.0.0.2"}
-    w = Watcher(live, {"10.0.0.1"})  # executor 2's pod was deleted; its replacement has no IP yet
-    assert w.check() == []  # missing, but not for grace_s yet
-    w.now += 1.0
-    assert w.check() == []
-    w.now += 1.5
-    assert w.check() == ["2"] and w.removed == [
-        ("2", "its pod is gone (deleted, evicted or replaced)")
-    ]
-    w.now += 5
-    assert w.check() == [], "removed once"
-
-
-def test_a_pod_ip_published_late_or_an_api_failure_removes_nothing() -> None:
-    live = {"1": "10.0.0.1", "2": "10.0.0.2"}
-    w = Watcher(live, {"10.0.0.1"})
-    w.check()
-    w.now += 1.0
-    w.ips = {"10.0.0.1", "10.0.0.2"}  # the API server caught up: executor 2's pod is there
-    w.check()
-    w.ips = {"10.0.0.1"}
-    w.now += 1.5
-    assert w.check() == [], "the grace starts over"
-    w.ips = ConnectionRefusedError("API server unreachable")
-    w.now += 10
-    assert w.check() == [] and w.removed == []
-
-
-def test_a_restarted_container_s_old_executor_goes_at_once() -> None:
-    w = Watcher({"1": "10.0.0.1", "3": "10.0.0.1"}, {"10.0.0.1"})
-    assert w.check() == ["1"] and "newer executor registered from the same pod" in w.removed[0][1]

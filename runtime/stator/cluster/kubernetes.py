@@ -10,12 +10,7 @@ count, cores, memory, labels, Secret references) is plain ``spark.conf`` the ope
 
 from __future__ import annotations
 
-import json
-import ssl
-import urllib.request
 from collections.abc import Mapping
-from pathlib import Path
-from urllib.parse import quote
 
 from ..errors import ConfigError
 
@@ -61,26 +56,3 @@ def in_cluster_conf(env: Mapping[str, str]) -> dict[str, str]:
     if template:
         conf["spark.kubernetes.executor.podTemplateFile"] = template
     return conf
-
-
-def executor_pod_ips(conf: Mapping[str, str], app_id: str, timeout_s: float = 5.0) -> set[str]:
-    """The IPs of this application's executor pods that exist and are not being deleted, as
-    the API server has them (the driver's service account may list pods in its namespace).
-    Raises on any API or network error: the caller must not take a failed look for "no pods"."""
-    master = conf["spark.master"].removeprefix("k8s://")
-    namespace = quote(conf["spark.kubernetes.namespace"], safe="")
-    selector = quote(f"spark-role=executor,spark-app-selector={app_id}", safe="")
-    url = f"{master}/api/v1/namespaces/{namespace}/pods?labelSelector={selector}"
-    token = Path(conf["spark.kubernetes.authenticate.oauthTokenFile"]).read_text().strip()
-    context = ssl.create_default_context(cafile=conf["spark.kubernetes.authenticate.caCertFile"])
-    if not url.startswith("https://"):
-        raise ValueError(f"not an https API server URL: {master!r}")
-    auth = {"Authorization": f"Bearer {token}"}
-    request = urllib.request.Request(url, headers=auth)  # noqa: S310 - https only, checked
-    with urllib.request.urlopen(request, timeout=timeout_s, context=context) as response:  # noqa: S310
-        pods = json.load(response)["items"]
-    return {
-        p["status"]["podIP"]
-        for p in pods
-        if p.get("status", {}).get("podIP") and not p["metadata"].get("deletionTimestamp")
-    }
