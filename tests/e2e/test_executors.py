@@ -81,6 +81,17 @@ def claim_nodes(space: Space, pods: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
+def three_checkpoints(space: Space, name: str) -> dict[str, Any]:
+    """The status once the job runs and has completed three checkpoints."""
+    status: dict[str, Any] = space.wait(
+        name,
+        "three checkpoints",
+        lambda s: s.get("phase") == "Running" and s.get("latestCheckpoint", {}).get("id", 0) >= 3,
+        timeout=300,
+    )
+    return status
+
+
 def restored(status: dict[str, Any]) -> dict[str, Any]:
     return dict(status.get("restores") or {})
 
@@ -152,12 +163,7 @@ def test_a_killed_executor_and_a_killed_driver_restore_from_local_copies(
     name = "local"
     count = 30_000
     space.apply(executor_manifest(space, name, 4, count, rate=900, per_epoch=600))
-    status = space.wait(
-        name,
-        "three checkpoints",
-        lambda s: s.get("phase") == "Running" and s.get("latestCheckpoint", {}).get("id", 0) >= 3,
-        timeout=300,
-    )
+    status = three_checkpoints(space, name)
     pods = running_executors(space, name, 2)
     nodes = nodes_of(pods)
     victim = pods[0]["metadata"]["name"]
@@ -217,12 +223,7 @@ def test_a_lost_node_reads_only_its_own_ranges_from_the_object_store(
     space.apply(
         executor_manifest(space, name, 6, count, rate=900, per_epoch=900, pinning="preferred")
     )
-    space.wait(
-        name,
-        "three checkpoints",
-        lambda s: s.get("phase") == "Running" and s.get("latestCheckpoint", {}).get("id", 0) >= 3,
-        timeout=300,
-    )
+    three_checkpoints(space, name)
     pods = running_executors(space, name, 3)
     where = nodes_of(pods)
     assert len(set(where.values())) == 3, where
