@@ -227,6 +227,8 @@ def _lose_executor(space: Any, name: str) -> tuple[float, dict[str, Any]]:
     epoch = before["epoch"]
     t0 = time.monotonic()
     space.kube.kubectl("delete", "pod", pod, "-n", space.name, "--grace-period=0", "--force")
+    _poll(f"{name} epoch in flight done", lambda: driver.job()["epoch"] >= epoch + 1, 600)
+    first = time.monotonic() - t0
     after = _poll(
         f"{name} processing again",
         lambda: (j := driver.job())["epoch"] >= epoch + 2 and j,
@@ -236,6 +238,7 @@ def _lose_executor(space: Any, name: str) -> tuple[float, dict[str, Any]]:
     read = after["restores"]["remote_bytes"] - before["restores"]["remote_bytes"]
     details = {
         "epoch": epoch,
+        "first_epoch_s": round(first, 1),
         "remote_bytes": read,
         "local_restores": after["restores"]["local"] - before["restores"]["local"],
     }

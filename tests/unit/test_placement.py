@@ -9,7 +9,6 @@ import pytest
 from stator.cluster import session
 from stator.cluster.inventory import Holding, list_copies
 from stator.cluster.placement import LocalRestore, PlacementTracker, uses_placement
-from stator.cluster.replaced import replaced
 from stator.cluster.session import placement_conf
 from stator.epoch.reports import RestoreReport, StateReport
 from stator.epoch.spec import NODE_NAME_ENV, STATE_DIR_ENV
@@ -147,10 +146,3 @@ def test_executors_report_their_local_copies(
     assert copies == [("count", 0, 2, 3), ("count", 0, 2, 4), ("count", 1, 3, 4)]
     monkeypatch.delenv(STATE_DIR_ENV)
     assert next(list_copies("job", str(own), []))[3] == copies
-
-
-def test_an_executor_whose_pod_runs_a_newer_one_is_dead() -> None:
-    """A pod runs one executor; its restarted container registers a new id from the same IP."""
-    live = {"1": "10.0.0.1", "2": "10.0.0.2", "3": "10.0.0.1", "12": "10.0.0.2", "4": "10.0.0.3"}
-    assert replaced(live) == ["1", "2"]
-    assert replaced({"1": "10.0.0.1", "2": "10.0.0.2"}) == []

@@ -30,7 +30,6 @@ from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.metadata import CheckpointMetadata, RemoteFile
 from ..cluster.jvm import load_helper
 from ..cluster.placement import LocalRestore, PlacementTracker, Placer, uses_placement
-from ..cluster.replaced import ReplacedExecutorWatcher
 from ..cluster.session import share_python_path
 from ..config import JobConfig
 from ..epoch.reports import Report, SinkReport, SplitReport, StateReport
@@ -155,9 +154,6 @@ class JobDriver:
                 sc, self.job, cfg.state.local_dir, cfg.local_recovery.executor_wait_ms
             )
             self.placement = self.placer.tracker
-        watcher = None
-        if str(sc.master).startswith("k8s://"):  # executors as pods
-            watcher = ReplacedExecutorWatcher(sc).start()
         self.status.state = JobState.RECOVERING
         try:
             self.recovery.start()
@@ -169,8 +165,6 @@ class JobDriver:
             raise
         finally:
             self.planner.close()
-            if watcher is not None:
-                watcher.stop()
         self.savepoints.close(
             self.status.state.value.lower(), "the job ended before the savepoint was taken"
         )
