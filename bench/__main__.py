@@ -1,16 +1,24 @@
 """``python -m bench`` (``make bench``): Stator against its peers, measured in one run.
 
-Each case runs in its own process (fresh JVM, fresh Python workers) on ``local[2]``; the
-table gives each peer's throughput and Stator's ratio to it. Cases:
+Each run of a contender is its own process (fresh JVM, fresh Python workers) on
+``local[2]``, checks its own result before its time counts (``bench/cases.py``), and the
+contenders of a group run in turn, A, B, C, A, B, C, ... (``bench/harness.py``); every row
+gives each side's median and spread over ``--runs`` runs and the ratio of the medians.
+Groups (``--only``):
 
-1. keyed count: Stator (checkpoint every epoch) vs Spark's native streaming
-   ``groupBy().count()`` with the RocksDB state store, same events and batch size;
-2. the same against ``transformWithStateInPandas`` on a smaller input (it is ~50x slower);
-3. checkpoint overhead: Stator with a checkpoint every epoch vs none;
-4. incremental vs full checkpoint bytes at 1% key churn per checkpoint;
-5. savepoint and rescaled restore against raw MinIO bandwidth;
-6. restoring a subtask's checkpoint from its task-local copy vs from MinIO (restore only,
-   until the database is open: not the time from an executor's failure to processing).
+- ``count``: the same events and batch size for all, a checkpoint every epoch unless said:
+  a user ``KeyedProcessFunction`` with ``ValueState`` and the built-in ``.count()`` against
+  Spark's native streaming ``groupBy().count()`` (RocksDB state store, 2 files per trigger);
+  the built-in count with checkpoints on MinIO or local disk against none;
+- ``tws``: the same user function against the same processor in
+  ``transformWithStateInPandas`` (one output per event for both), on a smaller input;
+- ``churn``: incremental vs full checkpoint bytes at 1% key churn per checkpoint;
+- ``savepoint``: savepoint and rescaled restore against raw MinIO bandwidth;
+- ``local_restore``: a subtask's restore from its task-local copy vs from MinIO (restore
+  only: the time from an executor's failure to processing is ``python -m bench.pods``).
+
+``--quick`` runs a reduced ``count`` and ``tws`` once each without MinIO, in under three
+minutes, for development: its numbers are not the README's.
 """
 
 from __future__ import annotations
@@ -23,8 +31,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from bench.harness import Alternating, Comparison, Runs, table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,31 +80,36 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--runs", type=int, default=3, help="runs per contender (>= 3)")
+    parser.add_argument("--quick", action="store_true", help="a reduced set, one run each")
     parser.add_argument("--events", type=int, default=4_000_000)
     parser.add_argument("--keys", type=int, default=400_000)
     parser.add_argument("--epoch", type=int, default=500_000, help="records per epoch/trigger")
-    parser.add_argument("--tws-events", type=int, default=400_000)
-    parser.add_argument("--tws-keys", type=int, default=40_000)
+    parser.add_argument("--tws-events", type=int, default=200_000)
+    parser.add_argument("--tws-keys", type=int, default=20_000)
     parser.add_argument("--churn-keys", type=int, default=400_000)
     parser.add_argument("--churn-checkpoints", type=int, default=20)
     parser.add_argument("--sp-keys", type=int, default=1_000_000, help="savepoint state keys")
     parser.add_argument("--sp-value-bytes", type=int, default=1000)
-    parser.add_argument("--repeat", type=int, default=2, help="runs per case (best is kept)")
     parser.add_argument(
         "--local-restore-bytes", type=int, default=1 << 30, help="state of the local_restore case"
     )
     parser.add_argument(
-        "--only",
-        nargs="*",
-        default=["count", "tws", "overhead", "churn", "savepoint", "local_restore"],
+        "--only", nargs="*", default=["count", "tws", "churn", "savepoint", "local_restore"]
     )
-    parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--json", type=Path, help="also write every run's result here")
     parser.add_argument(
         "--no-minio",
         action="store_true",
         help="skip the cases with checkpoints on the test bed's MinIO",
     )
     args = parser.parse_args(argv)
+    if args.quick:
+        args.runs, args.only, args.no_minio = 1, ["count", "tws"], True
+        args.events, args.keys, args.epoch = 200_000, 20_000, 50_000
+        args.tws_events, args.tws_keys = 8_000, 1_000
+    elif args.runs < 3:
+        parser.error("--runs must be at least 3 (fewer make no median); --quick for less")
     with contextlib.ExitStack() as stack:
         s3 = ""
         if not args.no_minio:
@@ -108,161 +124,197 @@ def main(argv: list[str] | None = None) -> int:
         return _run(args, s3)
 
 
-def _ratio(a: dict[str, Any], b: dict[str, Any]) -> float:
-    return float(a["events_per_s"]) / float(b["events_per_s"])
+def _case(name: str, metric: str, **kwargs: Any) -> Callable[[], tuple[float, dict[str, Any]]]:
+    """A contender: one checked run of case ``name`` in its own process; ``metric`` is the
+    field of its result the harness records."""
+
+    def run() -> tuple[float, dict[str, Any]]:
+        result = run_case(name, **kwargs)
+        return float(result[metric]), result
+
+    return run
+
+
+def _field(runs: Alternating, name: str, label: str, unit: str, key: str) -> Runs:
+    """Another field of the same runs (e.g. a restore's MB/s from the savepoint case)."""
+    got = runs.results[name]
+    return Runs(label, unit, tuple(float(d[key]) for _, d in got), tuple(d for _, d in got))
+
+
+def _log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _run(args: argparse.Namespace, s3: str) -> int:
-    def best(name: str, **kw: Any) -> dict[str, Any]:
-        runs = [run_case(name, **kw) for _ in range(args.repeat)]
-        return max(runs, key=lambda r: r.get("events_per_s", 0))
-
-    def rate(r: dict[str, Any]) -> str:
-        return f"{r['events_per_s']:,.0f}/s"
-
+    log = _log
     rows: list[tuple[str, str, str, str]] = []
-    results: dict[str, Any] = {}
+    dumps: dict[str, Any] = {}
     size = dict(events=args.events, keys=args.keys, epoch=args.epoch)
-    what = f"{args.events:,} events, {args.keys:,} keys, {args.epoch:,} per epoch"
-    print(f"local[2]; best of {args.repeat}", file=sys.stderr)
-    if "count" in args.only or "overhead" in args.only:
-        results["stator"] = best("stator_count", **size)
-        if s3:
-            results["stator_minio"] = best("stator_count", **size, storage=s3)
+    what = f"{args.events:,} events, {args.keys:,} keys, {args.epoch:,} per epoch/trigger"
+    log(f"local[2]; {args.runs} alternating run(s) per contender")
+
     if "count" in args.only:
-        results["native"] = best("native_count", **size)
-        s, n = results["stator"], results["native"]
+        runs = Alternating(args.runs, log)
+        contenders = {
+            "kpf": _case("stator_count", "events_per_s", **size, function="kpf"),
+            "builtin": _case("stator_count", "events_per_s", **size),
+            "native": _case("native_count", "events_per_s", **size),
+            "builtin_none": _case("stator_count", "events_per_s", **size, checkpoint=False),
+        }
+        if s3:
+            contenders["builtin_minio"] = _case("stator_count", "events_per_s", **size, storage=s3)
+        runs.measure(contenders)
+        dumps["count"] = runs.results
+        native = runs.runs_of("native", "native `groupBy().count()`", "events/s")
+        none = runs.runs_of("builtin_none", "built-in `.count()`, no checkpoints", "events/s")
         rows.append(
-            (
-                f"keyed count ({what}); checkpoints every epoch on local disk, both",
-                rate(s),
-                f"native {rate(n)}",
-                f"{_ratio(s, n):.2f}x (target >= 1.0)",
-            )
+            Comparison(
+                f"keyed count ({what}); checkpoint every epoch on local disk, both: a user "
+                f"KeyedProcessFunction with ValueState (one output per event) vs Spark's native "
+                f"aggregation (RocksDB state store; one output per key and trigger)",
+                runs.runs_of("kpf", "user `KeyedProcessFunction`", "events/s"),
+                native,
+                target=">= 1.5",
+            ).row()
+        )
+        rows.append(
+            Comparison(
+                "the same, Stator's built-in `.count()` (pre-combined before the shuffle; one "
+                "output per key and epoch, like the peer)",
+                runs.runs_of("builtin", "built-in `.count()`", "events/s"),
+                native,
+                target=">= 2.0",
+            ).row()
         )
         if s3:
-            m = results["stator_minio"]
             rows.append(
-                (
-                    "the same, Stator's checkpoints on MinIO",
-                    rate(m),
-                    f"native {rate(n)}",
-                    f"{_ratio(m, n):.2f}x",
-                )
+                Comparison(
+                    f"built-in `.count()` ({what}): a checkpoint every epoch on MinIO vs none",
+                    runs.runs_of("builtin_minio", "checkpoints on MinIO", "events/s"),
+                    none,
+                    target=">= 0.95",
+                ).row()
             )
+        rows.append(
+            Comparison(
+                "the same, checkpoints on local disk vs none",
+                runs.runs_of("builtin", "checkpoints on local disk", "events/s"),
+                none,
+            ).row()
+        )
+
     if "tws" in args.only:
         small = dict(events=args.tws_events, keys=args.tws_keys, epoch=args.tws_events // 4)
-        results["tws"] = run_case("tws_pandas_count", **small)  # ~3 minutes: once
-        results["stator_small"] = best("stator_count", **small)
-        t, s = results["tws"], results["stator_small"]
-        rows.append(
-            (
-                f"keyed count ({args.tws_events:,} events, {args.tws_keys:,} keys)",
-                rate(s),
-                f"transformWithStateInPandas {rate(t)}",
-                f"{_ratio(s, t):.1f}x (target >= 25)",
-            )
+        runs = Alternating(args.runs, log)
+        runs.measure(
+            {
+                "kpf": _case("stator_count", "events_per_s", **small, function="kpf"),
+                "tws": _case("tws_pandas_count", "events_per_s", **small),
+            }
         )
-        if "stator" in results:
-            rows.append(
-                (
-                    f"Stator at {args.events:,} events vs the same peer",
-                    rate(results["stator"]),
-                    f"transformWithStateInPandas {rate(t)}",
-                    f"{_ratio(results['stator'], t):.0f}x",
-                )
-            )
-    if "overhead" in args.only:
-        results["stator_nock"] = best("stator_count", **size, checkpoint=False)
-        s, z = results["stator"], results["stator_nock"]
+        dumps["tws"] = runs.results
         rows.append(
-            (
-                "checkpoint every epoch (local disk) vs none",
-                rate(s),
-                f"no checkpoints {rate(z)}",
-                f"{_ratio(s, z):.2f} (target >= 0.85)",
-            )
+            Comparison(
+                f"keyed count, {args.tws_events:,} events, {args.tws_keys:,} keys, 4 epochs/"
+                f"triggers, checkpoint every epoch on local disk: a user KeyedProcessFunction "
+                f"with ValueState vs the same processor in `transformWithStateInPandas` "
+                f"(ValueState count, one output per event, both)",
+                runs.runs_of("kpf", "user `KeyedProcessFunction`", "events/s"),
+                runs.runs_of("tws", "`transformWithStateInPandas`", "events/s"),
+                target=">= 25",
+            ).row()
         )
-        if s3:
-            m = results["stator_minio"]
-            rows.append(
-                (
-                    "checkpoint every epoch (MinIO) vs none",
-                    rate(m),
-                    f"no checkpoints {rate(z)}",
-                    f"{_ratio(m, z):.2f} (target >= 0.85)",
-                )
-            )
+
     if "churn" in args.only:
+        # Bytes, not time: deterministic, so one run of each.
         churn = dict(keys=args.churn_keys, churn=0.01, checkpoints=args.churn_checkpoints)
-        results["incremental"] = run_case(
-            "incremental_bytes", **churn, incremental=True, storage=s3
+        runs = Alternating(1, log)
+        runs.measure(
+            {
+                "incremental": _case(
+                    "incremental_bytes", "mean_uploaded", **churn, incremental=True, storage=s3
+                ),
+                "full": _case(
+                    "incremental_bytes", "mean_uploaded", **churn, incremental=False, storage=s3
+                ),
+            }
         )
-        results["full"] = run_case("incremental_bytes", **churn, incremental=False, storage=s3)
-        inc, full = results["incremental"], results["full"]
+        dumps["churn"] = runs.results
+        inc = runs.runs_of("incremental", "incremental", "B")
+        full = runs.runs_of("full", "full", "B")
         rows.append(
             (
-                f"checkpoint bytes at 1% churn per checkpoint, {args.churn_keys:,} keys",
-                f"incremental {inc['mean_uploaded'] / 1e3:,.0f} kB/checkpoint "
-                f"(max {inc['max_uploaded'] / 1e3:,.0f} kB)",
-                f"full {full['mean_uploaded'] / 1e3:,.0f} kB/checkpoint",
-                f"{inc['mean_uploaded'] / full['mean_uploaded']:.1%} (target <= 5%)",
+                f"checkpoint bytes at 1% key churn per checkpoint, {args.churn_keys:,} keys, "
+                f"{args.churn_checkpoints} checkpoints (bytes: deterministic, one run each)",
+                f"incremental {inc.median / 1e3:,.0f} kB/checkpoint",
+                f"full {full.median / 1e3:,.0f} kB/checkpoint",
+                f"**{inc.median / full.median:.1%}** (target <= 5%)",
             )
         )
 
     if "savepoint" in args.only and s3:
-        size_bytes = args.sp_keys * args.sp_value_bytes
-        results["raw"] = run_case("raw_bandwidth", total_bytes=size_bytes)
-        results["savepoint"] = run_case(
-            "savepoint_rescale", keys=args.sp_keys, value_bytes=args.sp_value_bytes, storage=s3
+        runs = Alternating(args.runs, log)
+        runs.measure(
+            {
+                "raw": _case(
+                    "raw_bandwidth", "upload_mb_s", total_bytes=args.sp_keys * args.sp_value_bytes
+                ),
+                "savepoint": _case(
+                    "savepoint_rescale",
+                    "savepoint_mb_s",
+                    keys=args.sp_keys,
+                    value_bytes=args.sp_value_bytes,
+                    storage=s3,
+                ),
+            }
         )
-        raw, sp = results["raw"], results["savepoint"]
-        gb = sp["state_bytes"] / 1e9
+        dumps["savepoint"] = runs.results
+        gb = runs.results["savepoint"][0][1]["state_bytes"] / 1e9
         rows.append(
-            (
-                f"savepoint of {gb:.2f} GB (p=2) to MinIO",
-                f"{sp['savepoint_s']:.1f} s = {sp['savepoint_mb_s']:.0f} MB/s",
-                f"raw upload {raw['upload_mb_s']:.0f} MB/s",
-                f"{sp['savepoint_mb_s'] / raw['upload_mb_s']:.0%} (target >= 50%)",
-            )
+            Comparison(
+                f"savepoint of {gb:.2f} GB of keyed state (p=2) to MinIO vs raw MinIO upload of "
+                f"as many bytes (boto3, same client settings)",
+                runs.runs_of("savepoint", "savepoint", "MB/s"),
+                runs.runs_of("raw", "raw upload", "MB/s"),
+                target=">= 0.6",
+            ).row()
         )
         rows.append(
-            (
-                f"restore of {gb:.2f} GB at p=3 (rescale 2 -> 3), first epoch",
-                f"{sp['restore_s']:.1f} s = {sp['restore_mb_s']:.0f} MB/s",
-                f"raw download {raw['download_mb_s']:.0f} MB/s",
-                f"{sp['restore_mb_s'] / raw['download_mb_s']:.0%} (target >= 50%)",
-            )
+            Comparison(
+                "restore of the same savepoint at p=3 (rescale 2 -> 3), until the job processes "
+                "again, vs raw MinIO download",
+                _field(runs, "savepoint", "restore", "MB/s", "restore_mb_s"),
+                _field(runs, "raw", "raw download", "MB/s", "download_mb_s"),
+                target=">= 0.6",
+            ).row()
         )
-        rows.append(("rescale downtime (savepoint + restore)", f"{sp['downtime_s']:.1f} s", "", ""))
 
-    rows.extend(_local_restore(args, s3, results))
+    if "local_restore" in args.only and s3:
+        runs = Alternating(args.runs, log)
+        runs.measure(
+            {
+                "restore": _case(
+                    "local_restore", "local_s", total_bytes=args.local_restore_bytes, storage=s3
+                )
+            }
+        )
+        dumps["local_restore"] = runs.results
+        gb = runs.results["restore"][0][1]["state_bytes"] / 1e9
+        rows.append(
+            Comparison(
+                f"restore of one subtask's {gb:.2f} GB checkpoint, until its database is open: "
+                f"from the executor's local copy (0 bytes from MinIO) vs from MinIO",
+                runs.runs_of("restore", "local copy", "s"),
+                _field(runs, "restore", "from MinIO", "s", "remote_s"),
+                higher_is_better=False,
+                fmt="{:.2f}",
+            ).row()
+        )
 
-    print("\n| benchmark | Stator | peer | ratio |\n|---|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    print(table(rows))
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+        args.json.write_text(json.dumps(dumps, indent=2))
     return 0
-
-
-def _local_restore(
-    args: argparse.Namespace, s3: str, results: dict[str, Any]
-) -> list[tuple[str, str, str, str]]:
-    """Case 6 (needs MinIO)."""
-    if "local_restore" not in args.only or not s3:
-        return []
-    lr = results["local_restore"] = run_case(
-        "local_restore", total_bytes=args.local_restore_bytes, storage=s3
-    )
-    row = (
-        f"restore of one subtask's {lr['state_bytes'] / 1e9:.2f} GB checkpoint "
-        f"from the executor's local copy (0 bytes from MinIO)",
-        f"{lr['local_s']:.2f} s",
-        f"from MinIO {lr['remote_s']:.2f} s",
-        f"{lr['speedup']:.0f}x faster locally (target >= 5x)",
-    )
-    return [row]
 
 
 if __name__ == "__main__":

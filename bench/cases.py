@@ -2,7 +2,11 @@
 ``bench.__main__``), so no case inherits another's warm JVM, and returns a JSON-able dict.
 
 Every case generates the same events: ``KeyedEvents(num_keys, seed=1)``, i.e. record ``i`` is
-``("k" + str(((i * 2654435761 + 1) & 0xFFFFFFFF) % num_keys), 1, i)``.
+``("k" + str(((i * 2654435761 + 1) & 0xFFFFFFFF) % num_keys), 1, i)``. Every counting case
+checks its result before it returns a time: the per-key counts in its final state (Stator:
+the subtasks' RocksDB databases, read after the job ended; Spark: its state store, through
+Spark's state data source) must equal :func:`expected_counts`, computed from the formula
+above without Stator or Spark. A wrong result raises ``WrongOutput``; the run never counts.
 """
 
 from __future__ import annotations
@@ -16,10 +20,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stator import Pipeline
+import numpy as np
+
+from bench.harness import WrongOutput
+from stator import INT64, KeyedProcessFunction, Pipeline, ValueStateDescriptor
 from stator.cluster.session import create_session
 from stator.config import SparkConfig, load_config
 from stator.driver.epoch_loop import EpochResult, JobDriver
+from stator.keygroups import range_for_subtask
 from stator.sinks.base import Sink, SinkWriter
 from stator.sources import GeneratorSource, KeyedEvents, SweepEvents
 
@@ -66,19 +74,79 @@ def _spark(extra: dict[str, str] | None = None) -> Any:
     return create_session(SparkConfig(master="local[2]", conf=extra or {}), "stator-bench")
 
 
+def expected_counts(events: int, keys: int) -> dict[str, int]:
+    """Per-key counts of ``KeyedEvents(keys, seed=1)``'s first ``events`` records, from the
+    generator's formula alone (vectorized: no Stator, no Spark)."""
+    i = np.arange(events, dtype=np.uint64)
+    ids = ((i * np.uint64(MULT) + np.uint64(SEED)) & np.uint64(0xFFFFFFFF)) % np.uint64(keys)
+    counts = np.bincount(ids.astype(np.int64), minlength=keys)
+    return {f"k{k}": int(n) for k, n in enumerate(counts) if n}
+
+
+def check_counts(what: str, got: dict[str, int], events: int, keys: int) -> None:
+    expected = expected_counts(events, keys)
+    if got != expected:
+        wrong = [k for k in expected if got.get(k) != expected[k]][:3]
+        extra = [k for k in got if k not in expected][:3]
+        raise WrongOutput(
+            f"{what}: {len(got)} keys in the final state, {len(expected)} expected; "
+            f"first wrong: {[(k, got.get(k), expected[k]) for k in wrong]}, extra: {extra}"
+        )
+
+
+def _stator_counts(state_dir: Path, uid: str, max_parallelism: int) -> dict[str, int]:
+    """The counts in the final state of operator ``uid``: every subtask's local database,
+    read after the job ended (with or without checkpoints, the same files)."""
+    import json
+
+    from stator.state_reader import database_rows
+
+    counts: dict[str, int] = {}
+    for db in sorted(state_dir.glob(f"*/{uid}/*-of-*/db")):
+        index, parallelism = (int(x) for x in db.parent.name.split("-of-"))
+        owned = range_for_subtask(index, parallelism, max_parallelism)
+        for row in database_rows(db, uid, owned, max_parallelism):
+            if row[2] != "timer":
+                counts[json.loads(row[4])] = int(json.loads(row[6]))
+    return counts
+
+
+class RunningCount(KeyedProcessFunction):
+    """The README's example style: a ``ValueState`` per key, one output record per event."""
+
+    def open(self, ctx: Any) -> None:
+        self.count = ctx.get_state(ValueStateDescriptor("count", INT64))
+
+    def process_element(self, event: Any, ctx: Any) -> Any:
+        n = self.count.value(0) + 1
+        self.count.update(n)
+        yield (ctx.current_key, n)
+
+
 def stator_count(
-    events: int, keys: int, epoch: int, checkpoint: bool = True, storage: str = ""
+    events: int,
+    keys: int,
+    epoch: int,
+    checkpoint: bool = True,
+    storage: str = "",
+    function: str = "builtin",
 ) -> dict[str, Any]:
-    """Stator's keyed count, exactly-once checkpoints every epoch (or none)."""
+    """Stator's keyed count, exactly-once checkpoints every epoch (or none): the built-in
+    ``.count()`` (pre-combined before the shuffle, one update per key and epoch) or a user
+    ``KeyedProcessFunction`` (:class:`RunningCount`, one output per event)."""
     work = _workdir("stator-count")
     spark = _spark()
     p = Pipeline("bench-count")
-    (
-        p.source(GeneratorSource(KeyedEvents(keys, SEED), count=events, splits=2), uid="events")
-        .key_by(lambda e: e[0])
-        .count(uid="count")
-        .sink(NoopSink(), uid="out")
-    )
+    keyed = p.source(
+        GeneratorSource(KeyedEvents(keys, SEED), count=events, splits=2), uid="events"
+    ).key_by(lambda e: e[0])
+    if function == "builtin":
+        counted = keyed.count(uid="count")
+    elif function == "kpf":
+        counted = keyed.process(RunningCount(), uid="count")
+    else:
+        raise ValueError(f"function must be builtin or kpf, not {function!r}")
+    counted.sink(NoopSink(), uid="out")
     cfg = load_config(
         None,
         [
@@ -93,9 +161,12 @@ def stator_count(
     status = driver.run()
     seconds, c1 = time.perf_counter() - t0, _cpu()
     spark.stop()
+    counts = _stator_counts(work / "state", "count", driver.parallelism.max_parallelism)
     shutil.rmtree(work, ignore_errors=True)
+    check_counts(f"Stator {function} count", counts, events, keys)
     last = status.last_checkpoint
     return {
+        "function": function,
         "events": events,
         "keys": keys,
         "seconds": seconds,
@@ -107,8 +178,13 @@ def stator_count(
     }
 
 
+CORES = 2  # local[2]: Stator's generator has 2 splits, the peer reads 2 files per trigger
+
+
 def _events_frame(spark: Any, events: int, keys: int, epoch: int, work: Path) -> Any:
-    """The same events as KeyedEvents, as parquet files of ``epoch`` rows (one per trigger)."""
+    """The same events as KeyedEvents, as parquet: ``epoch`` rows per trigger, in ``CORES``
+    files each (so the peer's scan and partial aggregation use every core). The batches
+    are written in order: the file source takes the oldest files first."""
     from pyspark.sql import functions as F
 
     df = spark.range(0, events).select(
@@ -117,11 +193,13 @@ def _events_frame(spark: Any, events: int, keys: int, epoch: int, work: Path) ->
         ).alias("key"),
         F.lit(1).alias("value"),
         F.col("id").alias("ts"),
-        (F.col("id") / epoch).cast("int").alias("batch"),
     )
-    path = str(work / "input")
-    df.repartition("batch").write.partitionBy("batch").parquet(path)  # one file per batch
-    return df.schema, path
+    path = work / "input"
+    for start in range(0, events, epoch):
+        batch = df.where((F.col("ts") >= start) & (F.col("ts") < start + epoch))
+        batch.repartition(CORES).write.parquet(str(path / f"batch-{start // epoch:06d}"))
+        time.sleep(0.01)  # distinct modification times, batch after batch
+    return df.schema, str(path)
 
 
 def _peer_stream(name: str, events: int, keys: int, epoch: int) -> tuple[Any, Any, Path]:
@@ -137,16 +215,25 @@ def _peer_stream(name: str, events: int, keys: int, epoch: int) -> tuple[Any, An
     schema, path = _events_frame(spark, events, keys, epoch, work)
     stream = (
         spark.readStream.schema(schema)
-        .option("maxFilesPerTrigger", 1)
-        .option("basePath", path)
-        .parquet(path + "/batch=*")
+        .option("maxFilesPerTrigger", CORES)
+        .parquet(path + "/batch-*/*.parquet")
     )
     return spark, stream, work
 
 
-def _run_peer(spark: Any, frame: Any, work: Path, what: str, events: int) -> dict[str, Any]:
+def _run_peer(
+    spark: Any,
+    frame: Any,
+    work: Path,
+    what: str,
+    events: int,
+    keys: int,
+    state_options: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """Run ``frame`` to the end of its input into a noop sink (update mode, a checkpoint per
-    micro-batch, as Spark always does) and time it."""
+    micro-batch, as Spark always does), time it, then check the counts in its state store
+    (Spark's state data source, ``state_options`` naming the state of a stateful
+    processor)."""
     query = (
         frame.writeStream.format("noop")
         .outputMode("update")
@@ -159,8 +246,16 @@ def _run_peer(spark: Any, frame: Any, work: Path, what: str, events: int) -> dic
     seconds, c1 = time.perf_counter() - t0, _cpu()
     batches = len([p for p in handle.recentProgress if p["numInputRows"] > 0])
     rows = sum(p["numInputRows"] for p in handle.recentProgress)
+    reader = spark.read.format("statestore")
+    for k, v in (state_options or {}).items():
+        reader = reader.option(k, v)
+    state = reader.load(str(work / "checkpoint")).selectExpr("key.key AS k", "value.count AS n")
+    counts = {r["k"]: int(r["n"]) for r in state.collect()}
     spark.stop()
-    assert rows == events, f"{what} read {rows} of {events} rows"
+    shutil.rmtree(work, ignore_errors=True)
+    if rows != events:
+        raise WrongOutput(f"{what} read {rows} of {events} rows")
+    check_counts(what, counts, events, keys)
     return {
         "events": events,
         "seconds": seconds,
@@ -173,7 +268,8 @@ def _run_peer(spark: Any, frame: Any, work: Path, what: str, events: int) -> dic
 def native_count(events: int, keys: int, epoch: int) -> dict[str, Any]:
     """Spark's own streaming groupBy().count()."""
     spark, stream, work = _peer_stream("native-count", events, keys, epoch)
-    result = _run_peer(spark, stream.groupBy("key").count(), work, "native query", events)
+    frame = stream.groupBy("key").count()
+    result = _run_peer(spark, frame, work, "native groupBy().count()", events, keys)
     return {**result, "keys": keys}
 
 
@@ -193,11 +289,12 @@ def tws_pandas_count(events: int, keys: int, epoch: int) -> dict[str, Any]:
             )
 
         def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
+            # RunningCount's work: per event, count + 1 and one output (vectorized).
             n = sum(len(df) for df in rows)
             stored = self.count.get() if self.count.exists() else None
-            total = (stored[0] if stored else 0) + n
-            self.count.update((total,))
-            yield pd.DataFrame({"key": [key[0]], "count": [total]})
+            before = stored[0] if stored else 0
+            self.count.update((before + n,))
+            yield pd.DataFrame({"key": [key[0]] * n, "count": range(before + 1, before + n + 1)})
 
         def close(self) -> None:
             pass
@@ -207,7 +304,9 @@ def tws_pandas_count(events: int, keys: int, epoch: int) -> dict[str, Any]:
     frame = stream.groupBy("key").transformWithStateInPandas(
         statefulProcessor=Count(), outputStructType=out, outputMode="Update", timeMode="None"
     )
-    result = _run_peer(spark, frame, work, "transformWithStateInPandas", events)
+    result = _run_peer(
+        spark, frame, work, "transformWithStateInPandas", events, keys, {"stateVarName": "count"}
+    )
     return {**result, "keys": keys}
 
 

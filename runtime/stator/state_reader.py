@@ -77,6 +77,14 @@ def _savepoint_rows(
     return list(_rows(uid, catalog, entries))
 
 
+def database_rows(db: Path, uid: str, owned: KeyGroupRange, max_parallelism: int) -> list[Row]:
+    """The rows of one subtask's RocksDB database at ``db`` (a downloaded checkpoint, or a
+    stopped job's local state), restricted to the key-groups it ``owned``."""
+    with KeyedBackend(db, RocksDBOptions(), owned, max_parallelism, uid) as probe:
+        catalog = state_catalog(probe.registry)
+    return list(_rows(uid, catalog, database_entries(db, owned, sorted(catalog))))
+
+
 def _checkpoint_rows(
     store: ObjectStore, uid: str, snap: SubtaskSnapshot, max_parallelism: int
 ) -> list[Row]:
@@ -84,10 +92,7 @@ def _checkpoint_rows(
     try:
         db = work / "db"
         download_snapshot(store, snap.files, db)
-        owned = KeyGroupRange(*snap.key_groups)
-        with KeyedBackend(db, RocksDBOptions(), owned, max_parallelism, uid) as probe:
-            catalog = state_catalog(probe.registry)
-        return list(_rows(uid, catalog, database_entries(db, owned, sorted(catalog))))
+        return database_rows(db, uid, KeyGroupRange(*snap.key_groups), max_parallelism)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
