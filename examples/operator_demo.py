@@ -175,6 +175,11 @@ def main() -> int:
             driver_time = _driver_share(marks, t_done)
             total = t_done - t_scale
             say(f"rescaled 4 -> 6 in {total:.1f}s through savepoint {savepoint}")
+            steps = s.get("lastOperation", {}).get("stepSeconds", {})
+            say(
+                "its steps, from status.lastOperation: "
+                + ", ".join(f"{k} {v:.1f}s" for k, v in steps.items() if v is not None)
+            )
             say(
                 f"operator's own share of the rescale: {total - driver_time:.1f}s "
                 f"(savepoint, restore and Spark start-up: {driver_time:.1f}s)"

@@ -95,6 +95,7 @@ class Flows:
             step=step,
             started_at=stamp,
             step_started_at=stamp,
+            step_started=time.time(),
             **fields,
         )
         self.pipeline.write(phase=kind.phase, operation=op)
@@ -262,7 +263,15 @@ class Flows:
         """The new driver is ready: it is the running deployment now."""
         spec = op.target or {}
         p = self.pipeline
+        steps = op.timings()
         p.write(
+            # A merge patch: the steps this operation skipped are nulled, not left over.
+            lastOperation={
+                "kind": op.kind.value,
+                "id": op.id,
+                "stepSeconds": {**dict.fromkeys(s.label for s in Step), **steps},
+                "totalSeconds": round(sum(steps.values()), 2),
+            },
             operation=None,
             phase="Running",
             lastReconciledSpec=spec,
@@ -289,10 +298,11 @@ class Flows:
         if op.kind in (OpKind.UPGRADE, OpKind.RESCALE):
             p.condition("UpgradeSucceeded", True, "Completed", f"running {op.id}")
         p.condition("Ready", True, "DriverReady", f"driver {op.id} is running")
+        split = ", ".join(f"{label} {seconds:.1f} s" for label, seconds in steps.items())
         self.event(
             "Normal",
             f"{op.kind.capitalize()}Completed",
-            f"{op.kind} complete: running {op.id} from {op.restore}",
+            f"{op.kind} complete: running {op.id} from {op.restore} ({split})",
         )
 
 

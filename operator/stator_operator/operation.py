@@ -6,6 +6,7 @@ in the middle of a flow reads what the previous one wrote and finishes the flow.
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Any
@@ -76,10 +77,30 @@ class Operation:
     deployed_at: float | None = None
     delete_started_at: str | None = None
     done: bool = False  # a delete whose driver is gone
+    # When the current step started (epoch seconds), and how long each finished step took:
+    # the split of an upgrade's or rescale's downtime, kept across operator restarts.
+    step_started: float | None = None
+    step_seconds: dict[str, float] | None = None
 
     def at(self, step: Step, started_at: str, **changes: Any) -> Operation:
         """This operation moved on to ``step``."""
-        return dataclasses.replace(self, step=step, step_started_at=started_at, **changes)
+        return dataclasses.replace(
+            self,
+            step=step,
+            step_started_at=started_at,
+            step_started=time.time(),
+            step_seconds=self.timings(),
+            **changes,
+        )
+
+    def timings(self) -> dict[str, float]:
+        """Seconds spent in each step so far, the current one up to now. A step taken
+        twice (e.g. a retried deploy) adds up."""
+        out = dict(self.step_seconds or {})
+        if self.step_started is not None:
+            label = self.step.label
+            out[label] = round(out.get(label, 0.0) + time.time() - self.step_started, 2)
+        return out
 
     def to_json(self) -> dict[str, Any]:
         """The stored form: camelCase keys, unset fields left out."""

@@ -444,6 +444,35 @@ def test_a_rescale_stops_with_a_savepoint_and_restores_it(tmp_path: Path) -> Non
     assert bed.reasons()[-1] == "RescaleCompleted"
 
 
+def test_the_downtime_of_a_rescale_is_split_by_step_and_a_restart_replaces_it(
+    tmp_path: Path,
+) -> None:
+    bed = Bed(tmp_path)
+    driver = bed.deploy()
+    bed.edit_spec(replicas=4)
+    bed.step()  # start
+    bed.step()  # 1 -> 2
+    time.sleep(0.3)  # the savepoint takes a while
+    driver.complete("req1", f"file://{tmp_path}/sp/team.counts/savepoint-0000000007-req1")
+    bed.finish()
+    last = bed.status["lastOperation"]
+    steps = last["stepSeconds"]
+    labels = ["savepoint", "await-savepoint", "remove-driver", "deploy", "await-ready"]
+    assert (last["kind"], set(steps)) == ("rescale", set(labels))
+    assert steps["await-savepoint"] >= 0.3 and all(v >= 0 for v in steps.values())
+    assert last["totalSeconds"] == pytest.approx(sum(steps.values()), abs=0.02)
+    completed = next(m for _, r, m in bed.events if r == "RescaleCompleted")
+    assert re.search(r"\(.*await-savepoint \d+\.\d s.*\)$", completed), completed
+
+    del bed.kube.pods[bed.driver_pod()]  # then the driver dies: a restart, steps 3-5
+    bed.step()
+    bed.edit_operation(notBefore=0)
+    bed.finish()
+    last = bed.status["lastOperation"]
+    assert last["kind"] == "restart"
+    assert set(last["stepSeconds"]) == {"remove-driver", "deploy", "await-ready"}
+
+
 @pytest.mark.parametrize(
     ("mode", "first_step", "restore"),
     [
