@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
+
+import psutil
 
 from stator.api.pipeline import Pipeline
 from stator.config import JobConfig, build
@@ -65,3 +68,16 @@ class SparkSessions:
         if self._session is not None:
             self._session.stop()
         self._session, self._config = None, None
+
+
+def executor_process(app_id: str, executor: str) -> psutil.Process:
+    """One of this test's executor JVMs (``local-cluster`` starts them as children of the
+    test's own JVM), found by application and executor id."""
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "org.apache.spark.executor.CoarseGrainedExecutorBackend" not in cmd:
+            continue
+        args = dict(itertools.pairwise(cmd))
+        if args.get("--app-id") == app_id and args.get("--executor-id") == executor:
+            return proc
+    raise AssertionError(f"no executor {executor} of {app_id}")

@@ -48,6 +48,19 @@ class CheckpointConfig:
     min_pause_ms: int = 0
     retained: int = 3
     incremental: bool = True
+    # Upload in the background (Flink's asynchronous part): a keyed task takes the RocksDB
+    # snapshot, hands its upload to its worker's uploader process and returns, so the next
+    # epochs overlap the upload. The checkpoint completes, and sinks commit, when every
+    # upload is confirmed. Off: the task uploads before it returns (processing waits for
+    # the store; sinks commit as soon as the epoch ends).
+    async_upload: bool = True
+    # Checkpoints whose uploads may be in flight at once. An epoch that takes a checkpoint
+    # waits while this many are in flight: it bounds how far processing runs ahead of the
+    # store (and so the replay after a failure and the delay of sink commits).
+    max_concurrent: int = 2
+    # A checkpoint whose uploads are not confirmed within this time fails (the next one is
+    # taken as usual); an uploader stops sending files for it past this time.
+    timeout_ms: int = 600_000
 
 
 @dataclass(frozen=True)
@@ -176,6 +189,8 @@ class JobConfig:
         _positive(self, "epoch.max_records", self.epoch.max_records)
         _positive(self, "checkpoint.every_epochs", self.checkpoint.every_epochs)
         _positive(self, "checkpoint.retained", self.checkpoint.retained)
+        _positive(self, "checkpoint.max_concurrent", self.checkpoint.max_concurrent)
+        _positive(self, "checkpoint.timeout_ms", self.checkpoint.timeout_ms)
         _positive(self, "spark.task_attempts", self.spark.task_attempts)
         _check_restart(self.restart)
         if self.local_recovery.executor_wait_ms < 0:

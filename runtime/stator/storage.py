@@ -169,10 +169,13 @@ class FileStore(ObjectStore):
 
     def listing(self, prefix: str = "") -> list[tuple[str, int]]:
         base = self.root
-        if not base.exists():
+        # Walk only the directory the prefix names (a poll for one checkpoint's uploads must
+        # not walk every shared file).
+        start = base / prefix.rsplit("/", 1)[0] if "/" in prefix else base
+        if not start.exists():
             return []
         out = []
-        for dirpath, _, files in os.walk(base):
+        for dirpath, _, files in os.walk(start):
             for name in files:
                 if name.startswith(".tmp-"):
                     continue

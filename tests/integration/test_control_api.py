@@ -159,6 +159,9 @@ def test_every_endpoint(running_job: Any, tmp_path: Path) -> None:
     assert len(cks["retained"]) <= 3 and cks["counts"]["completed"] >= 2
     assert all(h["status"] == "COMPLETED" for h in cks["history"])
     assert cks["latest"]["state_bytes"] > 0 and cks["latest"]["duration_ms"] > 0
+    # Uploads are asynchronous: at most checkpoint.max_concurrent (2) in flight, all newer.
+    assert len(cks["in_flight"]) <= 2
+    assert all(i > cks["latest"]["id"] for i in cks["in_flight"])
 
     status, text = call(base, "/metrics")
     assert status == 200 and 'stator_epochs_total{job="control"}' in text
@@ -166,6 +169,7 @@ def test_every_endpoint(running_job: Any, tmp_path: Path) -> None:
     assert 'stator_restores_total{job="control",source="remote"} 0.0' in text
     assert 'stator_restore_remote_bytes_total{job="control"} 0.0' in text
     assert 'stator_keyed_tasks_local_total{job="control"} 0.0' in text
+    assert 'stator_checkpoints_in_flight{job="control"}' in text
 
     # Bad requests are refused with a reason.
     assert call(base, "/v1/savepoints", "POST", raw=b"{not json")[0] == 400

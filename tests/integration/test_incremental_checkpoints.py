@@ -10,7 +10,7 @@ from stator import Pipeline
 from stator.checkpoint.coordinator import CheckpointCoordinator
 from stator.checkpoint.metadata import CheckpointMetadata
 from stator.config import JobConfig
-from stator.driver.epoch_loop import EpochResult, JobDriver
+from stator.driver.epoch_loop import JobDriver
 from stator.sinks import CollectSink
 from stator.sources import GeneratorSource, SweepEvents
 from stator.storage import S3Options, open_store
@@ -66,11 +66,7 @@ def test_incremental_retention_and_restore_from_every_retained(
     )
     seen: list[CheckpointMetadata] = []
 
-    def record(result: EpochResult) -> None:
-        if result.checkpoint is not None:
-            seen.append(result.checkpoint)
-
-    job.on_epoch(record)
+    job.on_checkpoint(seen.append)
     status = job.run()
     assert status.checkpoints == CHURN_CHECKPOINTS
     for meta in seen:

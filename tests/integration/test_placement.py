@@ -8,7 +8,6 @@ its state; this test checks placement itself (the placement metric), not isolati
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import signal
@@ -19,7 +18,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from stator import Pipeline
@@ -29,7 +27,7 @@ from stator.control.metrics import render_metrics
 from stator.driver.epoch_loop import EpochResult, JobDriver
 from stator.sinks import CollectSink
 from stator.sources import GeneratorSource, KeyedEvents
-from tests.helpers import SparkSessions
+from tests.helpers import SparkSessions, executor_process
 
 RECORDS, PER_EPOCH, PARALLELISM = 360, 30, 3  # 12 epochs
 
@@ -151,19 +149,6 @@ def test_keyed_tasks_stay_on_their_executors(
     assert as_json(sink) == reference()
 
 
-def executor_pid(app_id: str, executor: str) -> int:
-    """The pid of one of this test's executor JVMs (local-cluster starts them as children of
-    this process's JVM)."""
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        cmd = proc.info["cmdline"] or []
-        if "org.apache.spark.executor.CoarseGrainedExecutorBackend" not in cmd:
-            continue
-        args = dict(itertools.pairwise(cmd))
-        if args.get("--app-id") == app_id and args.get("--executor-id") == executor:
-            return int(proc.info["pid"])
-    raise AssertionError(f"no executor {executor} of {app_id}")
-
-
 def test_a_lost_executor_s_subtasks_move_without_waiting(
     cluster: Any, reference: Callable[[], Any], tmp_path: Path
 ) -> None:
@@ -189,7 +174,7 @@ def test_a_lost_executor_s_subtasks_move_without_waiting(
             victim = placed[0]["executor"]
             victims.append(victim)
             moved.extend(p["subtask"] for p in placed if p["executor"] == victim)
-            os.kill(executor_pid(sc.applicationId, victim), signal.SIGKILL)
+            os.kill(executor_process(sc.applicationId, victim).pid, signal.SIGKILL)
             deadline = time.monotonic() + 60
             while victim in live_executors(sc) and time.monotonic() < deadline:
                 time.sleep(0.2)

@@ -16,8 +16,9 @@ from stator.checkpoint.metadata import SubtaskSnapshot
 from stator.driver.completion import (
     CheckpointRequest,
     PendingOutput,
+    assemble_checkpoint,
     commit_completed,
-    complete_checkpoint,
+    finish_checkpoint,
 )
 from stator.epoch.reports import SinkReport, StateReport
 from stator.errors import SinkCommitError, StorageError
@@ -54,7 +55,7 @@ def _state(epoch: int) -> StateReport:
 
 
 def _complete(coord: CheckpointCoordinator, output: PendingOutput, epoch: int) -> Any:
-    return complete_checkpoint(
+    draft = assemble_checkpoint(
         "job",
         CheckpointRequest(coord.new_checkpoint_id(), epoch, True),
         {"op": 1},
@@ -63,8 +64,9 @@ def _complete(coord: CheckpointCoordinator, output: PendingOutput, epoch: int) -
         {},
         output,
         coord,
-        0.0,
     )
+    assert not isinstance(draft, str)
+    return finish_checkpoint(draft, [], coord, 0.0)
 
 
 def test_failed_sink_commit_keeps_checkpoint_and_output(tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ def checkpointed(tmp_path: Path, store: ObjectStore, epoch: int = 1) -> SubtaskS
         try:
             backend.commit(e, 0)
             if ck is not None:
-                return take_snapshot(s, UID, 0, KG, backend)
+                return take_snapshot(s, UID, 0, KG, backend)[0]
         finally:
             backend.close()
     raise AssertionError("unreachable")

@@ -69,6 +69,18 @@ def test_an_absent_replicas_is_the_runtime_default_not_a_rescale() -> None:
 def test_job_config_passes_only_what_the_spec_sets() -> None:
     cfg = job_config(SPEC, "counts", "team")
     assert (cfg["parallelism"], cfg["max_parallelism"]) == (2, 64)
+    tuned = changed(
+        checkpointing={
+            **SPEC["checkpointing"],
+            "asyncUpload": False,
+            "maxConcurrent": 1,
+            "timeoutSeconds": 30,
+        }
+    )
+    ck = job_config(tuned, "counts", "team")["checkpoint"]
+    assert (ck["async_upload"], ck["max_concurrent"], ck["timeout_ms"]) == (False, 1, 30_000)
+    assert "max_concurrent" not in job_config(SPEC, "counts", "team")["checkpoint"]
+    check_job_config(tuned, "counts", "team")
     bare = {k: v for k, v in SPEC.items() if k not in ("replicas", "maxParallelism")}
     cfg = job_config(bare, "counts", "team")
     assert "parallelism" not in cfg and "max_parallelism" not in cfg

@@ -10,9 +10,13 @@ Layout under the job's checkpoint root::
 Completing checkpoint N, step by step, with what a failure at each step leaves behind:
 
 1. Tasks have committed epoch E locally, hard-linked a snapshot and uploaded the files the
-   previous completed checkpoint lacks. A task that fails to upload declines the checkpoint;
-   the epoch itself stands. -> N is aborted: its uploaded files that no retained checkpoint
-   references are deleted; processing continues and the next checkpoint uploads again.
+   previous completed checkpoint lacks: before they returned, or asynchronously
+   (``uploads.py``; then N is in flight, :meth:`begin` holds the files it references, and the
+   driver waits for every upload's confirmation, ``driver/in_flight.py``). A task that fails
+   to upload declines the checkpoint; the epoch itself stands. -> N is aborted: its uploaded
+   files that no retained checkpoint references are deleted (again after its deadline, if
+   uploads may still be running: :meth:`sweep`); processing continues and the next
+   checkpoint uploads again.
 2. Write ``chk-N/_metadata``, one atomic object. A failure here aborts N as in step 1. A crash
    of the driver before this step leaves files without metadata: :meth:`recover` deletes them.
 3. Register N's shared files in the registry and append N to the retained list (memory only).
@@ -62,6 +66,8 @@ class CheckpointCoordinator:
         self.completed: list[CheckpointMetadata] = []  # retained, oldest first
         self.registry = SharedStateRegistry()
         self.next_id = 1
+        # Failed checkpoints whose uploads may still write: (until, id, their files).
+        self._late: list[tuple[float, int, list[RemoteFile]]] = []
 
     # ------------------------------------------------------------------ ids and handles
 
@@ -73,20 +79,6 @@ class CheckpointCoordinator:
     @property
     def latest(self) -> CheckpointMetadata | None:
         return self.completed[-1] if self.completed else None
-
-    def previous_files(self, uid: str, subtask: int, parallelism: int) -> dict[str, RemoteFile]:
-        """Files of the latest completed checkpoint for this subtask: the base of an
-        incremental upload (empty if it had another parallelism, or none exists)."""
-        latest = self.latest
-        if latest is None or uid not in latest.operators:
-            return {}
-        op = latest.operators[uid]
-        if op.parallelism != parallelism:
-            return {}
-        for snap in op.subtasks:
-            if snap.index == subtask:
-                return {f.name: f for f in snap.files}
-        return {}
 
     # ------------------------------------------------------------------ completing
 
@@ -122,14 +114,42 @@ class CheckpointCoordinator:
         except StorageError as exc:  # leftovers are collected by the next recover()
             log.warning("could not fully delete checkpoint %d: %s", old.checkpoint_id, exc)
 
-    def abort(self, checkpoint_id: int, uploaded: list[RemoteFile], reason: str) -> None:
-        """Forget a checkpoint that did not complete, and delete what only it uploaded."""
+    def begin(self, checkpoint_id: int, keys: set[str]) -> None:
+        """A checkpoint whose uploads are in flight holds its files like a retained one, so
+        that subsuming an older checkpoint never deletes a file it references."""
+        self.registry.register(checkpoint_id, keys)
+
+    def abort(
+        self,
+        checkpoint_id: int,
+        uploaded: list[RemoteFile],
+        reason: str,
+        uploads_until: float = 0.0,
+    ) -> None:
+        """Forget a checkpoint that did not complete, and delete what only it uploaded.
+        ``uploads_until`` (monotonic time): its uploads may still be running until then, so
+        :meth:`sweep` deletes their files again after it."""
         log.warning("checkpoint %d failed: %s", checkpoint_id, reason)
+        self.registry.release(checkpoint_id)
+        self._delete_unreferenced(checkpoint_id, uploaded)
+        if uploads_until:
+            self._late.append((uploads_until, checkpoint_id, uploaded))
+
+    def sweep(self, now: float | None = None) -> None:
+        """Delete files that uploads of failed checkpoints wrote after the failure, once
+        they cannot write any more (``now``: monotonic time, for tests)."""
+        now = time.monotonic() if now is None else now
+        due = [late for late in self._late if late[0] <= now]
+        self._late = [late for late in self._late if late[0] > now]
+        for _, checkpoint_id, uploaded in due:
+            self._delete_unreferenced(checkpoint_id, uploaded)
+
+    def _delete_unreferenced(self, checkpoint_id: int, uploaded: list[RemoteFile]) -> None:
         garbage = [f.key for f in uploaded if f.shared and not self.registry.referenced(f.key)]
         try:
             private = [k for k, _ in self.store.listing(checkpoint_dir(checkpoint_id) + "/")]
             self.store.delete(garbage + private)
-        except StorageError as exc:
+        except StorageError as exc:  # collected by the next recover()
             log.warning("could not clean up failed checkpoint %d: %s", checkpoint_id, exc)
 
     # ------------------------------------------------------------------ recovery

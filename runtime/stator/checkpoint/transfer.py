@@ -1,11 +1,13 @@
-"""Executor side of checkpoints: upload a local RocksDB snapshot incrementally, and
-materialize a checkpointed snapshot into a fresh local directory."""
+"""Executor side of checkpoints: plan and send the upload of a local RocksDB snapshot
+(incrementally), and materialize a checkpointed snapshot into a fresh local directory."""
 
 from __future__ import annotations
 
 import shutil
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..state.backend import LocalFile
@@ -21,48 +23,76 @@ def shared_key(uid: str, name: str) -> str:
     return f"shared/{uid}/{uuid.uuid4().hex[:16]}-{name}"
 
 
-def private_key(checkpoint_id: int, uid: str, subtask: int, name: str) -> str:
-    return f"{checkpoint_dir(checkpoint_id)}/{uid}/{subtask}/{name}"
+def upload_dir(checkpoint_id: int, uid: str, subtask: int, token: str) -> str:
+    """Where one task attempt puts a subtask's private files (and, asynchronously, its
+    confirmation): a token per attempt, so that a retried or speculative attempt of the same
+    subtask never overwrites the files of the attempt whose report the driver keeps."""
+    return f"{checkpoint_dir(checkpoint_id)}/{uid}/{subtask}/{token}"
 
 
-def upload_snapshot(
-    store: ObjectStore,
+def new_upload_token() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+@dataclass(frozen=True)
+class UploadPlan:
+    """What a subtask's snapshot consists of in the store, and which of its files must still
+    be sent there (``todo``: local name -> key). The keys are chosen before anything is sent,
+    so the driver knows every key a checkpoint may leave behind, even one that never ends."""
+
+    token: str
+    files: tuple[RemoteFile, ...]
+    todo: tuple[tuple[str, str], ...]
+    bytes: int
+
+
+def plan_upload(
     checkpoint_id: int,
     uid: str,
     subtask: int,
-    local_dir: Path,
     files: list[LocalFile],
     previous: dict[str, RemoteFile],
     incremental: bool,
-) -> tuple[list[RemoteFile], int]:
-    """Upload what the last confirmed checkpoint does not already hold; re-reference the rest.
+) -> UploadPlan:
+    """Re-reference what the last confirmed checkpoint already holds; send the rest.
 
-    Returns the snapshot's files and the bytes uploaded. ``previous`` maps local file names of
-    the previous *completed* checkpoint's snapshot of this subtask to their remote files.
+    ``previous`` maps local file names of the previous *completed* checkpoint's snapshot of
+    this subtask to their remote files.
     """
+    token = new_upload_token()
+    private = upload_dir(checkpoint_id, uid, subtask, token)
     result: list[RemoteFile] = []
-    todo: list[tuple[LocalFile, str]] = []
+    todo: list[tuple[str, str]] = []
+    sent = 0
     for f in files:
         prev = previous.get(f.name) if incremental and f.shared else None
         if prev is not None and prev.size == f.size:
             result.append(prev)
             continue
-        key = (
-            shared_key(uid, f.name)
-            if incremental and f.shared
-            else private_key(checkpoint_id, uid, subtask, f.name)
-        )
-        todo.append((f, key))
+        key = shared_key(uid, f.name) if incremental and f.shared else f"{private}/{f.name}"
+        result.append(RemoteFile(f.name, key, f.size, incremental and f.shared))
+        todo.append((f.name, key))
+        sent += f.size
+    return UploadPlan(token, tuple(sorted(result, key=lambda r: r.name)), tuple(todo), sent)
 
-    def send(item: tuple[LocalFile, str]) -> RemoteFile:
-        f, key = item
-        store.put_file(key, local_dir / f.name)
-        return RemoteFile(f.name, key, f.size, incremental and f.shared)
+
+def send_files(
+    store: ObjectStore,
+    local_dir: Path,
+    todo: tuple[tuple[str, str], ...],
+    deadline_ms: int = 0,
+) -> None:
+    """Put every (local name, key) of ``todo``, in parallel threads. Past ``deadline_ms``
+    (epoch milliseconds, 0: none) no further file is started: the checkpoint has timed out."""
+
+    def send(item: tuple[str, str]) -> None:
+        if deadline_ms and time.time() * 1000 > deadline_ms:
+            raise TimeoutError(f"the checkpoint timed out before {item[1]} was sent")
+        store.put_file(item[1], local_dir / item[0])
 
     if todo:
         with ThreadPoolExecutor(min(UPLOAD_THREADS, len(todo))) as pool:
-            result.extend(pool.map(send, todo))
-    return sorted(result, key=lambda r: r.name), sum(f.size for f, _ in todo)
+            list(pool.map(send, todo))
 
 
 def download_snapshot(store: ObjectStore, files: tuple[RemoteFile, ...], target: Path) -> int:

@@ -38,6 +38,11 @@ class DriverCollector(Collector):
         yield counter("stator_records_out", "Records written to sinks", st.records_out)
         yield counter("stator_checkpoints", "Checkpoints completed", st.checkpoints)
         yield counter("stator_checkpoints_failed", "Checkpoints that failed", st.failed_checkpoints)
+        yield gauge(
+            "stator_checkpoints_in_flight",
+            "Checkpoints whose uploads are not confirmed yet",
+            len(st.in_flight_checkpoints),
+        )
         yield counter("stator_restarts", "Job restarts after failures", st.restarts)
         yield gauge(
             "stator_running", "1 while the job runs", 1 if st.state is JobState.RUNNING else 0

@@ -192,6 +192,7 @@ class ControlServer:
                 "latest": retained[-1] if retained else None,
                 "retained": retained,
                 "history": [h.to_json() for h in d.history.items()],
+                "in_flight": list(d.status.in_flight_checkpoints),
                 "counts": {
                     "completed": d.status.checkpoints,
                     "failed": d.status.failed_checkpoints,

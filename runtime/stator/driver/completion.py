@@ -8,18 +8,20 @@ Completing checkpoint N of epoch E, step by step:
    and its output stays pending until a later checkpoint covers it.
 2. N's metadata is assembled: subtask snapshots, source positions after E, the sink output
    pending up to E (so a restore of N can commit it again), the minimum watermark.
-3. The coordinator completes N (``checkpoint/coordinator.py``: metadata last, register,
-   retain, then sinks commit every epoch up to E, then subsume). A storage failure while
-   writing the metadata aborts N as in step 1. A failure of a sink's commit does *not*
-   abort N (it exists: its metadata is written): it fails the epoch, and failing over
-   rewinds to N, whose metadata lists the output to commit again (``recovery.py``).
+3. Once every upload is done (before the tasks returned, or when the asynchronous ones are
+   confirmed: ``in_flight.py``), the coordinator completes N (``checkpoint/coordinator.py``:
+   metadata last, register, retain, then sinks commit every epoch up to E, then subsume).
+   A storage failure while writing the metadata aborts N as in step 1. A failure of a
+   sink's commit does *not* abort N (it exists: its metadata is written): it fails the
+   epoch, and failing over rewinds to N, whose metadata lists the output to commit again
+   (``recovery.py``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..api.pipeline import SinkNode
@@ -29,6 +31,7 @@ from ..checkpoint.metadata import (
     CheckpointMetadata,
     OperatorSnapshot,
     PendingCommit,
+    RemoteFile,
     SubtaskSnapshot,
 )
 from ..epoch.reports import SinkReport, StateReport
@@ -94,7 +97,7 @@ class CheckpointRequest:
     incremental: bool
 
 
-def complete_checkpoint(
+def assemble_checkpoint(
     job: str,
     request: CheckpointRequest,
     parallelism: dict[str, int],
@@ -103,11 +106,9 @@ def complete_checkpoint(
     sources: dict[str, dict[str, dict[str, Any]]],
     output: PendingOutput,
     coordinator: CheckpointCoordinator,
-    started: float,
 ) -> CheckpointMetadata | str:
-    """Steps 1-3 of the module docstring: the completed checkpoint, or why it failed. The
-    caller records it, then calls :func:`commit_completed`."""
-    uploaded = [f for r in states if r.snapshot for f in r.snapshot.files]
+    """Steps 1-2 of the module docstring: the checkpoint's metadata (its ``duration_ms`` set
+    when it completes), or why it failed (then it is aborted)."""
     by_op: dict[str, dict[int, SubtaskSnapshot]] = {}
     for r in states:
         if r.snapshot is not None:
@@ -116,9 +117,9 @@ def complete_checkpoint(
     got, expected = sum(len(v) for v in by_op.values()), sum(parallelism.values())
     if errors or got != expected:
         reason = errors[0] if errors else f"{got} of {expected} subtasks reported a snapshot"
-        coordinator.abort(request.checkpoint_id, uploaded, reason)
+        coordinator.abort(request.checkpoint_id, uploaded_files(states), reason)
         return reason
-    meta = CheckpointMetadata(
+    return CheckpointMetadata(
         checkpoint_id=request.checkpoint_id,
         epoch=request.epoch,
         job=job,
@@ -132,12 +133,27 @@ def complete_checkpoint(
         sources=sources,
         sinks=output.as_commits(),
         watermark=min((r.watermark for r in states), default=MAX_TIMESTAMP),
-        duration_ms=int((time.monotonic() - started) * 1000),
     )
+
+
+def uploaded_files(states: list[StateReport]) -> list[RemoteFile]:
+    return [f for r in states if r.snapshot for f in r.snapshot.files]
+
+
+def finish_checkpoint(
+    meta: CheckpointMetadata,
+    uploaded: list[RemoteFile],
+    coordinator: CheckpointCoordinator,
+    started: float,
+) -> CheckpointMetadata | str:
+    """Step 3 of the module docstring, once every upload is done: the completed checkpoint,
+    or why it failed (then it is aborted). The caller records it, then calls
+    :func:`commit_completed`."""
+    meta = replace(meta, duration_ms=int((time.monotonic() - started) * 1000))
     try:
         coordinator.complete(meta)
     except StatorError as exc:
-        coordinator.abort(request.checkpoint_id, uploaded, str(exc))
+        coordinator.abort(meta.checkpoint_id, uploaded, str(exc))
         return str(exc)
     return meta
 

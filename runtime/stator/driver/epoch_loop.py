@@ -10,11 +10,18 @@ One epoch:
 3. Advance: source positions move to the ranges' ends; staged sink output joins the output
    pending commit (``completion.py``).
 4. Checkpoint (if due, ``completion.py``): the coordinator completes it (metadata last),
-   then sinks commit every epoch it covers. A failed checkpoint is aborted; processing goes on.
-5. Listeners registered with :meth:`JobDriver.on_epoch` see the result.
+   then sinks commit every epoch it covers. With asynchronous uploads (the default) it is
+   in flight instead (``in_flight.py``): it completes at the end of a later epoch, when every
+   upload is confirmed; an epoch that takes a checkpoint first waits while
+   ``checkpoint.max_concurrent`` are in flight. A failed checkpoint is aborted; processing
+   goes on.
+5. Listeners registered with :meth:`JobDriver.on_epoch` see the result; those registered
+   with :meth:`JobDriver.on_checkpoint` see every checkpoint that completed.
 
-Between epochs the loop takes queued savepoints (``savepoints.py``). A failed epoch fails
-over (``recovery.py``): the job rewinds to its latest completed checkpoint.
+Between epochs the loop takes queued savepoints (``savepoints.py``); a savepoint, a stop and
+the end of a bounded job first wait for the checkpoints in flight. A failed epoch fails over
+(``recovery.py``): checkpoints in flight are aborted (their epochs will be replayed) and the
+job rewinds to its latest completed checkpoint.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from typing import Any
 from ..api.pipeline import Pipeline, SinkNode, SourceNode
 from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.metadata import CheckpointMetadata, RemoteFile
-from ..cluster.jvm import load_helper
+from ..cluster.jvm import live_executors, load_helper
 from ..cluster.placement import LocalRestore, PlacementTracker, Placer, uses_placement
 from ..cluster.session import share_python_path
 from ..config import JobConfig
@@ -38,9 +45,12 @@ from ..storage import ObjectStore, open_store
 from .completion import (
     CheckpointRequest,
     PendingOutput,
+    assemble_checkpoint,
     commit_completed,
-    complete_checkpoint,
+    finish_checkpoint,
+    uploaded_files,
 )
+from .in_flight import InFlightCheckpoints, Outcome
 from .parallelism import Parallelism, resolve_parallelism
 from .planning import CheckpointSchedule, EpochPlanner, Plan
 from .recovery import Recovery
@@ -62,11 +72,12 @@ class EpochResult:
     records_out: int
     duration_s: float
     states: list[StateReport]
-    checkpoint: CheckpointMetadata | None  # completed with this epoch
-    checkpoint_error: str | None  # a checkpoint was due and failed
+    checkpoint_id: int  # the checkpoint this epoch took (0: none)
+    outcomes: list[Outcome]  # checkpoints (of this or earlier epochs) completed or failed
 
 
 EpochListener = Callable[[EpochResult], None]
+CheckpointListener = Callable[[CheckpointMetadata], None]
 
 
 class JobDriver:
@@ -109,7 +120,11 @@ class JobDriver:
             self.output,
             self.status,
         )
+        self.in_flight = InFlightCheckpoints(
+            self.store, self.coordinator, config.checkpoint.timeout_ms
+        )
         self._listeners: list[EpochListener] = []
+        self._checkpoint_listeners: list[CheckpointListener] = []
         self._stop = False
         self._owns_spark = spark is None
         # Where keyed subtasks run, with several executors (set when Spark is known).
@@ -122,6 +137,10 @@ class JobDriver:
         """Call ``listener`` after every epoch (in the loop's thread; it may call
         :meth:`stop` or :meth:`request_savepoint`)."""
         self._listeners.append(listener)
+
+    def on_checkpoint(self, listener: CheckpointListener) -> None:
+        """Call ``listener`` with every checkpoint that completes (in the loop's thread)."""
+        self._checkpoint_listeners.append(listener)
 
     def stop(self) -> None:
         """Stop after the current epoch."""
@@ -154,6 +173,7 @@ class JobDriver:
                 sc, self.job, cfg.state.local_dir, cfg.local_recovery.executor_wait_ms
             )
             self.placement = self.placer.tracker
+            self.in_flight.alive = lambda: live_executors(sc)
         self.status.state = JobState.RECOVERING
         try:
             self.recovery.start()
@@ -180,16 +200,20 @@ class JobDriver:
                     self._take_savepoint(request)
                     continue
                 if self.planner.finished():
+                    self._settle(self.in_flight.wait(0))
                     self.status.state = JobState.FINISHED
                     return
                 plan = self.planner.plan()
                 if plan is None:
+                    self._settle(self.in_flight.poll())
                     time.sleep(self.config.epoch.idle_wait_ms / 1000)
                     continue
                 self._run_epoch(plan)
                 self.recovery.epoch_completed()
             except Exception as exc:
+                self._settle(self.in_flight.abort_all(f"the job fails over: {exc}"[:500]))
                 self.recovery.failover(exc)
+        self._settle(self.in_flight.wait(0))
 
     def _take_savepoint(self, request: SavepointRequest) -> None:
         cfg = self.config
@@ -206,11 +230,13 @@ class JobDriver:
 
     def run_savepoint_epoch(self, task: SavepointTask) -> SavepointEpoch:
         result = self._run_epoch(self.planner.empty_plan(), savepoint=task)
+        outcomes = result.outcomes + self._settle(self.in_flight.wait(0))
+        completed = {o.checkpoint_id for o in outcomes if o.meta is not None}
         return SavepointEpoch(
             result.epoch,
             result.states,
             self.planner.to_json(),
-            checkpoint_failed=result.checkpoint_error is not None,
+            checkpoint_failed=bool(result.checkpoint_id) and result.checkpoint_id not in completed,
         )
 
     # ------------------------------------------------------------------ one epoch
@@ -230,14 +256,19 @@ class JobDriver:
     def _spec(self, plan: Plan, savepoint: SavepointTask | None) -> EpochSpec:
         position = self.recovery.position
         checkpoint = None
+        ck = self.config.checkpoint
         due = self.schedule.due(self.planner.is_last(plan))
-        if due or (savepoint is not None and self.config.checkpoint.enabled):
+        if due or (savepoint is not None and ck.enabled):
+            self._settle(self.in_flight.wait(ck.max_concurrent - 1))
+            self.schedule.triggered()
             checkpoint = CheckpointTask(
                 self.coordinator.new_checkpoint_id(),
                 self.store,
-                self.config.checkpoint.incremental,
+                ck.incremental,
                 self._incremental_base(),
                 keep_local=self.config.local_recovery.enabled,
+                async_upload=ck.async_upload,
+                deadline_ms=now_ms() + ck.timeout_ms,
             )
         verify, position.verify_states = position.verify_states, False
         target = position.target
@@ -269,6 +300,7 @@ class JobDriver:
             verify_states=verify,
             allow_non_restored_state=self.config.restore.allow_non_restored_state,
             completed_checkpoint=latest.checkpoint_id if latest else 0,
+            in_flight=self.in_flight.ids(),
         )
 
     def _local_restore(self) -> LocalRestore | None:
@@ -352,35 +384,31 @@ class JobDriver:
         self.recovery.position.epoch = self.status.epoch = spec.epoch
         self._keyed_tasks_done(spec.epoch, states)
         self.schedule.epoch_done()
-        completed, error = None, None
+        outcomes: list[Outcome] = []
         if spec.checkpoint is not None:
-            outcome = complete_checkpoint(
+            cid = spec.checkpoint.checkpoint_id
+            draft = assemble_checkpoint(
                 self.job,
-                CheckpointRequest(
-                    spec.checkpoint.checkpoint_id, spec.epoch, spec.checkpoint.incremental
-                ),
+                CheckpointRequest(cid, spec.epoch, spec.checkpoint.incremental),
                 self.parallelism.operators,
                 self.parallelism.max_parallelism,
                 states,
                 self.planner.to_json(),
                 self.output,
                 self.coordinator,
-                started,
             )
-            if isinstance(outcome, CheckpointMetadata):
-                completed = outcome
-                self.recovery.checkpoint_completed(outcome)
-                self.history.completed(outcome)
-                self.status.checkpoints += 1
-                self.status.last_checkpoint = outcome
-                self.schedule.checkpoint_done()
-                commit_completed(outcome, self.output, self.coordinator)
+            if isinstance(draft, str):
+                outcomes.append(Outcome(cid, spec.epoch, None, draft))
+            elif spec.checkpoint.async_upload:
+                self.in_flight.add(draft, states, started)
             else:
-                error = outcome
-                self.history.failed(spec.checkpoint.checkpoint_id, spec.epoch, outcome)
-                self.status.failed_checkpoints += 1
+                done = finish_checkpoint(draft, uploaded_files(states), self.coordinator, started)
+                meta = done if isinstance(done, CheckpointMetadata) else None
+                outcomes.append(Outcome(cid, spec.epoch, meta, None if meta else str(done)))
         elif not self.config.checkpoint.enabled:
             self.output.commit_upto(spec.epoch)  # no checkpoints: output is at-least-once
+        outcomes += self.in_flight.poll()
+        self._settle(outcomes)
         return EpochResult(
             spec.epoch,
             spec.savepoint is not None,
@@ -388,6 +416,26 @@ class JobDriver:
             records_out,
             time.monotonic() - started,
             states,
-            completed,
-            error,
+            spec.checkpoint.checkpoint_id if spec.checkpoint else 0,
+            outcomes,
         )
+
+    def _settle(self, outcomes: list[Outcome]) -> list[Outcome]:
+        """Record checkpoints that completed or failed, in order; for each completed one,
+        sinks commit what it covers (``completion.commit_completed``)."""
+        for o in outcomes:
+            if o.meta is None:
+                self.history.failed(o.checkpoint_id, o.epoch, o.error or "")
+                self.status.failed_checkpoints += 1
+                self.schedule.checkpoint_failed()
+                continue
+            self.recovery.checkpoint_completed(o.meta)
+            self.history.completed(o.meta)
+            self.status.checkpoints += 1
+            self.status.last_checkpoint = o.meta
+            self.schedule.checkpoint_done()
+            commit_completed(o.meta, self.output, self.coordinator)
+            for listener in self._checkpoint_listeners:
+                listener(o.meta)
+        self.status.in_flight_checkpoints = tuple(sorted(self.in_flight.ids()))
+        return outcomes

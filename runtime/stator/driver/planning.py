@@ -152,5 +152,13 @@ class CheckpointSchedule:
     def epoch_done(self) -> None:
         self.epochs_since += 1
 
+    def triggered(self) -> None:
+        """An epoch took a checkpoint (it may complete epochs later)."""
+        self.epochs_since = -1  # the triggering epoch's epoch_done() brings it to 0
+
     def checkpoint_done(self) -> None:
-        self.last_ms, self.epochs_since = now_ms(), 0
+        self.last_ms = now_ms()
+
+    def checkpoint_failed(self) -> None:
+        """The next epoch takes a checkpoint again."""
+        self.epochs_since = max(self.epochs_since, self.config.every_epochs - 1)

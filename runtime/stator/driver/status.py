@@ -62,6 +62,8 @@ class JobStatus:
     records_out: int = 0
     checkpoints: int = 0
     failed_checkpoints: int = 0
+    # Checkpoints taken whose uploads are not confirmed yet (asynchronous uploads), oldest first.
+    in_flight_checkpoints: tuple[int, ...] = ()
     restarts: int = 0
     last_checkpoint: CheckpointMetadata | None = None
     last_error: str | None = None

@@ -100,6 +100,9 @@ class StateReport:
     executor: str = ""
     host: str = ""
     node: str = ""  # the Kubernetes node, for the placement the status shows
+    # The token of this attempt's asynchronous upload of ``snapshot`` ("": uploaded before
+    # the task returned): the driver waits for its confirmation (``checkpoint/uploads.py``).
+    upload: str = ""
 
 
 Report = SplitReport | SinkReport | StateReport

@@ -44,6 +44,10 @@ class CheckpointTask:
     previous: dict[tuple[str, int], dict[str, RemoteFile]]
     # Keep the snapshot as the executor's local copy (local_recovery.enabled).
     keep_local: bool = True
+    # Hand the upload to the worker's uploader and return (``checkpoint/uploads.py``), which
+    # gives up past ``deadline_ms`` (epoch milliseconds).
+    async_upload: bool = False
+    deadline_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,8 @@ class EpochSpec:
     # The latest checkpoint the driver completed (0: none). Tasks keep its local copy and
     # delete older ones (``tasks/local_copy.py``); a copy of any other id is never restored.
     completed_checkpoint: int = 0
+    # Checkpoints whose uploads may still be running: their local copies are kept.
+    in_flight: frozenset[int] = frozenset()
 
     def state_dir(self, uid: str, subtask: int) -> Path:
         p = self.parallelism[uid]

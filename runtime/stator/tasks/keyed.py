@@ -8,7 +8,8 @@
 4. Commit the epoch's state changes atomically (after staging: a failed commit re-stages the
    same parts on retry; the reverse order could lose them).
 5. If asked: write the savepoint part, then take the checkpoint part (a failed upload
-   declines the checkpoint, not the epoch).
+   declines the checkpoint, not the epoch; with ``checkpoint.async_upload`` the upload runs
+   after the task returns, ``checkpoint/uploads.py``).
 """
 
 from __future__ import annotations
@@ -81,10 +82,10 @@ def keyed_task(
                 export_key_groups(backend, sp.store, node.uid, sp.compression),
                 state_catalog(backend.registry),
             )
-        snapshot, error = None, None
+        snapshot, error, upload = None, None, ""
         if spec.checkpoint is not None:
             try:
-                snapshot = take_snapshot(spec, node.uid, subtask, key_groups, backend)
+                snapshot, upload = take_snapshot(spec, node.uid, subtask, key_groups, backend)
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
         state = StateReport(
@@ -101,6 +102,7 @@ def keyed_task(
             executor,
             host,
             node_name(),
+            upload,
         )
         done: list[Report] = [state, *staged]
         reports.add(done)

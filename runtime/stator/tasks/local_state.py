@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from ..api.time import MAX_TIMESTAMP, MIN_TIMESTAMP
+from ..checkpoint import uploads
 from ..checkpoint.metadata import SubtaskSnapshot
-from ..checkpoint.transfer import download_snapshot, upload_snapshot
+from ..checkpoint.transfer import download_snapshot, plan_upload, send_files
 from ..epoch.reports import NO_RESTORE, RestoreReport
 from ..epoch.spec import EpochSpec, RestoreTask
 from ..errors import StateMismatchError, StatorError, StorageError
@@ -63,7 +64,7 @@ def open_state(
     state_dir = spec.state_dir(uid, subtask)
     path = state_dir / "db"
     restore = spec.restore
-    keep = {spec.completed_checkpoint}
+    keep = {spec.completed_checkpoint, *spec.in_flight}
     keep |= {spec.checkpoint.checkpoint_id} if spec.checkpoint is not None else set()
     keep |= {restore.checkpoint_id} if restore is not None else set()
     local_copy.prune(state_dir, keep)
@@ -279,33 +280,44 @@ def _rescale_from(
 
 def take_snapshot(
     spec: EpochSpec, uid: str, subtask: int, key_groups: KeyGroupRange, backend: KeyedBackend
-) -> SubtaskSnapshot:
-    """Synchronous part (flush + hard links), then the upload of what is new."""
+) -> tuple[SubtaskSnapshot, str]:
+    """Synchronous part (flush + hard links, plan the upload), then the upload of what is
+    new: here, or handed to the worker's uploader (``checkpoint/uploads.py``). Returns the
+    snapshot and the token of an asynchronous upload ("" if done)."""
     ck = spec.checkpoint
     assert ck is not None
     base = spec.state_dir(uid, subtask)
     local = local_copy.copy_dir(base, ck.checkpoint_id)
     files = backend.snapshot_to(local)
-    remote, uploaded = upload_snapshot(
-        ck.store,
+    plan = plan_upload(
         ck.checkpoint_id,
         uid,
         subtask,
-        local,
         files,
         ck.previous.get((uid, subtask), {}),
         ck.incremental,
     )
-    # Keep this copy and the latest completed checkpoint's until the driver confirms this one
-    # (none with local recovery off).
-    local_copy.prune(
-        base, {ck.checkpoint_id, spec.completed_checkpoint} if ck.keep_local else set()
-    )
-    return SubtaskSnapshot(
+    snapshot = SubtaskSnapshot(
         subtask,
         spec.parallelism[uid],
         (key_groups.start, key_groups.end),
         spec.epoch,
-        tuple(remote),
-        uploaded,
+        plan.files,
+        plan.bytes,
     )
+    # Keep this copy, those of checkpoints still uploading and the latest completed
+    # checkpoint's until the driver confirms a newer one (none with local recovery off,
+    # once uploaded).
+    keep = {ck.checkpoint_id, spec.completed_checkpoint, *spec.in_flight}
+    local_copy.prune(base, keep if ck.keep_local else {ck.checkpoint_id, *spec.in_flight})
+    job = uploads.UploadJob(
+        ck.store, ck.checkpoint_id, uid, subtask, local, plan, ck.deadline_ms, not ck.keep_local
+    )
+    if ck.async_upload and uploads.submit(job):
+        return snapshot, plan.token
+    try:
+        send_files(ck.store, local, plan.todo, ck.deadline_ms)
+    finally:
+        if job.drop_copy:
+            shutil.rmtree(local, ignore_errors=True)
+    return snapshot, ""

@@ -1,0 +1,173 @@
+"""Asynchronous checkpoint uploads (Flink's synchronous/asynchronous split): the uploader a
+keyed task hands its files to, and the confirmations the driver completes a checkpoint on.
+
+A keyed subtask's part of checkpoint N with ``checkpoint.async_upload``, step by step:
+
+1. In the task (synchronous): commit the epoch, snapshot the database (hard links,
+   ``tasks/local_state.py``) and plan the upload (``transfer.plan_upload``: every key is
+   chosen now, under a token of this task attempt). The task reports the planned files and
+   the token, submits the upload and returns: the epoch does not wait for the store. A
+   failure here declines N in the report, as with synchronous uploads.
+2. The uploader of the task's Python worker sends the files. It is a child process, one per
+   worker, started with the first upload: it outlives the task and the worker too (Spark
+   closes a worker that idled for a minute, and a worker whose task failed exits with
+   ``os._exit``, which would kill an upload thread mid-file). It dies with the executor's
+   pod. If a put fails, or the checkpoint's deadline passes, it writes
+   ``<upload dir>/_failed`` with the reason (best effort): N fails, the epoch stands. If the
+   uploader cannot be started or reached, the task uploads synchronously instead.
+3. With every file sent, it writes ``<upload dir>/_uploaded``: the confirmation.
+4. The driver (``driver/in_flight.py``) completes N when every subtask's confirmation, under
+   the token of the attempt whose report it kept, is in the store. A worker or executor that
+   dies mid-upload writes neither: N fails at its deadline, or at once if the job fails over.
+   The object store is the only channel, so a confirmation cannot outrun its files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import BinaryIO
+
+from ..storage import ObjectStore
+from .transfer import UploadPlan, send_files, upload_dir
+
+log = logging.getLogger("stator.checkpoint")
+
+CONFIRMED = "_uploaded"
+FAILED = "_failed"
+
+
+def confirmation_key(checkpoint_id: int, uid: str, subtask: int, token: str, name: str) -> str:
+    return f"{upload_dir(checkpoint_id, uid, subtask, token)}/{name}"
+
+
+@dataclass(frozen=True)
+class UploadJob:
+    """Steps 2-3 for one subtask: send ``plan``'s files from ``local_dir``, then confirm."""
+
+    store: ObjectStore
+    checkpoint_id: int
+    uid: str
+    subtask: int
+    local_dir: Path
+    plan: UploadPlan
+    deadline_ms: int  # epoch milliseconds
+    drop_copy: bool  # delete ``local_dir`` afterwards (local recovery is off)
+
+    def key(self, name: str) -> str:
+        return confirmation_key(self.checkpoint_id, self.uid, self.subtask, self.plan.token, name)
+
+
+def run_upload(job: UploadJob) -> bool:
+    """Steps 2-3 of the module docstring. Returns whether the upload was confirmed."""
+    try:
+        send_files(job.store, job.local_dir, job.plan.todo, job.deadline_ms)
+        job.store.put(
+            job.key(CONFIRMED),
+            json.dumps({"files": len(job.plan.todo), "bytes": job.plan.bytes}).encode(),
+        )
+        return True
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {exc}"[:2000]
+        log.warning(
+            "checkpoint %d: upload of operator '%s' subtask %d failed: %s",
+            job.checkpoint_id,
+            job.uid,
+            job.subtask,
+            reason,
+        )
+        if time.time() * 1000 <= job.deadline_ms:  # past it, the driver has given up
+            # The store may be unreachable: then the driver's deadline decides.
+            with contextlib.suppress(Exception):
+                job.store.put(job.key(FAILED), reason.encode())
+        return False
+    finally:
+        if job.drop_copy:
+            shutil.rmtree(job.local_dir, ignore_errors=True)
+
+
+class Uploader:
+    """This worker's uploader process: jobs go to its stdin, pickled, in submission order,
+    and run one at a time (each sends its files in parallel threads). A job written to the
+    pipe is the child's, even if this worker exits the next moment; the child finishes every
+    job it was given and exits when the pipe closes."""
+
+    def __init__(self) -> None:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", "from stator.checkpoint.uploads import main; main()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            env=env,
+            close_fds=True,
+        )
+
+    def submit(self, job: UploadJob) -> None:
+        """Raises OSError if the uploader is gone (the caller then uploads itself)."""
+        stdin = self._proc.stdin
+        assert stdin is not None
+        pickle.dump(job, stdin, protocol=pickle.HIGHEST_PROTOCOL)
+        stdin.flush()
+
+    def alive(self) -> bool:
+        return self._proc.poll() is None
+
+
+_uploaders: dict[int, Uploader] = {}  # by process id: a forked child gets its own
+_lock = threading.Lock()
+
+
+def submit(job: UploadJob) -> bool:
+    """Hand ``job`` to this process's uploader (started on first use). Returns False if it
+    could not be handed over: the caller runs the job itself."""
+    with _lock:
+        pid = os.getpid()
+        current = _uploaders.get(pid)
+        try:
+            if current is None or not current.alive():
+                current = _uploaders[pid] = Uploader()
+            current.submit(job)
+            return True
+        except (OSError, ValueError) as exc:
+            _uploaders.pop(pid, None)
+            log.warning(
+                "checkpoint %d: no uploader process (%s): uploading in the task",
+                job.checkpoint_id,
+                exc,
+            )
+            return False
+
+
+def serve(jobs: BinaryIO) -> None:
+    """The uploader process: run every job read from ``jobs`` until it closes. One client
+    per store, reused across jobs."""
+    stores: dict[bytes, ObjectStore] = {}
+    while True:
+        try:
+            job: UploadJob = pickle.load(jobs)  # noqa: S301 (our own worker, a private pipe)
+        except (EOFError, pickle.UnpicklingError):  # the worker is gone (maybe mid-write)
+            return
+        key = pickle.dumps(job.store)
+        job = replace(job, store=stores.setdefault(key, job.store))
+        run_upload(job)
+
+
+def main() -> None:
+    """Entry point of the uploader process (``Uploader`` starts it)."""
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C meant for the worker
+    serve(sys.stdin.buffer)

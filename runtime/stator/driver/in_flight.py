@@ -1,0 +1,196 @@
+"""Checkpoints whose uploads run in the background (``checkpoint.async_upload``): the driver
+keeps processing and completes each one when the store holds every upload's confirmation
+(``checkpoint/uploads.py``).
+
+An in-flight checkpoint N, step by step:
+
+1. Its epoch ended with a snapshot from every keyed subtask (``completion.py`` steps 1-2
+   assembled the metadata). N holds the files it references (``CheckpointCoordinator.begin``),
+   its local copies are kept (``EpochSpec.in_flight``), and the epochs after it run.
+2. Polled after every epoch, while the job is idle and while the driver waits for a slot:
+   one listing of ``chk-N/``. Checkpoints complete in the order they were taken: N+1 waits
+   for N, so sinks commit in epoch order and every completed checkpoint's base is retained.
+3. Every subtask confirmed its upload under the token of the attempt the driver kept -> N
+   completes (``completion.py`` step 3; the caller then lets sinks commit). A ``_failed``
+   confirmation, or no confirmation by ``checkpoint.timeout_ms`` -> N is aborted; its files
+   are deleted now and again after the deadline (uploads may still be writing them).
+4. A failover first completes what is confirmed, then aborts the rest (their epochs are
+   about to be replayed); a savepoint, a stop and the end of a bounded job wait for all.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from ..checkpoint.coordinator import CheckpointCoordinator
+from ..checkpoint.metadata import CheckpointMetadata, RemoteFile, checkpoint_dir
+from ..checkpoint.uploads import CONFIRMED, FAILED, confirmation_key
+from ..epoch.reports import StateReport
+from ..errors import StorageError
+from ..storage import ObjectStore
+from .completion import finish_checkpoint, uploaded_files
+
+log = logging.getLogger("stator.checkpoint")
+
+POLL_S = 0.05  # between listings while the driver waits for a checkpoint
+# After a checkpoint's deadline, how long an upload may still be writing a file it started.
+LATE_WRITES_S = 60.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A checkpoint that stopped being in flight: completed (``meta``) or failed."""
+
+    checkpoint_id: int
+    epoch: int
+    meta: CheckpointMetadata | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class _Upload:
+    who: str  # "operator 'x' subtask n"
+    executor: str  # where it runs ("" under local[*])
+
+
+@dataclass(frozen=True)
+class _InFlight:
+    draft: CheckpointMetadata
+    confirmations: dict[str, _Upload]  # key of each expected confirmation -> its upload
+    uploaded: list[RemoteFile]
+    started: float  # monotonic: its epoch's start
+    deadline: float  # monotonic
+
+
+class InFlightCheckpoints:
+    def __init__(
+        self, store: ObjectStore, coordinator: CheckpointCoordinator, timeout_ms: int
+    ) -> None:
+        self.store, self.coordinator, self.timeout_ms = store, coordinator, timeout_ms
+        self._queue: list[_InFlight] = []  # oldest first
+        # The executors alive now, when the driver knows them (several executors): an
+        # upload on a lost executor fails its checkpoint at once, not at the deadline.
+        self.alive: Callable[[], Iterable[str]] | None = None
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def ids(self) -> frozenset[int]:
+        return frozenset(c.draft.checkpoint_id for c in self._queue)
+
+    def add(self, draft: CheckpointMetadata, states: list[StateReport], started: float) -> None:
+        """Step 1. ``states``: the keyed subtasks' reports, each with its upload's token."""
+        confirmations = {
+            confirmation_key(draft.checkpoint_id, r.uid, r.subtask, r.upload, CONFIRMED): _Upload(
+                f"operator '{r.uid}' subtask {r.subtask}", r.executor
+            )
+            for r in states
+            if r.snapshot is not None and r.upload
+        }
+        self.coordinator.begin(draft.checkpoint_id, draft.shared_keys())
+        self._queue.append(
+            _InFlight(
+                draft,
+                confirmations,
+                uploaded_files(states),
+                started,
+                started + self.timeout_ms / 1000,
+            )
+        )
+
+    def poll(self) -> list[Outcome]:
+        """Steps 2-3: the checkpoints that completed or failed, in the order taken."""
+        outcomes: list[Outcome] = []
+        while self._queue:
+            head = self._queue[0]
+            verdict = self._verdict(head)
+            if verdict is None:
+                break
+            self._queue.pop(0)
+            outcomes.append(self._settle(head, verdict))
+        self.coordinator.sweep()
+        return outcomes
+
+    def wait(self, until_at_most: int) -> list[Outcome]:
+        """Poll until at most ``until_at_most`` checkpoints are in flight (0: drain)."""
+        outcomes = self.poll()
+        while len(self._queue) > until_at_most:
+            time.sleep(POLL_S)
+            outcomes += self.poll()
+        return outcomes
+
+    def abort_all(self, reason: str) -> list[Outcome]:
+        """Step 4's second half: every checkpoint still in flight fails."""
+        outcomes = []
+        for c in self._queue:
+            until = c.deadline + LATE_WRITES_S
+            self.coordinator.abort(c.draft.checkpoint_id, c.uploaded, reason, until)
+            outcomes.append(Outcome(c.draft.checkpoint_id, c.draft.epoch, None, reason))
+        self._queue = []
+        return outcomes
+
+    # ------------------------------------------------------------------ internals
+
+    def _verdict(self, c: _InFlight) -> str | None:
+        """An empty string if every upload is confirmed, the reason if the checkpoint
+        failed, None if it is still in flight. An unreachable store is waited for, up to
+        the deadline."""
+        late = time.monotonic() > c.deadline
+        try:
+            listed = self.store.listing(checkpoint_dir(c.draft.checkpoint_id) + "/")
+            present = {key for key, _ in listed}
+            failed = self._failed(c, present)
+        except StorageError as exc:
+            if late:
+                return f"checkpoint.timeout_ms ({self.timeout_ms}) passed: {exc}"
+            log.warning("checkpoint %d: cannot ask the store: %s", c.draft.checkpoint_id, exc)
+            return None
+        if failed:
+            return failed
+        missing = [up for key, up in c.confirmations.items() if key not in present]
+        if not missing:
+            return ""
+        if late:
+            return (
+                f"checkpoint.timeout_ms ({self.timeout_ms}) passed before {len(missing)} "
+                f"upload(s) were confirmed, e.g. {missing[0].who}'s"
+            )
+        return self._lost(missing)
+
+    def _failed(self, c: _InFlight, present: set[str]) -> str | None:
+        """The reason an uploader wrote, if one failed."""
+        for key, up in c.confirmations.items():
+            failure = key[: -len(CONFIRMED)] + FAILED
+            if failure in present:
+                return f"the upload of {up.who} failed: {_read_reason(self.store, failure)}"
+        return None
+
+    def _lost(self, missing: list[_Upload]) -> str | None:
+        """Why an upload can no longer be confirmed: its executor is gone."""
+        if self.alive is None or not any(up.executor for up in missing):
+            return None
+        alive = set(self.alive())
+        lost = [up for up in missing if up.executor and up.executor not in alive]
+        if not lost:
+            return None
+        return f"executor {lost[0].executor} was lost while it uploaded {lost[0].who}'s files"
+
+    def _settle(self, c: _InFlight, verdict: str) -> Outcome:
+        cid, epoch = c.draft.checkpoint_id, c.draft.epoch
+        if verdict:
+            self.coordinator.abort(cid, c.uploaded, verdict, c.deadline + LATE_WRITES_S)
+            return Outcome(cid, epoch, None, verdict)
+        done = finish_checkpoint(c.draft, c.uploaded, self.coordinator, c.started)
+        if isinstance(done, str):
+            return Outcome(cid, epoch, None, done)
+        return Outcome(cid, epoch, done)
+
+
+def _read_reason(store: ObjectStore, key: str) -> str:
+    try:
+        return store.get(key).decode(errors="replace")
+    except Exception as exc:  # listed a moment ago; say what we know
+        return f"(the reason could not be read: {exc})"
