@@ -202,6 +202,14 @@ def role_binding(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# spec.checkpointing field -> checkpoint config key, and the factor between their units.
+UPLOAD_FIELDS = (
+    ("asyncUpload", "async_upload", 1),
+    ("maxConcurrent", "max_concurrent", 1),
+    ("timeoutSeconds", "timeout_ms", 1000),
+)
+
+
 def job_config(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any]:
     """The Stator job configuration (stator config keys) for this spec. Only what the spec
     sets: the defaults are the runtime's (``JobConfig``), in one place."""
@@ -221,6 +229,9 @@ def job_config(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any
         "spark": _spark(spec, name, namespace),
         "savepoint": {"dir": savepoint_dir(spec)},
     }
+    for field, key, scale in UPLOAD_FIELDS:
+        if field in ck:
+            cfg["checkpoint"][key] = ck[field] if scale == 1 else ck[field] * scale
     if get(spec, "localRecovery", "enabled") is False:
         cfg["local_recovery"] = {"enabled": False}
     if "replicas" in spec:
