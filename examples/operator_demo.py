@@ -15,10 +15,11 @@ operator's CRD and RBAC from the Helm chart and runs the operator with exactly t
    three executors;
 5. waits until the job has read all its input and checks the committed output is exact.
 
-It prints the status along the way and three numbers: apply -> driver pod created, the
+It prints the status along the way and these numbers: apply -> driver pod created, the
 operator's own share of the rescale (everything but the savepoint, the restore and Spark's
-start-up, which the driver reports and which are subtracted), and the bytes each recovery read
-from MinIO.
+start-up, which the driver reports and which are subtracted), the rescale's downtime split
+into the operator's steps and the new driver's start-up (``status.lastOperation``), and the
+bytes each recovery read from MinIO.
 """
 
 from __future__ import annotations
@@ -183,6 +184,18 @@ def main() -> int:
             say(
                 f"operator's own share of the rescale: {total - driver_time:.1f}s "
                 f"(savepoint, restore and Spark start-up: {driver_time:.1f}s)"
+            )
+            status = space.wait(
+                name,
+                "processing again",
+                lambda s: (s.get("lastOperation") or {}).get("downtimeSeconds") is not None,
+                timeout=300,
+            )
+            rescale = status["lastOperation"]
+            say(
+                f"downtime of the rescale, from its start to the end of the new driver's first "
+                f"epoch: {rescale['downtimeSeconds']:.1f}s; the new driver's start-up: "
+                + ", ".join(f"{k} {v:.1f}s" for k, v in rescale["driverStartupSeconds"].items())
             )
             status = space.wait(name, "placed", lambda s: bool(s.get("placement")), timeout=120)
             say("pods:\n" + kube.kubectl("get", "pods", "-n", ns, "-o", "wide").stdout.strip())

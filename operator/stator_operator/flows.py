@@ -271,6 +271,11 @@ class Flows:
                 "id": op.id,
                 "stepSeconds": {**dict.fromkeys(s.label for s in Step), **steps},
                 "totalSeconds": round(sum(steps.values()), 2),
+                "readyAtMs": int(time.time() * 1000),
+                # Filled in once the new driver has run its first epoch (reconciler.py).
+                "processingAgainAt": None,
+                "driverStartupSeconds": None,
+                "downtimeSeconds": None,
             },
             operation=None,
             phase="Running",

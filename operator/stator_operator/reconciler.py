@@ -224,7 +224,23 @@ class Reconciler:
         fields.update(_restores_and_placement(job))
         if any(status.get(k) != v for k, v in fields.items()):
             self.pipeline.write(**fields)
+        self._report_processing_again(status, job)
         return 2.0
+
+    def _report_processing_again(self, status: dict[str, Any], job: JobInfo) -> None:
+        """The new driver's first epoch ended: the flow's downtime and start-up split."""
+        again = processing_again(status, job)
+        if not again:
+            return
+        self.pipeline.write(lastOperation=again)
+        split = ", ".join(f"{k} {v:.1f} s" for k, v in again["driverStartupSeconds"].items())
+        downtime = again.get("downtimeSeconds")
+        after = "" if downtime is None else f" {downtime:.1f} s after the operation began"
+        self.event(
+            "Normal",
+            "ProcessingAgain",
+            f"driver {status['deployment']['id']} ran its first epoch{after} (start-up: {split})",
+        )
 
     def _release_lost_executors(self) -> None:
         """``localRecovery.pinning: preferred``: an executor whose node is unreachable gives
@@ -388,4 +404,46 @@ def _restores_and_placement(job: JobInfo) -> dict[str, Any]:
                 if e["parallelism"] == (job.get("parallelism") or {}).get(uid)
             ],
         }
+    return out
+
+
+# (label, mark it ends at) of the new driver's start-up, in order; each starts where the
+# previous ended, the first at the end of the operator's deploy step.
+STARTUP_STEPS = (
+    ("pod-start", "process_started_ms"),  # scheduling, image, container start
+    ("python-start", "driver_started_ms"),  # interpreter, imports, loading the pipeline
+    ("spark-session", "spark_ready_ms"),  # JVM, SparkContext, executors registering
+    ("recovery", "recovered_ms"),  # finding and reading the checkpoint or savepoint
+    ("first-epoch", "first_epoch_ms"),  # the state restore and the first records
+)
+DOWNTIME_KINDS = ("upgrade", "rescale")  # flows that stop the old driver when they begin
+
+
+def processing_again(status: dict[str, Any], job: JobInfo) -> dict[str, Any] | None:
+    """Once the driver a flow brought up has finished its first epoch: when, how its
+    start-up split, and for an upgrade or rescale the downtime, from the flow's start (the
+    old driver takes no new epoch after it) to the end of that first epoch. Driver and
+    operator clocks are compared: on one cluster they agree to well under these seconds."""
+    last = status.get("lastOperation") or {}
+    startup = job.get("startup") or {}
+    first = startup.get("first_epoch_ms")
+    ready_at = last.get("readyAtMs")
+    deployment = (status.get("deployment") or {}).get("id")
+    if not first or not ready_at or last.get("processingAgainAt") or last.get("id") != deployment:
+        return None
+    steps = last.get("stepSeconds") or {}
+    mark = ready_at - 1000 * (steps.get("await-ready") or 0.0)  # the end of the deploy step
+    split: dict[str, float] = {}
+    for label, key in STARTUP_STEPS:
+        at = startup.get(key)
+        if at:
+            split[label] = round(max(0.0, (at - mark) / 1000), 2)
+            mark = at
+    out: dict[str, Any] = {
+        "processingAgainAt": stamp_ms(first),
+        "driverStartupSeconds": split,
+    }
+    if last.get("kind") in DOWNTIME_KINDS:
+        began = ready_at / 1000 - float(last.get("totalSeconds") or 0.0)
+        out["downtimeSeconds"] = round(first / 1000 - began, 2)
     return out

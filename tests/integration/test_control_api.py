@@ -153,6 +153,13 @@ def test_every_endpoint(running_job: Any, tmp_path: Path) -> None:
         "latest": [],
     }
     assert job["placement"] is None
+    marks = job["startup"]
+    order = ("process_started_ms", "driver_started_ms", "spark_ready_ms", "recovered_ms")
+    assert all(marks[k] for k in (*order, "first_epoch_ms")), marks
+    assert [marks[k] for k in order] == sorted(marks[k] for k in order)
+    assert (
+        marks["recovered_ms"] <= marks["first_epoch_ms"] <= job["latest_checkpoint"]["created_ms"]
+    )
 
     status, cks = call(base, "/v1/checkpoints")
     assert status == 200 and cks["latest"]["id"] == cks["retained"][-1]["id"]

@@ -454,7 +454,7 @@ def test_the_downtime_of_a_rescale_is_split_by_step_and_a_restart_replaces_it(
     bed.step()  # 1 -> 2
     time.sleep(0.3)  # the savepoint takes a while
     driver.complete("req1", f"file://{tmp_path}/sp/team.counts/savepoint-0000000007-req1")
-    bed.finish()
+    new = bed.finish()
     last = bed.status["lastOperation"]
     steps = last["stepSeconds"]
     labels = ["savepoint", "await-savepoint", "remove-driver", "deploy", "await-ready"]
@@ -463,6 +463,42 @@ def test_the_downtime_of_a_rescale_is_split_by_step_and_a_restart_replaces_it(
     assert last["totalSeconds"] == pytest.approx(sum(steps.values()), abs=0.02)
     completed = next(m for _, r, m in bed.events if r == "RescaleCompleted")
     assert re.search(r"\(.*await-savepoint \d+\.\d s.*\)$", completed), completed
+
+    # The new driver reports its start-up; once its first epoch ended, the downtime is known.
+    ready = last["readyAtMs"]
+    deployed = ready - 1000 * steps["await-ready"]
+    startup: dict[str, int | None] = {
+        "process_started_ms": int(deployed + 1000),
+        "driver_started_ms": int(deployed + 2500),
+        "spark_ready_ms": int(deployed + 6000),
+        "recovered_ms": int(deployed + 6200),
+        "first_epoch_ms": None,
+    }
+    new.job_info = {**new.job_info, "startup": startup}
+    bed.step()
+    assert "downtimeSeconds" not in bed.status["lastOperation"], "no first epoch yet"
+    new.job_info = {
+        **new.job_info,
+        "startup": {**startup, "first_epoch_ms": int(deployed + 9200)},
+    }
+    bed.step()
+    last = bed.status["lastOperation"]
+    assert last["driverStartupSeconds"] == {
+        "pod-start": 1.0,
+        "python-start": 1.5,
+        "spark-session": 3.5,
+        "recovery": 0.2,
+        "first-epoch": 3.0,
+    }
+    operator_share = steps["savepoint"] + steps["await-savepoint"] + steps["remove-driver"]
+    assert last["downtimeSeconds"] == pytest.approx(
+        operator_share + steps["deploy"] + 9.2, abs=0.05
+    )
+    again = next(m for _, r, m in bed.events if r == "ProcessingAgain")
+    assert "first epoch" in again and "spark-session 3.5 s" in again, again
+    events = len(bed.events)
+    bed.step()
+    assert len(bed.events) == events, "reported once"
 
     del bed.kube.pods[bed.driver_pod()]  # then the driver dies: a restart, steps 3-5
     bed.step()

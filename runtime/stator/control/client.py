@@ -62,6 +62,9 @@ class JobInfo(TypedDict, total=False):
     restores: dict[str, Any]
     # None with one executor; else keyed_tasks_local, keyed_tasks, last_epoch, subtasks
     placement: dict[str, Any] | None
+    # Wall-clock marks (epoch ms, None until reached): process_started_ms,
+    # driver_started_ms, spark_ready_ms, recovered_ms, first_epoch_ms
+    startup: dict[str, int | None]
 
 
 class SavepointRequest(TypedDict, total=False):

@@ -174,6 +174,7 @@ class ControlServer:
                 "latest_checkpoint": _checkpoint(latest) if latest else None,
                 "last_error": st.last_error,
                 "started_ms": st.started_ms,
+                "startup": st.startup.to_json(),
                 "stopped_with_savepoint": st.stopped_with_savepoint,
                 "restores": {
                     **st.restores.to_json(),

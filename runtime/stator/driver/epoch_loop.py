@@ -161,6 +161,8 @@ class JobDriver:
         return list(self.coordinator.completed)
 
     def run(self) -> JobStatus:
+        startup = self.status.startup
+        startup.driver_started_ms = now_ms()
         if self.spark is None:
             from ..cluster.session import create_session  # noqa: PLC0415 - starts a JVM
 
@@ -174,9 +176,11 @@ class JobDriver:
             )
             self.placement = self.placer.tracker
             self.in_flight.alive = lambda: live_executors(sc)
+        startup.spark_ready_ms = now_ms()
         self.status.state = JobState.RECOVERING
         try:
             self.recovery.start()
+            startup.recovered_ms = now_ms()
             self.status.state = JobState.RUNNING
             self._loop()
         except BaseException:
@@ -249,6 +253,8 @@ class JobDriver:
             placement = self.placer.for_epoch(self.parallelism.operators, self._local_restore())
         reports = run_epoch_job(self.spark, spec, f"{self.job} epoch {spec.epoch}", placement)
         result = self._advance(spec, reports, started)
+        if self.status.startup.first_epoch_ms is None:
+            self.status.startup.first_epoch_ms = now_ms()
         for listener in self._listeners:
             listener(result)
         return result

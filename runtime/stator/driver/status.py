@@ -3,16 +3,48 @@ the epoch loop, read (never blocked on) by the control API, the CLI and metrics.
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import threading
 from collections import deque
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from ..checkpoint.coordinator import now_ms
 from ..checkpoint.metadata import CheckpointMetadata
 from ..cluster.placement import EpochPlacement
 from ..epoch.reports import StateReport
+
+
+def process_started_ms() -> int | None:
+    """When this process started (epoch ms), from /proc; None where there is no /proc."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(
+            int(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+        return int((boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")) * 1000)
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+@dataclass
+class StartupTimes:
+    """Wall-clock marks (epoch ms, None until reached) of this driver's start-up: the
+    operator splits an upgrade's or rescale's downtime by them."""
+
+    process_started_ms: int | None = field(default_factory=process_started_ms)
+    driver_started_ms: int | None = None  # the job driver runs: imports and pipeline loaded
+    spark_ready_ms: int | None = None  # the SparkSession (and its executors) is up
+    recovered_ms: int | None = None  # the checkpoint or savepoint to start from is read
+    first_epoch_ms: int | None = None  # the first epoch (with the state restore) ended
+
+    def to_json(self) -> dict[str, int | None]:
+        return dataclasses.asdict(self)
 
 
 class JobState(StrEnum):
@@ -78,6 +110,7 @@ class JobStatus:
     last_placement: EpochPlacement | None = None
     # (uid, subtask) -> the latest restore of that subtask, for the control API.
     last_restores: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    startup: StartupTimes = field(default_factory=StartupTimes)
 
     @property
     def finished(self) -> bool:
