@@ -81,13 +81,14 @@ def take(
     checkpoint_id: int,
     names: dict[str, bytes],
     previous: CheckpointMetadata | None = None,
+    base: int = 0,
 ) -> list[UploadJob]:
     """Every subtask snapshots ``names`` for ``checkpoint_id`` (epoch = id), the driver
-    tracks the checkpoint; returns the upload jobs, not yet run."""
+    tracks the checkpoint (built on in-flight ``base``); returns the upload jobs, not run."""
     taken = [s.snapshot(checkpoint_id, names, previous) for s in subs]
     reports = [r for r, _ in taken]
     draft_meta = draft(tracker.coordinator, checkpoint_id, checkpoint_id, reports)
-    tracker.add(draft_meta, reports, time.monotonic())
+    tracker.add(draft_meta, reports, time.monotonic(), base)
     return [job for _, job in taken]
 
 
@@ -260,3 +261,46 @@ def test_an_upload_outlives_the_worker_that_submitted_it(tmp_path: Path, store: 
     assert store.exists(key), "the upload was confirmed after its worker had exited"
     ((_, todo_key),) = job.plan.todo
     assert store.size(todo_key) == 4096
+
+
+def test_the_next_checkpoint_builds_on_the_one_in_flight_and_completes_after_it(
+    tmp_path: Path, store: FileStore
+) -> None:
+    coord = CheckpointCoordinator(store, retained=1)
+    tracker = InFlightCheckpoints(store, coord, timeout_ms=60_000)
+    subs = [Subtask(tmp_path, store, i) for i in (0, 1)]
+    one = take(tracker, subs, 1, {"000001.sst": b"a" * 10, "MANIFEST-1": b"m1"})
+    base = tracker.newest()
+    assert base is not None and base.checkpoint_id == 1
+    names = {"000001.sst": b"a" * 10, "000002.sst": b"b" * 5, "MANIFEST-2": b"m2"}
+    two = take(tracker, subs, 2, names, base, base=1)
+    assert [sorted(n for n, _ in job.plan.todo) for job in two] == [
+        ["000002.sst", "MANIFEST-2"]
+    ] * 2
+    for job in [*two, *one]:
+        assert run_upload(job)
+    outcomes = tracker.poll()
+    assert [(o.checkpoint_id, o.meta is not None) for o in outcomes] == [(1, True), (2, True)]
+    second = outcomes[1].meta
+    assert second is not None and all(store.size(f.key) == f.size for f in second.files())
+
+
+def test_the_next_checkpoint_fails_with_the_one_in_flight_it_builds_on(
+    tmp_path: Path, store: FileStore
+) -> None:
+    coord = CheckpointCoordinator(store, retained=2)
+    tracker = InFlightCheckpoints(store, coord, timeout_ms=60_000)
+    subs = [Subtask(tmp_path, store, i) for i in (0, 1)]
+    one = take(tracker, subs, 1, {"000001.sst": b"a" * 10, "MANIFEST-1": b"m1"})
+    names = {"000001.sst": b"a" * 10, "000002.sst": b"b" * 5, "MANIFEST-2": b"m2"}
+    two = take(tracker, subs, 2, names, tracker.newest(), base=1)
+    for job in two:
+        assert run_upload(job)
+    assert run_upload(one[0])
+    (subs[1].dir / "000001.sst").unlink()  # subtask 1's part of checkpoint 1 cannot be sent
+    assert not run_upload(one[1])
+    outcomes = tracker.poll()
+    assert [(o.checkpoint_id, o.meta is None) for o in outcomes] == [(1, True), (2, True)]
+    assert "checkpoint 1, whose files it re-references, failed" in (outcomes[1].error or "")
+    assert store.listing("") == [], "nothing either of them wrote is left"
+    assert coord.completed == []

@@ -267,14 +267,16 @@ class JobDriver:
         if due or (savepoint is not None and ck.enabled):
             self._settle(self.in_flight.wait(ck.max_concurrent - 1))
             self.schedule.triggered()
+            base, previous = self._incremental_base()
             checkpoint = CheckpointTask(
                 self.coordinator.new_checkpoint_id(),
                 self.store,
                 ck.incremental,
-                self._incremental_base(),
+                previous,
                 keep_local=self.config.local_recovery.enabled,
                 async_upload=ck.async_upload,
                 deadline_ms=now_ms() + ck.timeout_ms,
+                base_in_flight=base,
             )
         verify, position.verify_states = position.verify_states, False
         target = position.target
@@ -327,8 +329,12 @@ class JobDriver:
         )
         return LocalRestore(t.meta.checkpoint_id, same)
 
-    def _incremental_base(self) -> dict[tuple[str, int], dict[str, RemoteFile]]:
-        """Files the current state shares with this job's latest completed checkpoint."""
+    def _incremental_base(self) -> tuple[int, dict[tuple[str, int], dict[str, RemoteFile]]]:
+        """The checkpoint the next one builds on and the files each subtask shares with it:
+        the newest in flight (``in_flight.py`` step 1), else the latest completed one."""
+        newest = self.in_flight.newest()
+        if newest is not None and self.config.checkpoint.incremental:
+            return newest.checkpoint_id, self._shared_with(newest)
         t = self.recovery.position.target
         if (
             t is None
@@ -336,9 +342,14 @@ class JobDriver:
             or not isinstance(t.meta, CheckpointMetadata)
             or t.store.uri != self.store.uri
         ):
-            return {}  # a savepoint, another job's checkpoint, or nothing: upload everything
+            return 0, {}  # a savepoint, another job's checkpoint, or nothing: upload everything
+        return 0, self._shared_with(t.meta)
+
+    def _shared_with(
+        self, meta: CheckpointMetadata
+    ) -> dict[tuple[str, int], dict[str, RemoteFile]]:
         previous = {}
-        for uid, op in t.meta.operators.items():
+        for uid, op in meta.operators.items():
             if op.parallelism == self.parallelism.operators.get(uid):
                 for snap in op.subtasks:
                     previous[(uid, snap.index)] = {f.name: f for f in snap.files}
@@ -406,7 +417,7 @@ class JobDriver:
             if isinstance(draft, str):
                 outcomes.append(Outcome(cid, spec.epoch, None, draft))
             elif spec.checkpoint.async_upload:
-                self.in_flight.add(draft, states, started)
+                self.in_flight.add(draft, states, started, spec.checkpoint.base_in_flight)
             else:
                 done = finish_checkpoint(draft, uploaded_files(states), self.coordinator, started)
                 meta = done if isinstance(done, CheckpointMetadata) else None

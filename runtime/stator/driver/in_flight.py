@@ -6,14 +6,18 @@ An in-flight checkpoint N, step by step:
 
 1. Its epoch ended with a snapshot from every keyed subtask (``completion.py`` steps 1-2
    assembled the metadata). N holds the files it references (``CheckpointCoordinator.begin``),
-   its local copies are kept (``EpochSpec.in_flight``), and the epochs after it run.
+   its local copies are kept (``EpochSpec.in_flight``), and the epochs after it run. The
+   next checkpoint re-references the SST files N is uploading instead of sending them again
+   (its base is N: with a checkpoint every epoch, basing it on the last *completed* one would
+   upload most files twice).
 2. Polled after every epoch, while the job is idle and while the driver waits for a slot:
    one listing of ``chk-N/``. Checkpoints complete in the order they were taken: N+1 waits
    for N, so sinks commit in epoch order and every completed checkpoint's base is retained.
 3. Every subtask confirmed its upload under the token of the attempt the driver kept -> N
    completes (``completion.py`` step 3; the caller then lets sinks commit). A ``_failed``
    confirmation, or no confirmation by ``checkpoint.timeout_ms`` -> N is aborted; its files
-   are deleted now and again after the deadline (uploads may still be writing them).
+   are deleted now and again after the deadline (uploads may still be writing them). Every
+   checkpoint based on N fails with it, and its cleanup covers N's files too.
 4. A failover first completes what is confirmed, then aborts the rest (their epochs are
    about to be replayed); a savepoint, a stop and the end of a bounded job wait for all.
 """
@@ -63,6 +67,10 @@ class _InFlight:
     uploaded: list[RemoteFile]
     started: float  # monotonic: its epoch's start
     deadline: float  # monotonic
+    base: int  # the in-flight checkpoint whose new files it re-references (0: none)
+    # What a failure deletes if nothing else references it: its own uploads and those of
+    # the in-flight checkpoints it builds on, which fail with it.
+    cleanup: list[RemoteFile]
 
 
 class InFlightCheckpoints:
@@ -74,6 +82,7 @@ class InFlightCheckpoints:
         # The executors alive now, when the driver knows them (several executors): an
         # upload on a lost executor fails its checkpoint at once, not at the deadline.
         self.alive: Callable[[], Iterable[str]] | None = None
+        self._failed_ids: set[int] = set()  # ids that failed: a checkpoint based on one fails too
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -81,8 +90,20 @@ class InFlightCheckpoints:
     def ids(self) -> frozenset[int]:
         return frozenset(c.draft.checkpoint_id for c in self._queue)
 
-    def add(self, draft: CheckpointMetadata, states: list[StateReport], started: float) -> None:
-        """Step 1. ``states``: the keyed subtasks' reports, each with its upload's token."""
+    def newest(self) -> CheckpointMetadata | None:
+        """The draft of the newest checkpoint in flight: the next one re-references its
+        files instead of uploading them again (and fails if it fails)."""
+        return self._queue[-1].draft if self._queue else None
+
+    def add(
+        self,
+        draft: CheckpointMetadata,
+        states: list[StateReport],
+        started: float,
+        base: int = 0,
+    ) -> None:
+        """Step 1. ``states``: the keyed subtasks' reports, each with its upload's token;
+        ``base``: the in-flight checkpoint whose files ``draft`` re-references, if any."""
         confirmations = {
             confirmation_key(draft.checkpoint_id, r.uid, r.subtask, r.upload, CONFIRMED): _Upload(
                 f"operator '{r.uid}' subtask {r.subtask}", r.executor
@@ -91,13 +112,18 @@ class InFlightCheckpoints:
             if r.snapshot is not None and r.upload
         }
         self.coordinator.begin(draft.checkpoint_id, draft.shared_keys())
+        uploaded = uploaded_files(states)
+        on = next((c for c in self._queue if c.draft.checkpoint_id == base), None)
+        inherited = on.cleanup if on is not None else []
         self._queue.append(
             _InFlight(
                 draft,
                 confirmations,
-                uploaded_files(states),
+                uploaded,
                 started,
                 started + self.timeout_ms / 1000,
+                base if on is not None or base in self._failed_ids else 0,
+                uploaded + inherited,
             )
         )
 
@@ -106,7 +132,11 @@ class InFlightCheckpoints:
         outcomes: list[Outcome] = []
         while self._queue:
             head = self._queue[0]
-            verdict = self._verdict(head)
+            verdict = (
+                f"checkpoint {head.base}, whose files it re-references, failed"
+                if head.base in self._failed_ids
+                else self._verdict(head)
+            )
             if verdict is None:
                 break
             self._queue.pop(0)
@@ -123,11 +153,12 @@ class InFlightCheckpoints:
         return outcomes
 
     def abort_all(self, reason: str) -> list[Outcome]:
-        """Step 4's second half: every checkpoint still in flight fails."""
-        outcomes = []
+        """Step 4: complete what is confirmed; every checkpoint still in flight fails."""
+        outcomes = self.poll()
         for c in self._queue:
             until = c.deadline + LATE_WRITES_S
-            self.coordinator.abort(c.draft.checkpoint_id, c.uploaded, reason, until)
+            self.coordinator.abort(c.draft.checkpoint_id, c.cleanup, reason, until)
+            self._failed_ids.add(c.draft.checkpoint_id)
             outcomes.append(Outcome(c.draft.checkpoint_id, c.draft.epoch, None, reason))
         self._queue = []
         return outcomes
@@ -181,10 +212,12 @@ class InFlightCheckpoints:
     def _settle(self, c: _InFlight, verdict: str) -> Outcome:
         cid, epoch = c.draft.checkpoint_id, c.draft.epoch
         if verdict:
-            self.coordinator.abort(cid, c.uploaded, verdict, c.deadline + LATE_WRITES_S)
+            self._failed_ids.add(cid)
+            self.coordinator.abort(cid, c.cleanup, verdict, c.deadline + LATE_WRITES_S)
             return Outcome(cid, epoch, None, verdict)
         done = finish_checkpoint(c.draft, c.uploaded, self.coordinator, c.started)
         if isinstance(done, str):
+            self._failed_ids.add(cid)
             return Outcome(cid, epoch, None, done)
         return Outcome(cid, epoch, done)
 

@@ -35,12 +35,13 @@ def node_name() -> str:
 @dataclass(frozen=True)
 class CheckpointTask:
     """Take part in checkpoint ``checkpoint_id``: snapshot after the commit, upload what the
-    previous completed checkpoint (``previous``, per subtask) does not already hold."""
+    checkpoint it builds on (``previous``, per subtask) does not already hold."""
 
     checkpoint_id: int
     store: ObjectStore
     incremental: bool
-    # (uid, subtask) -> files of the previous completed checkpoint (base for incremental)
+    # (uid, subtask) -> files of the checkpoint it builds on: the newest in flight, else the
+    # latest completed (base for incremental)
     previous: dict[tuple[str, int], dict[str, RemoteFile]]
     # Keep the snapshot as the executor's local copy (local_recovery.enabled).
     keep_local: bool = True
@@ -48,6 +49,9 @@ class CheckpointTask:
     # gives up past ``deadline_ms`` (epoch milliseconds).
     async_upload: bool = False
     deadline_ms: int = 0
+    # The in-flight checkpoint ``previous`` comes from (0: a completed one, or none): this
+    # one fails if that one does (driver side only).
+    base_in_flight: int = 0
 
 
 @dataclass(frozen=True)
