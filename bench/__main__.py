@@ -9,7 +9,10 @@ Groups (``--only``):
 - ``count``: the same events and batch size for all, a checkpoint every epoch unless said:
   a user ``KeyedProcessFunction`` with ``ValueState`` and the built-in ``.count()`` against
   Spark's native streaming ``groupBy().count()`` (RocksDB state store, 2 files per trigger);
-  the built-in count with checkpoints on MinIO or local disk against none;
+  the built-in count with checkpoints on local disk against none;
+- ``uploads``: the built-in count with a checkpoint every epoch on MinIO against none, and
+  asynchronous uploads against synchronous ones, on MinIO directly and behind a link capped
+  at ``--link-mb`` MB/s (an object store across a network);
 - ``tws``: the same user function against the same processor in
   ``transformWithStateInPandas`` (one output per event for both), on a smaller input;
 - ``churn``: incremental vs full checkpoint bytes at 1% key churn per checkpoint;
@@ -34,6 +37,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from bench.harness import Alternating, Comparison, Runs, table
 
@@ -41,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 ENV: dict[str, str] = {}  # extra environment for cases (S3 credentials when on MinIO)
+LINK: dict[str, str] = {}  # "url": MinIO behind a bandwidth-capped link (--link-mb)
 
 
 def run_case(name: str, **kwargs: Any) -> dict[str, Any]:
@@ -95,9 +100,17 @@ def main(argv: list[str] | None = None) -> int:
         "--local-restore-bytes", type=int, default=1 << 30, help="state of the local_restore case"
     )
     parser.add_argument(
-        "--only", nargs="*", default=["count", "tws", "churn", "savepoint", "local_restore"]
+        "--only",
+        nargs="*",
+        default=["count", "uploads", "tws", "churn", "savepoint", "local_restore"],
     )
     parser.add_argument("--json", type=Path, help="also write every run's result here")
+    parser.add_argument(
+        "--link-mb",
+        type=float,
+        default=16.0,
+        help="MB/s of the capped link to MinIO (a remote object store) in the count group",
+    )
     parser.add_argument(
         "--no-minio",
         action="store_true",
@@ -114,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         s3 = ""
         if not args.no_minio:
             from tests.testbed.minio import MinioServer
+            from tests.testbed.throttle import ThrottledPort
 
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-minio-")))
             server = stack.enter_context(MinioServer(root))
@@ -121,6 +135,10 @@ def main(argv: list[str] | None = None) -> int:
             server.endpoint.client().create_bucket(Bucket="bench")
             ENV.update(server.endpoint.env())
             s3 = "s3://bench/checkpoints"
+            target = urlparse(server.endpoint.endpoint_url)
+            link = stack.enter_context(ThrottledPort(target.hostname or "", target.port or 80))
+            link.limit(args.link_mb * 1e6)
+            LINK["url"] = link.endpoint_url
         return _run(args, s3)
 
 
@@ -155,18 +173,16 @@ def _run(args: argparse.Namespace, s3: str) -> int:
 
     if "count" in args.only:
         runs = Alternating(args.runs, log)
-        contenders = {
-            "kpf": _case("stator_count", "events_per_s", **size, function="kpf"),
-            "builtin": _case("stator_count", "events_per_s", **size),
-            "native": _case("native_count", "events_per_s", **size),
-            "builtin_none": _case("stator_count", "events_per_s", **size, checkpoint=False),
-        }
-        if s3:
-            contenders["builtin_minio"] = _case("stator_count", "events_per_s", **size, storage=s3)
-        runs.measure(contenders)
+        runs.measure(
+            {
+                "kpf": _case("stator_count", "events_per_s", **size, function="kpf"),
+                "builtin": _case("stator_count", "events_per_s", **size),
+                "native": _case("native_count", "events_per_s", **size),
+                "builtin_none": _case("stator_count", "events_per_s", **size, checkpoint=False),
+            }
+        )
         dumps["count"] = runs.results
         native = runs.runs_of("native", "native `groupBy().count()`", "events/s")
-        none = runs.runs_of("builtin_none", "built-in `.count()`, no checkpoints", "events/s")
         rows.append(
             Comparison(
                 f"keyed count ({what}); checkpoint every epoch on local disk, both: a user "
@@ -186,20 +202,55 @@ def _run(args: argparse.Namespace, s3: str) -> int:
                 target=">= 2.0",
             ).row()
         )
-        if s3:
-            rows.append(
-                Comparison(
-                    f"built-in `.count()` ({what}): a checkpoint every epoch on MinIO vs none",
-                    runs.runs_of("builtin_minio", "checkpoints on MinIO", "events/s"),
-                    none,
-                    target=">= 0.95",
-                ).row()
-            )
         rows.append(
             Comparison(
                 "the same, checkpoints on local disk vs none",
                 runs.runs_of("builtin", "checkpoints on local disk", "events/s"),
-                none,
+                runs.runs_of("builtin_none", "built-in `.count()`, no checkpoints", "events/s"),
+            ).row()
+        )
+
+    if "uploads" in args.only and s3:
+        runs = Alternating(args.runs, log)
+        link = dict(storage=s3, s3_endpoint=LINK["url"])
+        runs.measure(
+            {
+                "none": _case("stator_count", "events_per_s", **size, checkpoint=False),
+                "minio": _case("stator_count", "events_per_s", **size, storage=s3),
+                "minio_sync": _case(
+                    "stator_count", "events_per_s", **size, storage=s3, sync_upload=True
+                ),
+                "link": _case("stator_count", "events_per_s", **size, **link),
+                "link_sync": _case(
+                    "stator_count", "events_per_s", **size, **link, sync_upload=True
+                ),
+            }
+        )
+        dumps["uploads"] = runs.results
+        asynchronous = runs.runs_of("minio", "checkpoints on MinIO", "events/s")
+        rows.append(
+            Comparison(
+                f"built-in `.count()` ({what}): a checkpoint every epoch on MinIO "
+                f"(asynchronous uploads, the default) vs none",
+                asynchronous,
+                runs.runs_of("none", "built-in `.count()`, no checkpoints", "events/s"),
+                target=">= 0.95",
+            ).row()
+        )
+        rows.append(
+            Comparison(
+                "the same, checkpoints on MinIO: asynchronous uploads vs synchronous "
+                "(`checkpoint.async_upload=false`: each task uploads before it returns)",
+                asynchronous,
+                runs.runs_of("minio_sync", "synchronous uploads", "events/s"),
+            ).row()
+        )
+        rows.append(
+            Comparison(
+                f"the same, MinIO behind a link capped at {args.link_mb:g} MB/s (a remote "
+                f"object store): asynchronous uploads vs synchronous",
+                runs.runs_of("link", "asynchronous uploads", "events/s"),
+                runs.runs_of("link_sync", "synchronous uploads", "events/s"),
             ).row()
         )
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from bench.harness import WrongOutput
 from stator import INT64, KeyedProcessFunction, Pipeline, ValueStateDescriptor
+from stator.checkpoint.metadata import CheckpointMetadata
 from stator.cluster.session import create_session
 from stator.config import SparkConfig, load_config
 from stator.driver.epoch_loop import EpochResult, JobDriver
@@ -130,10 +131,15 @@ def stator_count(
     checkpoint: bool = True,
     storage: str = "",
     function: str = "builtin",
+    sync_upload: bool = False,
+    s3_endpoint: str = "",
 ) -> dict[str, Any]:
     """Stator's keyed count, exactly-once checkpoints every epoch (or none): the built-in
     ``.count()`` (pre-combined before the shuffle, one update per key and epoch) or a user
-    ``KeyedProcessFunction`` (:class:`RunningCount`, one output per event)."""
+    ``KeyedProcessFunction`` (:class:`RunningCount`, one output per event). ``sync_upload``:
+    tasks upload their checkpoint files before they return (``checkpoint.async_upload``
+    off). A run ends when its last checkpoint is complete, either way. ``s3_endpoint``: reach
+    the store there (e.g. through a bandwidth-capped link) instead of the environment's."""
     work = _workdir("stator-count")
     spark = _spark()
     p = Pipeline("bench-count")
@@ -154,6 +160,8 @@ def stator_count(
             f"state.local_dir={work}/state",
             f"epoch.max_records={epoch}",
             f"checkpoint.enabled={'true' if checkpoint else 'false'}",
+            f"checkpoint.async_upload={'false' if sync_upload else 'true'}",
+            *([f"s3.endpoint_url={s3_endpoint}"] if s3_endpoint else []),
         ],
     )
     driver = JobDriver(p, cfg, spark)
@@ -174,6 +182,8 @@ def stator_count(
         "epochs": status.epoch,
         "checkpoints": status.checkpoints,
         "state_bytes": last.state_bytes if last else 0,
+        # What the checkpoints sent to the store, all of them.
+        "uploaded_bytes": sum(h.incremental_bytes for h in driver.history.items()),
         "cpu_busy": (c1[0] - c0[0]) / (c1[1] - c0[1]),
     }
 
@@ -344,12 +354,11 @@ def incremental_bytes(
     uploads: list[int] = []
     sizes: list[int] = []
 
-    def record(result: EpochResult) -> None:
-        if result.checkpoint is not None:
-            uploads.append(result.checkpoint.incremental_bytes)
-            sizes.append(result.checkpoint.state_bytes)
+    def record(meta: CheckpointMetadata) -> None:
+        uploads.append(meta.incremental_bytes)
+        sizes.append(meta.state_bytes)
 
-    churn_job.on_epoch(record)
+    churn_job.on_checkpoint(record)
     churn_job.run()
     spark.stop()
     return {
@@ -544,7 +553,7 @@ def local_restore(total_bytes: int, storage: str, value_bytes: int = 4096) -> di
     for i in range(total_bytes // value_bytes):
         backend.db[b"\x00\x00" + i.to_bytes(8, "big")] = os.urandom(value_bytes)
     backend.commit(1, 0)
-    snap = take_snapshot(first, "op", 0, kg, backend)
+    snap, _ = take_snapshot(first, "op", 0, kg, backend)
     backend.close()
     for e in (2, 3):  # epochs after the checkpoint: a restore is needed to go back to it
         b, _ = open_state(
