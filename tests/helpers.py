@@ -60,7 +60,7 @@ class SparkSessions:
         if alive and self._config == config:
             return self._session
         self.stop()
-        self._session = create_session(config, app_name)
+        self._session = create_session(_with_connector_on_first_launch(config), app_name)
         self._config = config
         return self._session
 
@@ -68,6 +68,24 @@ class SparkSessions:
         if self._session is not None:
             self._session.stop()
         self._session, self._config = None, None
+
+
+def _with_connector_on_first_launch(config: Any) -> Any:
+    """``config`` with the test bed's Kafka connector on the driver's class path if this
+    session launches the process's JVM. Spark finds a data source on the class path the JVM
+    was launched with; ``spark.jars`` given to a later session reaches its tasks but not the
+    driver, so whichever module happens to start the JVM first must bring the connector."""
+    import dataclasses
+
+    from pyspark import SparkContext
+
+    from tests.testbed.spark import kafka_connector_jars
+
+    if SparkContext._gateway is not None:
+        return config
+    class_path = ":".join(str(j) for j in kafka_connector_jars())
+    conf = {**config.conf, "spark.driver.extraClassPath": class_path}
+    return dataclasses.replace(config, conf=conf)
 
 
 def executor_process(app_id: str, executor: str) -> psutil.Process:
