@@ -193,8 +193,9 @@ def main() -> int:
             )
             rescale = status["lastOperation"]
             say(
-                f"downtime of the rescale, from its start to the end of the new driver's first "
-                f"epoch: {rescale['downtimeSeconds']:.1f}s; the new driver's start-up: "
+                f"downtime of the rescale, from its savepoint step (the new driver was "
+                f"pre-started before it) to the end of the new driver's first epoch: "
+                f"{rescale['downtimeSeconds']:.1f}s; the new driver's start-up after that: "
                 + ", ".join(f"{k} {v:.1f}s" for k, v in rescale["driverStartupSeconds"].items())
             )
             status = space.wait(name, "placed", lambda s: bool(s.get("placement")), timeout=120)
@@ -257,11 +258,13 @@ def _show_placement(say: Any, status: dict[str, Any]) -> None:
 
 
 def _driver_share(marks: dict[str, float], done: float) -> float:
-    """Time the drivers spent: taking the savepoint (await-savepoint -> remove-driver) and the
-    new driver's Spark start-up and restore (await-ready -> running)."""
+    """Time the drivers spent: the pre-started driver's start (prestart -> savepoint), taking
+    the savepoint (await-savepoint -> remove-driver) and the new driver's Spark start-up and
+    restore (await-ready -> running)."""
+    prestart_s = marks.get("savepoint", 0.0) - marks.get("prestart", marks.get("savepoint", 0.0))
     savepoint_s = marks.get("remove-driver", 0.0) - marks.get("await-savepoint", 0.0)
     startup_s = done - marks["await-ready"] if "await-ready" in marks else 0.0
-    return max(0.0, savepoint_s) + max(0.0, startup_s)
+    return max(0.0, prestart_s) + max(0.0, savepoint_s) + max(0.0, startup_s)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,13 @@ and what a failed driver means; these are the steps.
 Steps of a redeploy (upgrade, rescale, suspend, resume, restart, rollback, delete), each with
 what a failure or a crash of the operator leaves behind:
 
+0. ``prestart`` (upgrades and rescales by savepoint, unless ``driver.prestart`` is false):
+   create the new driver pod, named by the operation id, with ``--await-handover``; it starts
+   its interpreter, pipeline and (unless its executors are pods) Spark while the old driver
+   still processes, then waits. Go on once it reports ``STANDBY``. If it fails, or is not
+   waiting within ``failover.readinessTimeoutSeconds``, go on without it (a Warning event
+   says why): step 3 removes it and step 4 creates a driver the usual way.
+   -> The pod is named by the operation id: a crash repeats the step and finds it.
 1. ``savepoint``: ask the running driver to stop with a savepoint (savepoint upgrades,
    rescales, suspends, deletes with a final savepoint; on-demand and periodic savepoints
    without stopping). If the driver is unreachable or refuses, fall back to the latest
@@ -22,12 +29,16 @@ what a failure or a crash of the operator leaves behind:
    -> A crash leaves the request id in status; the next operator polls the same request.
 3. ``remove-driver``: delete the driver pod(s) and wait until none is left, nor any of
    their executors (after the restart backoff, for restarts): the next driver's executor
-   StatefulSet has the same name and takes the same claims back. Suspend and delete end here.
+   StatefulSet has the same name and takes the same claims back. The pre-started driver of
+   step 0 stays. Suspend and delete end here.
    -> Deletion is idempotent; a crash repeats it.
 4. ``deploy``: ensure RBAC, config and service; create the driver pod of this operation's id,
    restoring from the savepoint, the latest checkpoint (``latest``) or nothing (``none``).
+   With a pre-started driver, hand it over instead (``POST /v1/handover`` with the same
+   restore source); if it is gone or refuses, go back to step 3 without it.
    -> Objects are created unless they exist, and the pod is named by the operation id: a
-   crash between creating the pod and recording step 5 never creates a second driver.
+   crash between creating the pod and recording step 5 never creates a second driver; a
+   hand-over sent twice is accepted twice.
 5. ``await-ready``: wait until the new driver reports ready, then record it as the running
    deployment (``lastReconciledSpec``, ``lastStableSpec``, ``deployment``) and delete the
    state claims of executors it no longer has (after a rescale to fewer). A driver that
@@ -35,9 +46,9 @@ what a failure or a crash of the operator leaves behind:
    reconciler: an upgrade or rescale rolls back to the last stable spec (restoring the
    savepoint of step 2), anything else restarts from the latest checkpoint with backoff.
 
-Kinds use these steps: deploy 4-5; upgrade/rescale 1-5 (last-state and stateless: 3-5, the
-latter without state); suspend 1-3; resume 4-5; restart 3-5; rollback 3-5; delete 1-3 (3 alone
-without a final savepoint); savepoint 1-2.
+Kinds use these steps: deploy 4-5; upgrade/rescale 0-5 (without pre-start 1-5; last-state
+and stateless: 3-5, the latter without state); suspend 1-3; resume 4-5; restart 3-5;
+rollback 3-5; delete 1-3 (3 alone without a final savepoint); savepoint 1-2.
 """
 
 from __future__ import annotations
@@ -50,7 +61,7 @@ from typing import Any
 
 from stator.control.client import ControlHTTPError, ControlUnreachable, SavepointRequest
 
-from .observer import Observation
+from .observer import Observation, PrestartedDriver
 from .operation import Operation, OpKind, Step
 from .ports import DriverApi, EventSink, KubeApi
 from .resources import (
@@ -65,11 +76,12 @@ from .resources import (
     service_account,
     spark_app_id,
 )
-from .spec import Pinning, get, pinning, replicas
+from .spec import Pinning, get, pinning, readiness_timeout, replicas
 from .status import StatusWriter, age_s, now
 from .storage import SavepointStorage
 
 SAVEPOINT_TIMEOUT_S = 300
+HANDOVER_TIMEOUT_S = 60  # a waiting driver that does not answer the hand-over this long
 
 
 @dataclass(frozen=True)
@@ -104,6 +116,8 @@ class Flows:
 
     def advance(self, op: Operation, obs: Observation) -> float | DriverFailed:
         """Take the operation's current step; seconds until the next look, or DriverFailed."""
+        if op.step is Step.PRESTART:
+            return self._prestart(op, obs.next or PrestartedDriver())
         if op.step is Step.SAVEPOINT:
             return self._request_savepoint(op, obs)
         if op.step is Step.AWAIT_SAVEPOINT:
@@ -111,7 +125,7 @@ class Flows:
         if op.step is Step.REMOVE_DRIVER:
             return self._remove_driver(op)
         if op.step is Step.DEPLOY:
-            return self._deploy(op)
+            return self._deploy(op, obs.next)
         return self._await_ready(op, obs)
 
     def _goto(self, op: Operation, step: Step, **changes: Any) -> Operation:
@@ -123,6 +137,43 @@ class Flows:
     def _announce(self, op: Operation) -> None:
         reason, step = f"{op.kind.capitalize()}Step", f"step {int(op.step)} ({op.step.label})"
         self.event("Normal", reason, f"{op.kind}: {step}")
+
+    # ------------------------------------------------------------------ 0: pre-start
+
+    def _prestart(self, op: Operation, nxt: PrestartedDriver) -> float:
+        p = self.pipeline
+        pod = f"{p.name}-driver-{op.id}"
+        if nxt.pod is None:
+            spec = op.target or {}
+            body = self._ensure_objects(spec)
+            self.kube.ensure(driver_pod(body, spec, op.id, None, False))
+            self.event(
+                "Normal",
+                "DriverPrestarted",
+                f"driver pod {pod} started ahead of the savepoint; it waits for the hand-over",
+            )
+            return 1.0
+        if nxt.state == "STANDBY":
+            self._goto(op, Step.SAVEPOINT, prestarted=True)
+            return 0.0
+        timeout = readiness_timeout(op.target or {})
+        problem = None
+        if nxt.ended:
+            problem = f"it ended: {nxt.termination_message or 'no message'}"
+        elif nxt.state not in (None, "CREATED"):  # CREATED: still starting
+            problem = f"it reports {nxt.state}, not STANDBY"
+        elif age_s(op.step_started_at) > timeout:
+            problem = f"it was not waiting for the hand-over within {timeout:.0f}s"
+        if problem is None:
+            return 1.0
+        self.event(
+            "Warning",
+            "PrestartFailed",
+            f"pre-started driver pod {pod}: {problem}; it is removed, and the new driver "
+            "starts once the old one has stopped",
+        )
+        self._goto(op, Step.SAVEPOINT)
+        return 0.0
 
     # ------------------------------------------------------------------ 1, 2: savepoint
 
@@ -211,8 +262,9 @@ class Flows:
         if wait > 0:  # restart backoff
             return min(wait, 5.0)
         p = self.pipeline
-        if self.kube.delete_drivers(p.namespace, p.name):
-            return 1.0  # every deployment's driver, until none is left
+        keep = op.id if op.prestarted else None
+        if self.kube.delete_drivers(p.namespace, p.name, keep=keep):
+            return 1.0  # every deployment's driver (but a pre-started one), until none is left
         if self.kube.executors_left(p.namespace, spark_app_id(p.namespace, p.name)):
             return 1.0  # garbage-collected with their driver pod
         if op.kind is OpKind.SUSPEND:
@@ -227,8 +279,9 @@ class Flows:
 
     # ------------------------------------------------------------------ 4, 5: deploy
 
-    def _deploy(self, op: Operation) -> float:
-        spec = op.target or {}
+    def _ensure_objects(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """RBAC, Secret, Service, NetworkPolicy and config a driver of ``spec`` needs; the
+        pipeline object with that spec."""
         body = {**self.pipeline.body, "spec": spec}
         self.kube.apply(role(body))  # before its binding: binding a Role needs the Role
         objects = (service_account(body), role_binding(body), service(body))
@@ -236,8 +289,15 @@ class Flows:
         for obj in (*objects, control_secret(body), policy):
             self.kube.ensure(obj)
         self.kube.apply(config_map(body, spec))
+        return body
+
+    def _deploy(self, op: Operation, nxt: PrestartedDriver | None) -> float:
+        spec = op.target or {}
         restore = op.restore or "latest"
         allow = bool(get(spec, "restore", "allowNonRestoredState", default=False))
+        if op.prestarted:
+            return self._hand_over(op, nxt or PrestartedDriver(), restore, allow)
+        body = self._ensure_objects(spec)
         self.kube.ensure(driver_pod(body, spec, op.id, restore, allow))
         self.event(
             "Normal",
@@ -247,11 +307,43 @@ class Flows:
         self._goto(op, Step.AWAIT_READY, deployed_at=time.time())
         return 0.5
 
+    def _hand_over(self, op: Operation, nxt: PrestartedDriver, restore: str, allow: bool) -> float:
+        pod = f"{self.pipeline.name}-driver-{op.id}"
+        problem = "it is gone" if nxt.pod is None else None
+        if nxt.ended:
+            problem = f"it ended: {nxt.termination_message or 'no message'}"
+        elif nxt.driver is not None and problem is None:
+            try:
+                nxt.driver.handover(restore, allow)
+            except ControlUnreachable as exc:
+                if age_s(op.step_started_at) <= HANDOVER_TIMEOUT_S:
+                    return 1.0
+                problem = f"it did not answer the hand-over: {exc}"
+            except ControlHTTPError as exc:
+                problem = f"it refused the hand-over: {exc.error}"
+            else:
+                self.event(
+                    "Normal",
+                    "DriverCreated",
+                    f"driver pod {pod} restoring from {restore} (pre-started)",
+                )
+                self._goto(op, Step.AWAIT_READY, deployed_at=time.time())
+                return 0.5
+        elif problem is None:
+            return 1.0  # no address yet
+        self.event(
+            "Warning",
+            "PrestartFailed",
+            f"pre-started driver pod {pod}: {problem}; it is removed and a new one created",
+        )
+        self._goto(op, Step.REMOVE_DRIVER, prestarted=False)
+        return 0.0
+
     def _await_ready(self, op: Operation, obs: Observation) -> float | DriverFailed:
         if obs.ready:
             self._running(op)
             return 2.0
-        timeout = float(get(op.target or {}, "failover", "readinessTimeoutSeconds", default=300))
+        timeout = readiness_timeout(op.target or {})
         failed = obs.pod is None or obs.ended
         if failed:
             return DriverFailed(f"driver pod {obs.phase or 'missing'}")

@@ -48,9 +48,14 @@ class Kube:
         pods = self.driver_pods(namespace, name, deployment)
         return pods[0] if pods else None
 
-    def delete_drivers(self, namespace: str, name: str) -> bool:
-        """Delete every driver pod of the pipeline (of any deployment); whether any is left."""
-        pods = self.driver_pods(namespace, name)
+    def delete_drivers(self, namespace: str, name: str, keep: str | None = None) -> bool:
+        """Delete every driver pod of the pipeline (of any deployment but ``keep``); whether
+        any is left."""
+        pods = [
+            p
+            for p in self.driver_pods(namespace, name)
+            if keep is None or p["metadata"].get("labels", {}).get("stator.dev/deployment") != keep
+        ]
         for pod in pods:
             if not pod["metadata"].get("deletionTimestamp"):
                 self.delete_driver(namespace, pod["metadata"]["name"])

@@ -3,8 +3,9 @@
 It reads, never writes, and reads only what the next decision needs (as the Flink operator's
 observer does): the driver pod of the current deployment always; then, by the operation in
 flight, the job's progress (none: steady state), its readiness (await-ready), the savepoint
-request (await-savepoint, and storage when the driver cannot say), or whether the initial
-savepoint is readable (before the first deployment)."""
+request (await-savepoint, and storage when the driver cannot say), the pre-started driver
+(prestart, and deploy when it is handed over), or whether the initial savepoint is readable
+(before the first deployment)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,24 @@ def control_url(pod: dict[str, Any] | None) -> str | None:
 
 
 @dataclass(frozen=True)
+class PrestartedDriver:
+    """The driver an operation started ahead of stopping the old one (flows.py step 0)."""
+
+    pod: dict[str, Any] | None = None
+    driver: DriverApi | None = None
+    state: str | None = None  # its job's state; STANDBY while it waits for the hand-over
+    unreachable: str | None = None
+
+    @property
+    def ended(self) -> bool:
+        return ((self.pod or {}).get("status") or {}).get("phase") in ENDED
+
+    @property
+    def termination_message(self) -> str | None:
+        return Observation(pod=self.pod).termination_message
+
+
+@dataclass(frozen=True)
 class Observation:
     pod: dict[str, Any] | None = None  # the driver pod of the current deployment
     driver: DriverApi | None = None  # its control API, once the pod has an address
@@ -46,6 +65,8 @@ class Observation:
     unreachable: str | None = None  # why the control API did not answer
     found_savepoint: str | None = None  # the request's savepoint, found in storage
     restore_problem: str | None = None  # why restore.initialSavepoint cannot be read
+    # The operation's pre-started driver (steps 0 and 4), beside the running one above.
+    next: PrestartedDriver | None = None
 
     @property
     def phase(self) -> str | None:
@@ -88,6 +109,8 @@ class Observer:
         base = Observation(pod=pod, driver=driver)
         if op is None:
             return self._steady(pipeline, base)
+        if op.step is Step.PRESTART or (op.prestarted and op.step is Step.DEPLOY):
+            base = replace(base, next=self._prestarted(pipeline, op))
         if op.step is Step.AWAIT_READY:
             return self._readiness(base)
         if op.step is Step.AWAIT_SAVEPOINT and op.savepoint_request:
@@ -112,6 +135,17 @@ class Observer:
         if not deployment:
             return None
         return self.kube.driver_pod(pipeline.namespace, pipeline.name, deployment)
+
+    def _prestarted(self, pipeline: StatusWriter, op: Operation) -> PrestartedDriver:
+        pod = self.kube.driver_pod(pipeline.namespace, pipeline.name, op.id)
+        url = control_url(pod)
+        if pod is None or url is None:
+            return PrestartedDriver(pod=pod)
+        driver = self.connect(url, token=self._token(pipeline))
+        try:
+            return PrestartedDriver(pod, driver, state=driver.ready()["state"])
+        except (ControlUnreachable, ControlHTTPError) as exc:
+            return PrestartedDriver(pod, driver, unreachable=str(exc))
 
     def _steady(self, pipeline: StatusWriter, base: Observation) -> Observation:
         if pipeline.status.get("lastReconciledSpec") is None:  # nothing deployed yet

@@ -47,6 +47,7 @@ _PHASES = {
 class Step(IntEnum):
     """The numbered steps of every flow, in order (a flow may start past the first)."""
 
+    PRESTART = 0
     SAVEPOINT = 1
     AWAIT_SAVEPOINT = 2
     REMOVE_DRIVER = 3
@@ -77,6 +78,8 @@ class Operation:
     deployed_at: float | None = None
     delete_started_at: str | None = None
     done: bool = False  # a delete whose driver is gone
+    # The new driver was started at step 0 and waits for the hand-over at step 4.
+    prestarted: bool = False
     # When the current step started (epoch seconds), and how long each finished step took:
     # the split of an upgrade's or rescale's downtime, kept across operator restarts.
     step_started: float | None = None

@@ -23,8 +23,9 @@ class KubeApi(StatusApi, SecretApi, Protocol):
         """The driver pod of one deployment (the operation id that created it)."""
         ...
 
-    def delete_drivers(self, namespace: str, name: str) -> bool:
-        """Delete every driver pod of the pipeline; whether any was still there."""
+    def delete_drivers(self, namespace: str, name: str, keep: str | None = None) -> bool:
+        """Delete every driver pod of the pipeline but deployment ``keep``'s; whether any
+        was still there."""
         ...
 
     def ensure(self, obj: dict[str, Any]) -> None:
@@ -62,6 +63,8 @@ class DriverApi(Protocol):
     def savepoint(self, request_id: str) -> SavepointRequest: ...
 
     def savepoints(self) -> list[SavepointRequest]: ...
+
+    def handover(self, restore: str, allow_non_restored_state: bool = False) -> dict[str, Any]: ...
 
 
 class Connect(Protocol):

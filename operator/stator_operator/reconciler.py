@@ -32,6 +32,7 @@ from .spec import (
     fingerprint,
     get,
     pinning,
+    prestart,
     upgrade_mode,
     validate,
 )
@@ -144,7 +145,8 @@ class Reconciler:
         self.event("Normal", "SpecChanged", f"{kind} ({mode}): {', '.join(fields)}")
         self.pipeline.write(restartHistory=None)  # a new spec gets a fresh restart budget
         if kind is OpKind.RESCALE or mode is UpgradeMode.SAVEPOINT:
-            return self._start(kind, Step.SAVEPOINT, target=spec, mode=UpgradeMode.SAVEPOINT)
+            first = Step.PRESTART if prestart(spec) else Step.SAVEPOINT
+            return self._start(kind, first, target=spec, mode=UpgradeMode.SAVEPOINT)
         restore = "latest" if mode is UpgradeMode.LAST_STATE else "none"
         return self._start(kind, Step.REMOVE_DRIVER, target=spec, mode=mode, restore=restore)
 
@@ -408,10 +410,12 @@ def _restores_and_placement(job: JobInfo) -> dict[str, Any]:
 
 
 # (label, mark it ends at) of the new driver's start-up, in order; each starts where the
-# previous ended, the first at the end of the operator's deploy step.
+# previous ended, the first at the end of the operator's deploy step. A pre-started driver
+# reached the first marks before that (0 s each: they were no downtime).
 STARTUP_STEPS = (
     ("pod-start", "process_started_ms"),  # scheduling, image, container start
     ("python-start", "driver_started_ms"),  # interpreter, imports, loading the pipeline
+    ("handover", "handover_ms"),  # a pre-started driver: until it was told what to restore
     ("spark-session", "spark_ready_ms"),  # JVM, SparkContext, executors registering
     ("recovery", "recovered_ms"),  # finding and reading the checkpoint or savepoint
     ("first-epoch", "first_epoch_ms"),  # the state restore and the first records
@@ -438,12 +442,13 @@ def processing_again(status: dict[str, Any], job: JobInfo) -> dict[str, Any] | N
         at = startup.get(key)
         if at:
             split[label] = round(max(0.0, (at - mark) / 1000), 2)
-            mark = at
+            mark = max(mark, at)
     out: dict[str, Any] = {
         "processingAgainAt": stamp_ms(first),
         "driverStartupSeconds": split,
     }
-    if last.get("kind") in DOWNTIME_KINDS:
-        began = ready_at / 1000 - float(last.get("totalSeconds") or 0.0)
+    if last.get("kind") in DOWNTIME_KINDS:  # from the savepoint step: step 0 is no downtime
+        total = float(last.get("totalSeconds") or 0.0) - float(steps.get("prestart") or 0.0)
+        began = ready_at / 1000 - total
         out["downtimeSeconds"] = round(first / 1000 - began, 2)
     return out

@@ -441,9 +441,11 @@ def driver_pod(
     body: dict[str, Any],
     spec: dict[str, Any],
     deployment: str,
-    restore: str,
+    restore: str | None,
     allow_non_restored: bool,
 ) -> dict[str, Any]:
+    """The driver pod of one deployment, restoring from ``restore``; None: a pre-started
+    driver, told what to restore from later (``POST /v1/handover``, flows.py step 4)."""
     meta = body["metadata"]
     name = meta["name"]
     env: list[dict[str, Any]] = [
@@ -482,8 +484,7 @@ def driver_pod(
         spec["entrypoint"],
         "--config",
         f"{CONFIG_MOUNT}/job.yaml",
-        "--restore",
-        restore,
+        *(["--await-handover"] if restore is None else ["--restore", restore]),
         "--set",
         "control.host=$(POD_IP)",
         "--set",

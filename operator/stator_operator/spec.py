@@ -19,6 +19,7 @@ NO_REDEPLOY = (
     ("deletion",),
     ("restore", "initialSavepoint"),
     ("failover", "readinessTimeoutSeconds"),
+    ("driver", "prestart"),
 )
 CONTROL_PORT = 8081
 # The runtime's default, used where the operator needs the effective value of an absent
@@ -68,6 +69,17 @@ def replicas(spec: dict[str, Any]) -> int:
 
 def upgrade_mode(spec: dict[str, Any]) -> UpgradeMode:
     return UpgradeMode(spec.get("upgradeMode", UpgradeMode.SAVEPOINT))
+
+
+def readiness_timeout(spec: dict[str, Any]) -> float:
+    """Seconds a new driver gets to become ready (``failover.readinessTimeoutSeconds``)."""
+    return float(get(spec, "failover", "readinessTimeoutSeconds", default=300))
+
+
+def prestart(spec: dict[str, Any]) -> bool:
+    """Whether an upgrade or rescale by savepoint starts its new driver before it stops the
+    old one (``driver.prestart``, default true)."""
+    return bool(get(spec, "driver", "prestart", default=True))
 
 
 def savepoint_dir(spec: dict[str, Any]) -> str:

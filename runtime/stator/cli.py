@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .errors import StatorError
+from .errors import ConfigError, StatorError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,6 +35,12 @@ def main(argv: list[str] | None = None) -> int:
         help="override a config key, e.g. checkpoint.retained=5 (repeatable)",
     )
     run.add_argument("--restore", help="latest (default), none, or a checkpoint directory URI")
+    run.add_argument(
+        "--await-handover",
+        action="store_true",
+        help="start, then wait until POST /v1/handover on the control API names the savepoint "
+        "or checkpoint to restore from (the operator pre-starts upgrades' drivers this way)",
+    )
 
     ck = sub.add_parser("checkpoints", help="inspect checkpoints")
     ck_sub = ck.add_subparsers(dest="action", required=True)
@@ -117,6 +123,16 @@ def _run(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.set)
     if args.restore:
         config = replace(config, restore=replace(config.restore, source=args.restore))
+    if args.await_handover and args.restore:
+        raise ConfigError(
+            "--await-handover and --restore exclude each other: the hand-over names the "
+            "restore source; drop one of them"
+        )
+    if args.await_handover and config.control.port < 0:
+        raise ConfigError(
+            "--await-handover needs the control API to receive the hand-over, but "
+            "control.port is -1; set control.port (0 picks a free port)"
+        )
     logging.getLogger().setLevel(config.log_level)
     loaded = load(args.pipeline)
     # Everything below up to driver.run() runs before Spark starts (driver/preflight.py).
@@ -124,10 +140,15 @@ def _run(args: argparse.Namespace) -> int:
         loaded.pipeline,
         config,
         python_path=[loaded.import_root] if loaded.import_root else [],
+        await_handover=args.await_handover,
     )
-    preflight(driver.job, config, driver.parallelism, driver.store)
+    if not args.await_handover:
+        preflight(driver.job, config, driver.parallelism, driver.store)
     try:
         with serving(driver, config.control):
+            if args.await_handover:  # the restore source arrives over the control API
+                driver.await_handover()
+                preflight(driver.job, driver.config, driver.parallelism, driver.store)
             status = driver.run()
     finally:
         driver.close()

@@ -153,6 +153,9 @@ def test_every_endpoint(running_job: Any, tmp_path: Path) -> None:
         "latest": [],
     }
     assert job["placement"] is None
+    status, body = call(base, "/v1/handover", "POST", {"restore": "latest"})
+    assert status == 409 and "--await-handover" in body["error"], "only a pre-started driver"
+    assert job["startup"]["handover_ms"] is None
     marks = job["startup"]
     order = ("process_started_ms", "driver_started_ms", "spark_ready_ms", "recovered_ms")
     assert all(marks[k] for k in (*order, "first_epoch_ms")), marks

@@ -73,16 +73,21 @@ class FakeKube:
                 return copy.deepcopy(pod)
         return None
 
-    def delete_drivers(self, namespace: str, name: str) -> bool:
-        """Pods asked to go before are gone now; the others are asked to go."""
+    def delete_drivers(self, namespace: str, name: str, keep: str | None = None) -> bool:
+        """Pods asked to go before are gone now; the others (but ``keep``'s) are asked to go."""
         self._call("delete_drivers")
         for pod_name in [n for n, p in self.pods.items() if p["metadata"].get("deleting")]:
             del self.pods[pod_name]
-        for pod_name, pod in self.pods.items():
+        left = {
+            n: p
+            for n, p in self.pods.items()
+            if keep is None or p["metadata"]["labels"].get("stator.dev/deployment") != keep
+        }
+        for pod_name, pod in left.items():
             if not pod["metadata"].get("deleting"):
                 pod["metadata"]["deleting"] = True
                 self.deleted.append(pod_name)
-        return bool(self.pods)
+        return bool(left)
 
     def ensure(self, obj: dict[str, Any]) -> None:
         self._call("ensure")
@@ -139,6 +144,7 @@ class FakeDriver:
     refuse: tuple[int, str] | None = None  # the answer to a savepoint trigger
     job_info: JobInfo = field(default_factory=lambda: JobInfo(job="team.counts", epoch=3))
     requests: dict[str, SavepointRequest] = field(default_factory=dict)
+    handed_over: list[tuple[str, bool]] = field(default_factory=list)
 
     def _check(self) -> None:
         if not self.reachable:
@@ -175,6 +181,16 @@ class FakeDriver:
     def savepoints(self) -> list[SavepointRequest]:
         self._check()
         return [r.copy() for r in self.requests.values()]
+
+    def handover(self, restore: str, allow_non_restored_state: bool = False) -> dict[str, Any]:
+        self._check()
+        if self.state != "STANDBY" and not self.handed_over:
+            raise ControlHTTPError(self.url, 409, "not started with --await-handover")
+        if self.handed_over and self.handed_over[0] != (restore, allow_non_restored_state):
+            raise ControlHTTPError(self.url, 409, "handed over to restore from elsewhere")
+        self.handed_over.append((restore, allow_non_restored_state))
+        self.state = "RECOVERING"
+        return {"restore": restore, "allow_non_restored_state": allow_non_restored_state}
 
     # ------------------------------------------------------------------ what the job does
 
@@ -223,6 +239,8 @@ class Bed:
             "maxParallelism": 64,
             "checkpointing": {"storage": f"file://{tmp_path}/ck"},
             "savepoints": {"directory": f"file://{tmp_path}/sp"},
+            # The flows as they were before pre-started drivers; tests of those turn it on.
+            "driver": {"prestart": False},
         }
         base.update(spec)
         self.kube = FakeKube(

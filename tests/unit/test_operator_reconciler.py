@@ -509,6 +509,137 @@ def test_the_downtime_of_a_rescale_is_split_by_step_and_a_restart_replaces_it(
     assert set(last["stepSeconds"]) == {"remove-driver", "deploy", "await-ready"}
 
 
+def prestarted_rescale(bed: Bed) -> tuple[FakeDriver, str, str]:
+    """Deploy with pre-started drivers on, ask for replicas 4, and run step 0 until the new
+    driver waits: the old driver, the old pod and the new pod."""
+    old = bed.deploy()
+    first = bed.driver_pod()
+    bed.edit_spec(replicas=4)
+    bed.step()
+    op = bed.op
+    assert op is not None and (op.kind, op.step) == (OpKind.RESCALE, Step.PRESTART)
+    assert bed.step() > 0  # 0: the new driver pod is created
+    new_pod = f"counts-driver-{op.id}"
+    args = args_of(bed, new_pod)
+    assert "--await-handover" in args and "--restore" not in args
+    assert bed.events[-1][1] == "DriverPrestarted"
+    bed.step()  # still pending: step 0 waits, the old driver is untouched
+    assert bed.op is not None and bed.op.step is Step.PRESTART and not bed.kube.deleted
+    assert not old.requests
+    return old, first, new_pod
+
+
+def test_a_rescale_prestarts_the_new_driver_and_hands_it_the_savepoint(tmp_path: Path) -> None:
+    bed = Bed(tmp_path, driver={"prestart": True})
+    old, first, new_pod = prestarted_rescale(bed)
+    new = bed.start_driver(new_pod)
+    new.state = "CREATED"  # starting: not waiting yet
+    bed.step()
+    assert bed.op is not None and bed.op.step is Step.PRESTART
+    new.state = "STANDBY"
+    bed.step()  # 0 -> 1
+    op = bed.op
+    assert op is not None and op.step is Step.SAVEPOINT and op.prestarted
+    location = f"file://{tmp_path}/sp/team.counts/savepoint-0000000007-req1"
+    stopped_with_savepoint(bed, old, location)  # 1 -> 2 -> 3
+    bed.step()  # 3: only the old driver is asked to go
+    assert bed.kube.deleted == [first] and new_pod in bed.kube.pods
+    bed.step()  # 3 -> 4: the old one is gone
+    assert bed.op is not None and bed.op.step is Step.DEPLOY and list(bed.kube.pods) == [new_pod]
+    bed.step()  # 4: the hand-over
+    assert new.handed_over == [(location, False)]
+    assert bed.op is not None and bed.op.step is Step.AWAIT_READY
+    assert (
+        "Normal",
+        "DriverCreated",
+        f"driver pod {new_pod} restoring from {location} (pre-started)",
+    ) in bed.events
+    new.state = "RUNNING"
+    bed.until(lambda: not bed.op)
+    s = bed.status
+    assert (s["phase"], s["replicas"], s["deployment"]["driverPod"]) == ("Running", 4, new_pod)
+    assert s["deployment"]["restoredFrom"] == location and job_yaml(bed)["parallelism"] == 4
+    steps = [m for _, r, m in bed.events if r == "RescaleStep"]
+    assert steps[0] == "rescale: step 0 (prestart)" and len(steps) == 6
+
+    # Downtime runs from the savepoint step: step 0 overlapped the old driver's processing.
+    last = s["lastOperation"]
+    seconds = last["stepSeconds"]
+    assert seconds["prestart"] >= 0  # recorded (a KeyError if not), not counted below
+    ready = last["readyAtMs"]
+    handed = ready - 1000 * seconds["await-ready"]
+    startup: dict[str, int | None] = {
+        "process_started_ms": int(handed - 9000),  # all before the hand-over
+        "driver_started_ms": int(handed - 7000),
+        "spark_ready_ms": int(handed - 2000),
+        "handover_ms": int(handed + 100),
+        "recovered_ms": int(handed + 400),
+        "first_epoch_ms": int(handed + 2400),
+    }
+    new.job_info = {**new.job_info, "startup": startup}
+    bed.step()
+    last = bed.status["lastOperation"]
+    assert last["driverStartupSeconds"] == {
+        "pod-start": 0.0,
+        "python-start": 0.0,
+        "handover": 0.1,
+        "spark-session": 0.0,
+        "recovery": 0.3,
+        "first-epoch": 2.0,
+    }
+    before_deploy = sum(v for k, v in seconds.items() if k not in ("prestart", "await-ready"))
+    assert last["downtimeSeconds"] == pytest.approx(before_deploy + 2.4, abs=0.05)
+
+
+def test_a_prestarted_driver_that_fails_is_replaced_the_usual_way(tmp_path: Path) -> None:
+    bed = Bed(tmp_path, driver={"prestart": True})
+    old, first, new_pod = prestarted_rescale(bed)
+    bed.kube.set_phase(new_pod, "Failed", exit_code=1)
+    bed.step()  # 0 -> 1 without it
+    op = bed.op
+    assert op is not None and op.step is Step.SAVEPOINT and not op.prestarted
+    assert bed.events[-2][:2] == ("Warning", "PrestartFailed"), bed.events[-2]
+    location = f"file://{tmp_path}/sp/team.counts/savepoint-0000000007-req1"
+    stopped_with_savepoint(bed, old, location)
+    bed.step()  # 3: both drivers are asked to go
+    assert sorted(bed.kube.deleted) == sorted([first, new_pod])
+    bed.finish()
+    assert restore_arg(bed) == location and "--await-handover" not in args_of(bed)
+    assert bed.status["deployment"]["driverPod"] == new_pod
+
+
+def test_a_prestarted_driver_gone_before_its_hand_over_is_replaced(tmp_path: Path) -> None:
+    bed = Bed(tmp_path, driver={"prestart": True})
+    old, _, new_pod = prestarted_rescale(bed)
+    bed.start_driver(new_pod).state = "STANDBY"
+    bed.step()  # 0 -> 1
+    location = f"file://{tmp_path}/sp/team.counts/savepoint-0000000007-req1"
+    stopped_with_savepoint(bed, old, location)
+    bed.until(lambda: bed.op is not None and bed.op.step is Step.DEPLOY)
+    del bed.kube.pods[new_pod]  # e.g. its node was drained
+    bed.step()  # 4 -> 3 without it
+    op = bed.op
+    assert op is not None and op.step is Step.REMOVE_DRIVER and not op.prestarted
+    assert bed.events[-2][:2] == ("Warning", "PrestartFailed")
+    bed.finish()
+    assert restore_arg(bed) == location and bed.status["phase"] == "Running"
+
+
+def test_a_hand_over_sent_before_an_operator_restart_is_sent_again(tmp_path: Path) -> None:
+    bed = Bed(tmp_path, driver={"prestart": True})
+    old, _, new_pod = prestarted_rescale(bed)
+    new = bed.start_driver(new_pod)
+    new.state = "STANDBY"
+    bed.step()
+    location = f"file://{tmp_path}/sp/team.counts/savepoint-0000000007-req1"
+    stopped_with_savepoint(bed, old, location)
+    bed.until(lambda: bed.op is not None and bed.op.step is Step.DEPLOY)
+    new.handover(location)  # the previous operator sent it, then died before recording it
+    bed.step()
+    assert new.handed_over == [(location, False), (location, False)]
+    assert bed.op is not None and bed.op.step is Step.AWAIT_READY
+
+
 @pytest.mark.parametrize(
     ("mode", "first_step", "restore"),
     [

@@ -118,3 +118,22 @@ def share_python_path(spark: Any, entries: Sequence[str]) -> None:
     env = spark.sparkContext.environment
     current = [p for p in str(env.get("PYTHONPATH", "")).split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([*entries, *current]))
+
+
+def starts_executor_pods(cfg: SparkConfig) -> bool:
+    """Whether this session's executors are pods (Spark's Kubernetes backend)."""
+    return effective_master(cfg) == MASTER or cfg.master.startswith("k8s://")
+
+
+def warm_python_workers(spark: Any) -> None:
+    """Start one Python worker per core, with the modules keyed tasks import, so that the
+    first epoch does not pay for it. Call it after :func:`share_python_path`: Spark keeps a
+    pool of workers per environment, and the job's tasks must find these ones."""
+    sc = spark.sparkContext
+    slots = max(1, int(sc.defaultParallelism))
+    sc.parallelize(range(slots), slots).foreach(_import_task_modules)
+
+
+def _import_task_modules(_: int) -> None:
+    import stator.tasks.keyed  # noqa: PLC0415 - the import is the work
+    import stator.tasks.source  # noqa: F401, PLC0415

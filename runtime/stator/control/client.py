@@ -30,7 +30,7 @@ class ControlHTTPError(StatorError):
 
 class Readiness(TypedDict):
     ready: bool
-    state: str  # CREATED, RECOVERING, RUNNING, FINISHED, STOPPED, FAILED
+    state: str  # CREATED, STANDBY, RECOVERING, RUNNING, FINISHED, STOPPED, FAILED
 
 
 class CheckpointSummary(TypedDict):
@@ -63,7 +63,8 @@ class JobInfo(TypedDict, total=False):
     # None with one executor; else keyed_tasks_local, keyed_tasks, last_epoch, subtasks
     placement: dict[str, Any] | None
     # Wall-clock marks (epoch ms, None until reached): process_started_ms,
-    # driver_started_ms, spark_ready_ms, recovered_ms, first_epoch_ms
+    # driver_started_ms, handover_ms (a pre-started driver), spark_ready_ms, recovered_ms,
+    # first_epoch_ms
     startup: dict[str, int | None]
 
 
@@ -126,6 +127,11 @@ class ControlClient:
 
     def savepoints(self) -> list[SavepointRequest]:
         return cast(list[SavepointRequest], self._call("GET", "/v1/savepoints")["savepoints"])
+
+    def handover(self, restore: str, allow_non_restored_state: bool = False) -> dict[str, Any]:
+        """Hand a pre-started driver what to restore from (the same again is accepted)."""
+        body = {"restore": restore, "allow_non_restored_state": allow_non_restored_state}
+        return self._call("POST", "/v1/handover", body)
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         url = self.base_url + path

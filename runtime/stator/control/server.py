@@ -20,6 +20,7 @@ from aiohttp import web
 
 from ..checkpoint.metadata import CheckpointMetadata
 from ..config import ControlConfig
+from ..driver.handover import HandoverConflict, HandoverRequest
 from ..driver.savepoints import (
     SavepointBusy,
     SavepointConflict,
@@ -127,6 +128,7 @@ class ControlServer:
         app.router.add_get(f"{API}/savepoints", self.list_savepoints)
         app.router.add_post(f"{API}/savepoints", self.trigger_savepoint)
         app.router.add_get(f"{API}/savepoints/{{id}}", self.get_savepoint)
+        app.router.add_post(f"{API}/handover", self.handover)
         return app
 
     @web.middleware
@@ -238,6 +240,33 @@ class ControlServer:
         except SavepointTargetError as exc:
             return _error(400, str(exc))
         return _json(created.to_json(), 202)
+
+    async def handover(self, request: web.Request) -> web.Response:  # noqa: PLR0911
+        handover = self.driver.handover
+        if handover is None:
+            return _error(409, "this driver was not started with --await-handover")
+        try:
+            body = await request.json() if request.can_read_body else None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            body = None
+        if not isinstance(body, dict):
+            return _error(400, 'the body must be a JSON object, e.g. {"restore": "s3://..."}')
+        unknown = sorted(set(body) - {"restore", "allow_non_restored_state"})
+        if unknown:
+            allowed = "restore, allow_non_restored_state"
+            return _error(400, f"unknown field(s) {unknown}; allowed: {allowed}")
+        restore, allow = body.get("restore"), body.get("allow_non_restored_state", False)
+        if not isinstance(restore, str) or not (
+            restore == "latest" or restore.startswith(("file:///", "s3://", "s3a://"))
+        ):
+            return _error(400, "'restore' must be \"latest\" or a file:/// or s3:// URI")
+        if not isinstance(allow, bool):
+            return _error(400, "'allow_non_restored_state' must be true or false")
+        try:
+            first = handover.give(HandoverRequest(restore, allow))
+        except HandoverConflict as exc:
+            return _error(409, str(exc))
+        return _json({"restore": restore, "allow_non_restored_state": allow}, 202 if first else 200)
 
 
 @contextmanager

@@ -8,6 +8,7 @@ from typing import Protocol
 from ..api.pipeline import Pipeline
 from ..checkpoint.metadata import CheckpointMetadata
 from ..cluster.placement import PlacementTracker
+from ..driver.handover import Handover
 from ..driver.parallelism import Parallelism
 from ..driver.savepoints import SavepointRequest, SavepointRequests
 from ..driver.status import CheckpointHistory, JobStatus
@@ -25,6 +26,7 @@ class JobView(Protocol):
     savepoints: SavepointRequests
     store: ObjectStore
     placement: PlacementTracker | None
+    handover: Handover | None  # a pre-started driver's (``stator run --await-handover``)
 
     def retained_checkpoints(self) -> list[CheckpointMetadata]: ...
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..api.pipeline import Pipeline, SinkNode, SourceNode
@@ -37,7 +37,7 @@ from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.metadata import CheckpointMetadata, RemoteFile
 from ..cluster.jvm import live_executors, load_helper
 from ..cluster.placement import LocalRestore, PlacementTracker, Placer, uses_placement
-from ..cluster.session import share_python_path
+from ..cluster.session import share_python_path, starts_executor_pods, warm_python_workers
 from ..config import JobConfig
 from ..epoch.reports import Report, SinkReport, SplitReport, StateReport
 from ..epoch.spec import CheckpointTask, EpochSpec, SavepointTask
@@ -50,6 +50,7 @@ from .completion import (
     finish_checkpoint,
     uploaded_files,
 )
+from .handover import Handover, HandoverRequest
 from .in_flight import InFlightCheckpoints, Outcome
 from .parallelism import Parallelism, resolve_parallelism
 from .planning import CheckpointSchedule, EpochPlanner, Plan
@@ -90,9 +91,11 @@ class JobDriver:
         config: JobConfig,
         spark: Any = None,
         python_path: Sequence[str] = (),
+        await_handover: bool = False,
     ) -> None:
         """``python_path``: where the pipeline's module was imported from; Spark's Python
-        workers get it too (``loader.py`` says why)."""
+        workers get it too (``loader.py`` says why). ``await_handover``: a pre-started driver,
+        see :meth:`await_handover`."""
         pipeline.validate()
         self.pipeline, self.config, self.spark = pipeline, config, spark
         self.python_path = tuple(python_path)
@@ -127,6 +130,8 @@ class JobDriver:
         self._checkpoint_listeners: list[CheckpointListener] = []
         self._stop = False
         self._owns_spark = spark is None
+        # Given through the control API (POST /v1/handover) to a pre-started driver.
+        self.handover = Handover() if await_handover else None
         # Where keyed subtasks run, with several executors (set when Spark is known).
         self.placer: Placer | None = None
         self.placement: PlacementTracker | None = None
@@ -160,14 +165,47 @@ class JobDriver:
     def retained_checkpoints(self) -> list[CheckpointMetadata]:
         return list(self.coordinator.completed)
 
-    def run(self) -> JobStatus:
+    def await_handover(self) -> HandoverRequest:
+        """A pre-started driver: start what does not touch the job's state while the old
+        driver still runs, then wait for the hand-over and restore from what it names
+        (``handover.py``). Spark, with warm Python workers, starts now unless its executors
+        are pods: the old driver's executors hold the StatefulSet and the claims the new ones
+        take over, until the old driver is gone."""
+        assert self.handover is not None, "built without await_handover"
         startup = self.status.startup
         startup.driver_started_ms = now_ms()
+        if not starts_executor_pods(self.config.spark):
+            self._start_spark()
+            warm_python_workers(self.spark)
+            startup.spark_ready_ms = now_ms()
+        self.status.state = JobState.STANDBY
+        log.info("pre-started: waiting for the hand-over (POST /v1/handover)")
+        request = self.handover.wait()
+        startup.handover_ms = now_ms()
+        restore = replace(
+            self.config.restore,
+            source=request.restore,
+            allow_non_restored_state=request.allow_non_restored_state,
+            force_empty=False,
+        )
+        self.config = replace(self.config, restore=restore)
+        self.recovery.config = self.config
+        self.status.state = JobState.CREATED
+        log.info("handed over: restoring from %s", request.restore)
+        return request
+
+    def _start_spark(self) -> None:
         if self.spark is None:
             from ..cluster.session import create_session  # noqa: PLC0415 - starts a JVM
 
             self.spark = create_session(self.config.spark, f"stator-{self.job}")
         share_python_path(self.spark, self.python_path)
+
+    def run(self) -> JobStatus:
+        startup = self.status.startup
+        if startup.driver_started_ms is None:
+            startup.driver_started_ms = now_ms()
+        self._start_spark()
         sc = self.spark.sparkContext
         if uses_placement(str(sc.master)) and load_helper(sc):
             cfg = self.config
@@ -176,7 +214,8 @@ class JobDriver:
             )
             self.placement = self.placer.tracker
             self.in_flight.alive = lambda: live_executors(sc)
-        startup.spark_ready_ms = now_ms()
+        if startup.spark_ready_ms is None:
+            startup.spark_ready_ms = now_ms()
         self.status.state = JobState.RECOVERING
         try:
             self.recovery.start()

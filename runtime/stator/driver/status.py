@@ -39,6 +39,9 @@ class StartupTimes:
 
     process_started_ms: int | None = field(default_factory=process_started_ms)
     driver_started_ms: int | None = None  # the job driver runs: imports and pipeline loaded
+    # A pre-started driver (``--await-handover``) was told what to restore from; the marks
+    # before it were taken while the old driver still ran.
+    handover_ms: int | None = None
     spark_ready_ms: int | None = None  # the SparkSession (and its executors) is up
     recovered_ms: int | None = None  # the checkpoint or savepoint to start from is read
     first_epoch_ms: int | None = None  # the first epoch (with the state restore) ended
@@ -49,6 +52,7 @@ class StartupTimes:
 
 class JobState(StrEnum):
     CREATED = "CREATED"
+    STANDBY = "STANDBY"  # pre-started, waiting for its hand-over (driver/handover.py)
     RECOVERING = "RECOVERING"
     RUNNING = "RUNNING"
     FINISHED = "FINISHED"  # every bounded source is exhausted and committed
