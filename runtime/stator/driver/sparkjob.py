@@ -49,13 +49,19 @@ def run_epoch_job(
             functools.partial(source_task, spec, source.id, acc)
         )
         _connect(pipeline, source.id, rdd, inputs, terminals)
+    snapshots = spec.checkpoint is not None or spec.savepoint is not None
     for node in pipeline.nodes:  # node ids are in topological order
-        if not isinstance(node, KeyedNode) or node.id not in inputs:
+        if not isinstance(node, KeyedNode):
             continue
-        parts = inputs[node.id]
-        shuffled = (sc.union(parts) if len(parts) > 1 else parts[0]).partitionBy(
-            spec.parallelism[node.uid], _identity
-        )
+        if node.id in inputs:
+            parts = inputs[node.id]
+            shuffled = (sc.union(parts) if len(parts) > 1 else parts[0]).partitionBy(
+                spec.parallelism[node.uid], _identity
+            )
+        elif snapshots:  # every split feeding it has finished, but its state is checkpointed
+            shuffled = sc.parallelize([], spec.parallelism[node.uid])
+        else:
+            continue
         if placement is not None:
             shuffled = prefer_locations(
                 sc, shuffled, placement(node.uid, spec.parallelism[node.uid])
