@@ -14,6 +14,15 @@ the same run (``bench/harness.py``: alternating runs, medians and spread, checke
    input, with two executor pods of one core each against ``local[*]`` in the driver pod, on
    the same two cores. Rate over the epochs after the first (Spark's start-up left out, the
    same for both); a run counts only if the committed counts are exact.
+3. ``rescale``: ``kubectl scale`` of a running pipeline with small state (a rate-limited keyed
+   count, ``local[*]`` in the driver pod), 2 -> 3 -> 2 ..., with the new driver pre-started
+   (``driver.prestart: true``, the default) against the same pipeline without
+   (``driver.prestart: false``); both run side by side and rescale in turn. The value is the
+   downtime the operator reports (``status.lastOperation.downtimeSeconds``: from the savepoint
+   step's start to the end of the new driver's first epoch). A run counts only if the new
+   driver restored from the rescale's savepoint, through the flow it should have taken; at
+   the end both pipelines run to the end of their input and their committed counts must be
+   exact, else no row is printed.
 
 MinIO, the API server and every pod share this machine's cores with the job.
 """
@@ -45,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--value-bytes", type=int, default=4096)
     parser.add_argument("--count", type=int, default=1_500_000)
     parser.add_argument("--keys", type=int, default=50_000)
-    parser.add_argument("--only", nargs="*", default=["recovery", "throughput"])
+    parser.add_argument("--only", nargs="*", default=["recovery", "throughput", "rescale"])
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     args = parser.parse_args(argv)
     with _Bed() as space:
@@ -58,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
             c = throughput(space, args)
             rows.append(c.row())
             results["throughput"] = _dump(c)
+        if "rescale" in args.only:
+            c = rescale(space, args)
+            rows.append(c.row())
+            results["rescale"] = _dump(c)
     print(table(rows))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
@@ -315,6 +328,95 @@ def _count_run(
         raise WrongOutput(f"{name}: the committed counts differ from the input's")
     space.kube.kubectl("delete", "statefulpipeline", name, "-n", space.name, "--wait=false")
     return rate, {"seconds": seconds, "epochs": last["epoch"]}
+
+
+# ---------------------------------------------------------------------------- 3. rescale
+
+RESCALE_RATE = 400  # events/s per pipeline while it is rescaled
+
+
+def rescale(space: Any, args: argparse.Namespace) -> Comparison:
+    from tests.e2e.test_operator import assert_exact, committed
+
+    # Enough input for every rescale of both pipelines, which share the machine.
+    count = RESCALE_RATE * (120 + 60 * args.runs)
+    contenders = {"prestarted": True, "cold": False}
+    for name, prestart in contenders.items():
+        manifest = space.manifest(name, env={"COUNT": count, "RATE": RESCALE_RATE})
+        manifest["spec"]["driver"]["prestart"] = prestart
+        space.apply(manifest)
+    for name in contenders:
+        space.wait(
+            name,
+            "running with a checkpoint",
+            lambda s: s.get("phase") == "Running" and s.get("latestCheckpoint", {}).get("id", 0),
+            timeout=600,
+        )
+    runs = Alternating(args.runs, log=lambda line: print(line, file=sys.stderr))
+    runs.measure(
+        {
+            name: functools.partial(_rescale_once, space, name, prestart)
+            for name, prestart in contenders.items()
+        }
+    )
+    for name in contenders:  # the rest of the input at full speed (an upgrade), then the check
+        env = space.get(name)["spec"]["driver"]["env"]
+        env = [e for e in env if e["name"] != "RATE"] + [{"name": "RATE", "value": "100000"}]
+        patch = {"spec": {"driver": {"env": env}}}
+        space.kube.kubectl(
+            "patch", "spl", name, "-n", space.name, "--type=merge", "-p", json.dumps(patch)
+        )
+    for name in contenders:
+        space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=900)
+        try:
+            assert_exact(committed(space, name), count)
+        except AssertionError as exc:
+            raise WrongOutput(f"{name}: the committed counts are not exact: {exc}") from exc
+        space.kube.kubectl("delete", "statefulpipeline", name, "-n", space.name, "--wait=false")
+    return Comparison(
+        f"kubectl scale 2 <-> 3 of a running keyed count ({RESCALE_RATE} events/s, small "
+        f"state, local[*] in the driver pod): downtime from the savepoint step to the end of "
+        f"the new driver's first epoch (status.lastOperation.downtimeSeconds); new driver "
+        f"pre-started (driver.prestart) vs started after the old one stopped",
+        runs.runs_of("prestarted", "pre-started", "s"),
+        runs.runs_of("cold", "started after the stop", "s"),
+        higher_is_better=False,
+        target="<= 10 s",
+        fmt="{:.1f}",
+    )
+
+
+def _rescale_once(space: Any, name: str, prestart: bool) -> tuple[float, dict[str, Any]]:
+    """Scale to the other parallelism; the downtime the operator reports, once the new driver
+    has run its first epoch. Checks the flow's steps and the restore source first."""
+    before = space.status(name)
+    replicas = 3 if before.get("replicas") == 2 else 2
+    t0 = time.monotonic()
+    space.kube.kubectl("scale", "spl", name, "-n", space.name, f"--replicas={replicas}")
+    after = space.wait(
+        name,
+        f"rescaled to {replicas} and processing again",
+        lambda s: (
+            s.get("replicas") == replicas
+            and not s.get("operation")
+            and (s.get("lastOperation") or {}).get("downtimeSeconds") is not None
+        ),
+        timeout=600,
+    )
+    scale_to_processing = time.monotonic() - t0
+    last = after["lastOperation"]
+    restored = after["deployment"]["restoredFrom"]
+    if last["kind"] != "rescale" or f"/{name}/savepoints/" not in restored:
+        raise WrongOutput(f"{name}: {last['kind']} restored from {restored}, not a savepoint")
+    if (last["stepSeconds"].get("prestart") is not None) is not prestart:
+        raise WrongOutput(f"{name}: pre-start {prestart} expected, steps {last['stepSeconds']}")
+    details = {
+        "replicas": replicas,
+        "steps": last["stepSeconds"],
+        "startup": last["driverStartupSeconds"],
+        "scale_to_processing_s": round(scale_to_processing, 1),
+    }
+    return float(last["downtimeSeconds"]), details
 
 
 def _expected_counts(count: int, keys: int) -> Counter[str]:

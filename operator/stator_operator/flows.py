@@ -44,7 +44,9 @@ what a failure or a crash of the operator leaves behind:
    state claims of executors it no longer has (after a rescale to fewer). A driver that
    fails, or is not ready within ``failover.readinessTimeoutSeconds``, is handed back to the
    reconciler: an upgrade or rescale rolls back to the last stable spec (restoring the
-   savepoint of step 2), anything else restarts from the latest checkpoint with backoff.
+   savepoint of step 2), anything else restarts from the latest checkpoint with backoff. A
+   driver that ends successfully (a bounded job with nothing left to read) is the running
+   deployment, and the pipeline is Finished.
 
 Kinds use these steps: deploy 4-5; upgrade/rescale 0-5 (without pre-start 1-5; last-state
 and stateless: 3-5, the latter without state); suspend 1-3; resume 4-5; restart 3-5;
@@ -340,8 +342,8 @@ class Flows:
         return 0.0
 
     def _await_ready(self, op: Operation, obs: Observation) -> float | DriverFailed:
-        if obs.ready:
-            self._running(op)
+        if obs.ready or obs.phase == "Succeeded":  # Succeeded: a bounded job with nothing
+            self._running(op)  # left to read ran to its end at once; the watch sees it
             return 2.0
         timeout = readiness_timeout(op.target or {})
         failed = obs.pod is None or obs.ended

@@ -14,6 +14,7 @@ from tests.e2e.conftest import EXTERNAL, LEASE_SECONDS, OperatorControl, Space, 
 from tests.e2e.test_operator import assert_exact, committed
 
 COUNT = 30_000
+COUNT_KILLED = 240_000  # 8 minutes of input at 500 events/s: more than six rescales take
 
 
 def patch(space: Space, name: str, spec: dict[str, Any]) -> None:
@@ -119,15 +120,16 @@ def test_operator_killed_at_every_step_of_a_rescale(
     space: Space, operator: OperatorControl
 ) -> None:
     name = "resilient"
-    start(space, name, count=60_000, rate=500)
-    for replicas, kill_at in ((3, 1), (4, 2), (2, 3), (3, 4), (4, 5)):
+    # Input for six rescales, each of which first waits for its pre-started driver.
+    start(space, name, count=COUNT_KILLED, rate=500)
+    for replicas, kill_at in ((3, 0), (4, 1), (2, 2), (3, 3), (4, 4), (2, 5)):
         before = space.status(name)["deployment"]["id"]
         space.kube.kubectl("scale", "spl", name, "-n", space.name, f"--replicas={replicas}")
         space.wait(
             name,
             f"step {kill_at}",
             lambda s, k=kill_at, b=before: (
-                int((s.get("operation") or {}).get("step", 0)) >= k
+                (s.get("operation") and int(s["operation"].get("step", 0)) >= k)
                 or (s.get("deployment", {}).get("id") != b and not s.get("operation"))
             ),
         )
@@ -147,9 +149,13 @@ def test_operator_killed_at_every_step_of_a_rescale(
         if e["reason"] == "DriverCreated"
     ]
     # One driver for the first deployment and one per rescale: no step ran twice.
-    assert len({e["message"] for e in creates}) == 6, [e["message"] for e in creates]
-    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=400)
-    assert_exact(committed(space, name), 60_000)
+    assert len({e["message"] for e in creates}) == 7, [e["message"] for e in creates]
+    assert "PrestartFailed" not in space.events()
+    env = space.get(name)["spec"]["driver"]["env"]  # the rest of the input at full speed
+    env = [e for e in env if e["name"] != "RATE"] + [{"name": "RATE", "value": "1000000"}]
+    patch(space, name, {"driver": {"env": env}})
+    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=600)
+    assert_exact(committed(space, name), COUNT_KILLED)
 
 
 def test_leader_killed_mid_rescale_the_standby_finishes_it(

@@ -331,6 +331,19 @@ CASES: list[tuple[str, list[str], str, bool]] = [
         "restore.source 's3://bucket/sp/savepoint-1' cannot be read",
         False,
     ),
+    # a pre-started driver: the hand-over names the restore source, over the control API
+    (
+        "await-handover-with-restore",
+        [GOOD_REF, "--await-handover", "--restore", "latest", "-s", "control.port=0"],
+        "--await-handover and --restore exclude each other",
+        False,
+    ),
+    (
+        "await-handover-without-control-api",
+        [GOOD_REF, "--await-handover"],
+        "--await-handover needs the control API to receive the hand-over, but control.port is -1",
+        False,
+    ),
     # storage
     (
         "storage-scheme",

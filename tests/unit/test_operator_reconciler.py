@@ -509,6 +509,24 @@ def test_the_downtime_of_a_rescale_is_split_by_step_and_a_restart_replaces_it(
     assert set(last["stepSeconds"]) == {"remove-driver", "deploy", "await-ready"}
 
 
+def test_a_rescale_after_the_input_ended_finishes_instead_of_rolling_back(tmp_path: Path) -> None:
+    bed = Bed(tmp_path)
+    driver = bed.deploy()
+    bed.edit_spec(replicas=4)
+    bed.step()
+    stopped_with_savepoint(bed, driver, f"file://{tmp_path}/sp/team.counts/savepoint-7-req1")
+    bed.until(lambda: bed.op is not None and bed.op.step is Step.AWAIT_READY)
+    assert bed.op is not None
+    pod = f"counts-driver-{bed.op.id}"
+    bed.start_driver(pod).state = "FINISHED"
+    bed.kube.set_phase(pod, "Succeeded", exit_code=0)  # restored, nothing left, ended
+    bed.step()
+    bed.step()
+    s = bed.status
+    assert not bed.op and s["phase"] == "Finished" and s["replicas"] == 4
+    assert "UpgradeFailed" not in bed.reasons() and "failedSpec" not in s
+
+
 def prestarted_rescale(bed: Bed) -> tuple[FakeDriver, str, str]:
     """Deploy with pre-started drivers on, ask for replicas 4, and run step 0 until the new
     driver waits: the old driver, the old pod and the new pod."""
