@@ -116,6 +116,7 @@ def test_killed_driver_restarts_from_the_latest_checkpoint(space: Space, kill_dr
     assert_exact(committed(space, name), COUNT)
 
 
+@pytest.mark.timeout(1200)  # six rescales, each first waiting for its pre-started driver
 def test_operator_killed_at_every_step_of_a_rescale(
     space: Space, operator: OperatorControl
 ) -> None:
