@@ -198,7 +198,15 @@ def main() -> int:
                 f"{rescale['downtimeSeconds']:.1f}s; the new driver's start-up after that: "
                 + ", ".join(f"{k} {v:.1f}s" for k, v in rescale["driverStartupSeconds"].items())
             )
-            status = space.wait(name, "placed", lambda s: bool(s.get("placement")), timeout=120)
+            status = space.wait(
+                name,
+                "placed, with a checkpoint of the new driver",
+                lambda s: (
+                    bool((s.get("placement") or {}).get("subtasks"))
+                    and all("checkpointId" in x for x in s["placement"]["subtasks"])
+                ),
+                timeout=120,
+            )
             say("pods:\n" + kube.kubectl("get", "pods", "-n", ns, "-o", "wide").stdout.strip())
             _show_placement(say, status)
             space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=600)
@@ -248,7 +256,11 @@ def _show_placement(say: Any, status: dict[str, Any]) -> None:
     placement = status.get("placement") or {}
     rows = [
         f"  subtask {s['subtask']}: key-groups {s['keyGroups']} on {s['node']} "
-        f"(executor {s['executor']}), local copy of checkpoint {s['checkpointId']}"
+        + (
+            f"(executor {s['executor']}), local copy of checkpoint {s['checkpointId']}"
+            if s.get("checkpointId") is not None  # absent until this driver's first checkpoint
+            else f"(executor {s['executor']}), no checkpoint of this driver yet"
+        )
         for s in placement.get("subtasks", [])
     ]
     say(
