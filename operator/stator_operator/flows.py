@@ -301,11 +301,12 @@ class Flows:
             return self._hand_over(op, nxt or PrestartedDriver(), restore, allow)
         body = self._ensure_objects(spec)
         self.kube.ensure(driver_pod(body, spec, op.id, restore, allow))
-        self.event(
-            "Normal",
-            "DriverCreated",
-            f"driver pod {self.pipeline.name}-driver-{op.id} restoring from {restore}",
-        )
+        return self._deployed(op, restore, "")
+
+    def _deployed(self, op: Operation, restore: str, how: str) -> float:
+        """The new driver restores from ``restore``: on to step 5."""
+        pod = f"{self.pipeline.name}-driver-{op.id}"
+        self.event("Normal", "DriverCreated", f"driver pod {pod} restoring from {restore}{how}")
         self._goto(op, Step.AWAIT_READY, deployed_at=time.time())
         return 0.5
 
@@ -324,13 +325,7 @@ class Flows:
             except ControlHTTPError as exc:
                 problem = f"it refused the hand-over: {exc.error}"
             else:
-                self.event(
-                    "Normal",
-                    "DriverCreated",
-                    f"driver pod {pod} restoring from {restore} (pre-started)",
-                )
-                self._goto(op, Step.AWAIT_READY, deployed_at=time.time())
-                return 0.5
+                return self._deployed(op, restore, " (pre-started)")
         elif problem is None:
             return 1.0  # no address yet
         self.event(
