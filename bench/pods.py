@@ -375,9 +375,10 @@ def rescale(space: Any, args: argparse.Namespace) -> Comparison:
         space.kube.kubectl("delete", "statefulpipeline", name, "-n", space.name, "--wait=false")
     return Comparison(
         f"kubectl scale 2 <-> 3 of a running keyed count ({RESCALE_RATE} events/s, small "
-        f"state, local[*] in the driver pod): downtime from the savepoint step to the end of "
-        f"the new driver's first epoch (status.lastOperation.downtimeSeconds); new driver "
-        f"pre-started (driver.prestart) vs started after the old one stopped",
+        f"state, local[*] in the driver pod): downtime from the old driver's last epoch of "
+        f"records (its savepoint's epoch began) to the end of the new driver's first epoch "
+        f"(status.lastOperation.downtimeSeconds); new driver pre-started (driver.prestart) vs "
+        f"started after the old one stopped",
         runs.runs_of("prestarted", "pre-started", "s"),
         runs.runs_of("cold", "started after the stop", "s"),
         higher_is_better=False,
@@ -410,9 +411,18 @@ def _rescale_once(space: Any, name: str, prestart: bool) -> tuple[float, dict[st
         raise WrongOutput(f"{name}: {last['kind']} restored from {restored}, not a savepoint")
     if (last["stepSeconds"].get("prestart") is not None) is not prestart:
         raise WrongOutput(f"{name}: pre-start {prestart} expected, steps {last['stepSeconds']}")
+    # The definition before the old driver reported when it stopped processing: from the
+    # savepoint step, so including the epoch it still processed then.
+    steps = last["stepSeconds"]
+    step_ms = last["readyAtMs"] - 1000 * (last["totalSeconds"] - (steps.get("prestart") or 0))
+    stopped_ms = last.get("processingStoppedAtMs")
+    earlier = (stopped_ms - step_ms) / 1000 if stopped_ms else None
     details = {
         "replicas": replicas,
-        "steps": last["stepSeconds"],
+        "from_savepoint_step_s": (
+            round(last["downtimeSeconds"] + earlier, 2) if earlier is not None else None
+        ),
+        "steps": steps,
         "startup": last["driverStartupSeconds"],
         "scale_to_processing_s": round(scale_to_processing, 1),
     }

@@ -30,8 +30,12 @@ what a failure or a crash of the operator leaves behind:
 3. ``remove-driver``: delete the driver pod(s) and wait until none is left, nor any of
    their executors (after the restart backoff, for restarts): the next driver's executor
    StatefulSet has the same name and takes the same claims back. The pre-started driver of
-   step 0 stays. Suspend and delete end here.
-   -> Deletion is idempotent; a crash repeats it.
+   step 0 stays. Suspend and delete end here. A pre-started driver whose Spark runs in its
+   pod is handed the completed stop-with-savepoint first (as in step 4): the old driver has
+   ended its loop and touches neither state nor sinks again, and its pod's exit is then no
+   downtime.
+   -> Deletion is idempotent; a crash repeats it. A crash after the hand-over but before it
+   was recorded sends it again, which the driver accepts again.
 4. ``deploy``: ensure RBAC, config and service; create the driver pod of this operation's id,
    restoring from the savepoint, the latest checkpoint (``latest``) or nothing (``none``).
    With a pre-started driver, hand it over instead (``POST /v1/handover`` with the same
@@ -83,6 +87,9 @@ from .status import StatusWriter, age_s, now
 from .storage import SavepointStorage
 
 SAVEPOINT_TIMEOUT_S = 300
+# Look again this soon while the old driver stops and until the new one restores: every
+# second is downtime (handlers.py looks again within the same call).
+QUICK_S = 0.25
 HANDOVER_TIMEOUT_S = 60  # a waiting driver that does not answer the hand-over this long
 
 
@@ -125,7 +132,7 @@ class Flows:
         if op.step is Step.AWAIT_SAVEPOINT:
             return self._await_savepoint(op, obs)
         if op.step is Step.REMOVE_DRIVER:
-            return self._remove_driver(op)
+            return self._remove_driver(op, obs.next)
         if op.step is Step.DEPLOY:
             return self._deploy(op, obs.next)
         return self._await_ready(op, obs)
@@ -193,19 +200,22 @@ class Flows:
                 return self._fallback(op, f"the driver refused the savepoint: {exc.error}")
             request = pending  # ours, requested before the operator restarted
         self._goto(op, Step.AWAIT_SAVEPOINT, savepoint_request=request["id"])
-        return 1.0
+        return QUICK_S if stop else 1.0
 
     def _await_savepoint(self, op: Operation, obs: Observation) -> float:
         request = obs.savepoint
         if request is not None:
             status = request.get("status")
             if status == "COMPLETED":
-                return self._savepoint_completed(op, str(request["location"]), request.get("epoch"))
+                started = request.get("started_ms")  # the old driver's last epoch ended
+                stopped = started if request.get("stop") and isinstance(started, int) else None
+                path, epoch = str(request["location"]), request.get("epoch")
+                return self._savepoint_completed(op, path, epoch, stopped)
             if status == "FAILED":
                 return self._fallback(op, f"savepoint failed: {request.get('error')}")
             if age_s(op.step_started_at) > SAVEPOINT_TIMEOUT_S:
                 return self._fallback(op, f"savepoint still {status} after {SAVEPOINT_TIMEOUT_S}s")
-            return 1.0
+            return QUICK_S if request.get("stop") else 1.0
         if obs.savepoint_error is not None:
             return self._fallback(op, f"savepoint failed: {obs.savepoint_error}")
         if obs.found_savepoint is not None:
@@ -214,7 +224,9 @@ class Flows:
             return self._fallback(op, f"the driver is unreachable: {obs.unreachable}")
         return 2.0  # the driver may be busy: ask again
 
-    def _savepoint_completed(self, op: Operation, path: str, epoch: int | None) -> float:
+    def _savepoint_completed(
+        self, op: Operation, path: str, epoch: int | None, stopped_ms: int | None = None
+    ) -> float:
         entry = {"path": path, "time": now(), "trigger": op.trigger or op.kind.value}
         history = [*self.pipeline.status.get("savepoints", []), {**entry, "epoch": epoch}]
         self.pipeline.write(savepoints=self._prune(history))
@@ -223,7 +235,9 @@ class Flows:
         if op.kind is OpKind.SAVEPOINT:
             self._end_savepoint(op)
             return 5.0
-        self._goto(op, Step.REMOVE_DRIVER, restore=path, savepoint=path)
+        self._goto(
+            op, Step.REMOVE_DRIVER, restore=path, savepoint=path, processing_stopped_ms=stopped_ms
+        )
         return 0.0
 
     def _fallback(self, op: Operation, reason: str) -> float:
@@ -259,10 +273,14 @@ class Flows:
 
     # ------------------------------------------------------------------ 3: remove the driver
 
-    def _remove_driver(self, op: Operation) -> float:
+    def _remove_driver(self, op: Operation, nxt: PrestartedDriver | None) -> float:
         wait = (op.not_before or 0.0) - time.time()
         if wait > 0:  # restart backoff
             return min(wait, 5.0)
+        if self._hands_over_early(op):
+            spec = op.target or {}
+            allow = bool(get(spec, "restore", "allowNonRestoredState", default=False))
+            return self._hand_over(op, nxt or PrestartedDriver(), str(op.restore), allow)
         p = self.pipeline
         keep = op.id if op.prestarted else None
         if self.kube.delete_drivers(p.namespace, p.name, keep=keep):
@@ -278,6 +296,20 @@ class Flows:
             return 0.0
         self._goto(op, Step.DEPLOY)
         return 0.0
+
+    def _hands_over_early(self, op: Operation) -> bool:
+        """Step 3 hands over before the old driver is removed: the new driver is waiting,
+        the old one completed its stop-with-savepoint (its loop has ended: a fallback to the
+        latest checkpoint may have a driver still processing), and the new one runs Spark in
+        its pod (executor pods would need the StatefulSet and claims the old ones hold)."""
+        return (
+            op.prestarted
+            and op.handed_over_ms is None
+            and op.savepoint is not None
+            and op.restore == op.savepoint
+            and op.processing_stopped_ms is not None
+            and get(op.target or {}, "executor") is None
+        )
 
     # ------------------------------------------------------------------ 4, 5: deploy
 
@@ -297,6 +329,8 @@ class Flows:
         spec = op.target or {}
         restore = op.restore or "latest"
         allow = bool(get(spec, "restore", "allowNonRestoredState", default=False))
+        if op.handed_over_ms is not None:
+            return self._deployed(op, restore, " (pre-started, handed over at step 3)")
         if op.prestarted:
             return self._hand_over(op, nxt or PrestartedDriver(), restore, allow)
         body = self._ensure_objects(spec)
@@ -325,6 +359,10 @@ class Flows:
             except ControlHTTPError as exc:
                 problem = f"it refused the hand-over: {exc.error}"
             else:
+                if op.step is Step.REMOVE_DRIVER:  # early: now remove the old driver
+                    handed = int(time.time() * 1000)
+                    self.pipeline.write(operation=replace(op, handed_over_ms=handed))
+                    return 0.0
                 return self._deployed(op, restore, " (pre-started)")
         elif problem is None:
             return 1.0  # no address yet
@@ -361,6 +399,8 @@ class Flows:
                 "stepSeconds": {**dict.fromkeys(s.label for s in Step), **steps},
                 "totalSeconds": round(sum(steps.values()), 2),
                 "readyAtMs": int(time.time() * 1000),
+                "processingStoppedAtMs": op.processing_stopped_ms,
+                "handedOverAtMs": op.handed_over_ms,
                 # Filled in once the new driver has run its first epoch (reconciler.py).
                 "processingAgainAt": None,
                 "driverStartupSeconds": None,

@@ -109,7 +109,9 @@ class Observer:
         base = Observation(pod=pod, driver=driver)
         if op is None:
             return self._steady(pipeline, base)
-        if op.step is Step.PRESTART or (op.prestarted and op.step is Step.DEPLOY):
+        if op.step is Step.PRESTART or (
+            op.prestarted and op.step in (Step.REMOVE_DRIVER, Step.DEPLOY)
+        ):
             base = replace(base, next=self._prestarted(pipeline, op))
         if op.step is Step.AWAIT_READY:
             return self._readiness(base)

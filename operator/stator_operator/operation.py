@@ -80,6 +80,10 @@ class Operation:
     done: bool = False  # a delete whose driver is gone
     # The new driver was started at step 0 and waits for the hand-over at step 4.
     prestarted: bool = False
+    # ... and was handed over at step 3 (epoch ms), before the old driver was removed.
+    handed_over_ms: int | None = None
+    # When the old driver stopped processing: its savepoint's epoch began (ms, its clock).
+    processing_stopped_ms: int | None = None
     # When the current step started (epoch seconds), and how long each finished step took:
     # the split of an upgrade's or rescale's downtime, kept across operator restarts.
     step_started: float | None = None

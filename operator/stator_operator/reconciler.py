@@ -410,8 +410,9 @@ def _restores_and_placement(job: JobInfo) -> dict[str, Any]:
 
 
 # (label, mark it ends at) of the new driver's start-up, in order; each starts where the
-# previous ended, the first at the end of the operator's deploy step. A pre-started driver
-# reached the first marks before that (0 s each: they were no downtime).
+# previous ended, the first at the end of the operator's deploy step (or at the hand-over, if
+# step 3 sent it). A pre-started driver reached the first marks before that (0 s each: they
+# were no downtime).
 STARTUP_STEPS = (
     ("pod-start", "process_started_ms"),  # scheduling, image, container start
     ("python-start", "driver_started_ms"),  # interpreter, imports, loading the pipeline
@@ -425,9 +426,11 @@ DOWNTIME_KINDS = ("upgrade", "rescale")  # flows that stop the old driver when t
 
 def processing_again(status: dict[str, Any], job: JobInfo) -> dict[str, Any] | None:
     """Once the driver a flow brought up has finished its first epoch: when, how its
-    start-up split, and for an upgrade or rescale the downtime, from the flow's start (the
-    old driver takes no new epoch after it) to the end of that first epoch. Driver and
-    operator clocks are compared: on one cluster they agree to well under these seconds."""
+    start-up split, and for an upgrade or rescale the downtime: from the moment the old
+    driver stopped processing (its stop-with-savepoint's epoch began, after its last epoch
+    of records) to the end of that first epoch; without that moment (no savepoint: a
+    fallback to the latest checkpoint), from the savepoint step. Driver and operator clocks
+    are compared: on one cluster they agree to well under these seconds."""
     last = status.get("lastOperation") or {}
     startup = job.get("startup") or {}
     first = startup.get("first_epoch_ms")
@@ -436,7 +439,8 @@ def processing_again(status: dict[str, Any], job: JobInfo) -> dict[str, Any] | N
     if not first or not ready_at or last.get("processingAgainAt") or last.get("id") != deployment:
         return None
     steps = last.get("stepSeconds") or {}
-    mark = ready_at - 1000 * (steps.get("await-ready") or 0.0)  # the end of the deploy step
+    # The hand-over at step 3 (before the old driver was removed), else the deploy step's end.
+    mark = last.get("handedOverAtMs") or ready_at - 1000 * (steps.get("await-ready") or 0.0)
     split: dict[str, float] = {}
     for label, key in STARTUP_STEPS:
         at = startup.get(key)
@@ -447,8 +451,9 @@ def processing_again(status: dict[str, Any], job: JobInfo) -> dict[str, Any] | N
         "processingAgainAt": stamp_ms(first),
         "driverStartupSeconds": split,
     }
-    if last.get("kind") in DOWNTIME_KINDS:  # from the savepoint step: step 0 is no downtime
+    if last.get("kind") in DOWNTIME_KINDS:  # step 0 (pre-start) is no downtime
         total = float(last.get("totalSeconds") or 0.0) - float(steps.get("prestart") or 0.0)
-        began = ready_at / 1000 - total
+        stopped = last.get("processingStoppedAtMs")
+        began = stopped / 1000 if stopped else ready_at / 1000 - total
         out["downtimeSeconds"] = round(first / 1000 - began, 2)
     return out

@@ -117,7 +117,7 @@ def _run(args: argparse.Namespace) -> int:
     from .config import load_config  # noqa: PLC0415
     from .control.server import serving  # noqa: PLC0415 - aiohttp only when running a job
     from .driver.epoch_loop import JobDriver  # noqa: PLC0415
-    from .driver.preflight import preflight  # noqa: PLC0415
+    from .driver.preflight import check_restore_source, check_storage, preflight  # noqa: PLC0415
     from .loader import load  # noqa: PLC0415
 
     config = load_config(args.config, args.set)
@@ -142,14 +142,18 @@ def _run(args: argparse.Namespace) -> int:
         python_path=[loaded.import_root] if loaded.import_root else [],
         await_handover=args.await_handover,
     )
-    if not args.await_handover:
-        preflight(driver.job, config, driver.parallelism, driver.store)
+    if args.await_handover:  # the restore source arrives over the control API
+        check_storage(driver.job, config, driver.store)
+    else:
+        target = preflight(driver.job, config, driver.parallelism, driver.store)
     try:
         with serving(driver, config.control):
-            if args.await_handover:  # the restore source arrives over the control API
+            if args.await_handover:
                 driver.await_handover()
-                preflight(driver.job, driver.config, driver.parallelism, driver.store)
-            status = driver.run()
+                target = check_restore_source(
+                    driver.job, driver.config, driver.parallelism, driver.store
+                )
+            status = driver.run(target)
     finally:
         driver.close()
     print(

@@ -92,6 +92,10 @@ class ObjectStore(ABC):
     def move(self, src: str, dst: str) -> None:
         """Make ``dst`` the object ``src`` was; idempotent if ``src`` already moved."""
 
+    def connect(self) -> None:  # noqa: B027 - optional hook
+        """Build what this process needs to reach the store now rather than at first use:
+        a pre-started driver's workers do it while the old driver still runs."""
+
     def check(self) -> None:
         """Fail now, with a clear message, if the store cannot be reached or written."""
         probe = f"_probe/{os.getpid()}-{threading.get_ident()}"
@@ -236,6 +240,11 @@ class S3Store(ObjectStore):
         if self._client is None:
             self._client = _s3_client(self.options)
         return self._client
+
+    def connect(self) -> None:
+        from boto3.s3.transfer import TransferConfig  # noqa: F401, PLC0415 - the import is the work
+
+        self.client  # noqa: B018 - builds the process's client for these options
 
     def _transfer(self) -> Any:
         from boto3.s3.transfer import TransferConfig  # noqa: PLC0415

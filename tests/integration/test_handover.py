@@ -5,13 +5,17 @@ equals a run without any stop, record for record; bad hand-overs change nothing.
 
 from __future__ import annotations
 
+import functools
+import os
 import threading
 from pathlib import Path
 from typing import Any
 
+from stator.cluster.session import warm_python_workers
 from stator.config import JobConfig
 from stator.control.server import serving
 from stator.driver.epoch_loop import JobDriver
+from stator.driver.handover import Handover, HandoverRequest
 from stator.driver.preflight import preflight
 from tests.helpers import with_overrides
 from tests.integration.test_control_api import call, wait_until
@@ -84,3 +88,30 @@ def test_a_prestarted_driver_takes_over_at_the_savepoint(
     assert got["counts"] == want["counts"] and got["windows"] == want["windows"]
     total = sum(v for (_, _, v), n in got["windows"].items() for _ in range(n))
     assert total == EVENTS
+
+
+def _mark(directory: Path) -> None:
+    (directory / str(os.getpid())).touch()
+
+
+def _pid(_: int) -> int:
+    return os.getpid()
+
+
+def test_the_warm_workers_are_the_ones_the_next_job_runs_in(spark: Any, tmp_path: Path) -> None:
+    """What a pre-started driver warms (imports, store and sink clients) is worth it only if
+    the first epoch's tasks run in those very workers, and connect() ran in each."""
+    sc = spark.sparkContext
+    slots = int(sc.defaultParallelism)
+    warm_python_workers(spark, [functools.partial(_mark, tmp_path)])
+    warmed = {int(p.name) for p in tmp_path.iterdir()}
+    assert warmed
+    used = set(sc.parallelize(range(4 * slots), 2 * slots).map(_pid).collect())
+    assert used <= warmed, f"tasks ran in workers that were not warmed: {used - warmed}"
+
+
+def test_a_waiting_hand_over_times_out_without_a_request() -> None:
+    handover = Handover()
+    assert handover.wait(0.05) is None
+    request = HandoverRequest("s3://bucket/savepoints/sp-1")
+    assert handover.give(request) and handover.wait(0.05) == request

@@ -5,6 +5,7 @@ objects, Secrets) and a driver's control API. Storage is real: ``file://`` under
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,10 +195,15 @@ class FakeDriver:
 
     # ------------------------------------------------------------------ what the job does
 
-    def complete(self, request_id: str, location: str, epoch: int = 7) -> None:
+    def complete(
+        self, request_id: str, location: str, epoch: int = 7, started_ms: int | None = None
+    ) -> None:
+        """The savepoint of ``request_id`` was taken; its epoch began at ``started_ms``
+        (default: a second ago)."""
         write_savepoint(location, epoch)
         request = self.requests[request_id]
         request["status"], request["location"], request["epoch"] = "COMPLETED", location, epoch
+        request["started_ms"] = started_ms or int(time.time() * 1000) - 1000
 
     def fail(self, request_id: str, error: str) -> None:
         request = self.requests[request_id]

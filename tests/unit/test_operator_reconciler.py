@@ -17,6 +17,7 @@ from kubernetes.client.rest import ApiException
 
 from stator.config import JobConfig
 from stator.storage import open_store
+from stator_operator import flows
 from stator_operator.operation import Operation, OpKind, Step
 from stator_operator.resources import spark_app_id
 from stator_operator.spec import UpgradeMode, fingerprint
@@ -452,8 +453,12 @@ def test_the_downtime_of_a_rescale_is_split_by_step_and_a_restart_replaces_it(
     bed.edit_spec(replicas=4)
     bed.step()  # start
     bed.step()  # 1 -> 2
-    time.sleep(0.3)  # the savepoint takes a while
-    driver.complete("req1", f"file://{tmp_path}/sp/team.counts/savepoint-0000000007-req1")
+    # The epoch in flight ends 0.1 s after the request (the old driver still processes),
+    # then the savepoint's epoch takes a while.
+    stopped_at = int(time.time() * 1000) + 100
+    time.sleep(0.3)
+    location = f"file://{tmp_path}/sp/team.counts/savepoint-0000000007-req1"
+    driver.complete("req1", location, started_ms=stopped_at)
     new = bed.finish()
     last = bed.status["lastOperation"]
     steps = last["stepSeconds"]
@@ -490,10 +495,11 @@ def test_the_downtime_of_a_rescale_is_split_by_step_and_a_restart_replaces_it(
         "recovery": 0.2,
         "first-epoch": 3.0,
     }
+    # From the old driver's last record to the new driver's first epoch: the epoch in flight
+    # when the savepoint was asked for is not downtime.
+    assert last["downtimeSeconds"] == pytest.approx((deployed + 9200 - stopped_at) / 1000, abs=0.01)
     operator_share = steps["savepoint"] + steps["await-savepoint"] + steps["remove-driver"]
-    assert last["downtimeSeconds"] == pytest.approx(
-        operator_share + steps["deploy"] + 9.2, abs=0.05
-    )
+    assert last["downtimeSeconds"] < operator_share + steps["deploy"] + 9.2
     again = next(m for _, r, m in bed.events if r == "ProcessingAgain")
     assert "first epoch" in again and "spark-session 3.5 s" in again, again
     events = len(bed.events)
@@ -559,18 +565,28 @@ def test_a_rescale_prestarts_the_new_driver_and_hands_it_the_savepoint(tmp_path:
     op = bed.op
     assert op is not None and op.step is Step.SAVEPOINT and op.prestarted
     location = f"file://{tmp_path}/sp/team.counts/savepoint-0000000007-req1"
-    stopped_with_savepoint(bed, old, location)  # 1 -> 2 -> 3
+    bed.step()  # 1 -> 2
+    assert bed.step() == flows.QUICK_S, "the old driver is stopping: look again soon"
+    op = bed.op
+    assert op is not None and op.savepoint_request
+    stopped_at = int(time.time() * 1000) - 3000  # the old driver's savepoint epoch began
+    old.complete(op.savepoint_request, location, started_ms=stopped_at)
+    bed.step()  # 2 -> 3
+    bed.step()  # 3: the old driver stopped processing: hand over before removing it
+    assert new.handed_over == [(location, False)] and not bed.kube.deleted
+    assert bed.op is not None and bed.op.step is Step.REMOVE_DRIVER and bed.op.handed_over_ms
+    time.sleep(0.2)  # the old pod takes a while to go: the new driver restores meanwhile
     bed.step()  # 3: only the old driver is asked to go
     assert bed.kube.deleted == [first] and new_pod in bed.kube.pods
     bed.step()  # 3 -> 4: the old one is gone
     assert bed.op is not None and bed.op.step is Step.DEPLOY and list(bed.kube.pods) == [new_pod]
-    bed.step()  # 4: the hand-over
-    assert new.handed_over == [(location, False)]
+    bed.step()  # 4: nothing left to do
+    assert new.handed_over == [(location, False)], "handed over once"
     assert bed.op is not None and bed.op.step is Step.AWAIT_READY
     assert (
         "Normal",
         "DriverCreated",
-        f"driver pod {new_pod} restoring from {location} (pre-started)",
+        f"driver pod {new_pod} restoring from {location} (pre-started, handed over at step 3)",
     ) in bed.events
     new.state = "RUNNING"
     bed.until(lambda: not bed.op)
@@ -580,12 +596,14 @@ def test_a_rescale_prestarts_the_new_driver_and_hands_it_the_savepoint(tmp_path:
     steps = [m for _, r, m in bed.events if r == "RescaleStep"]
     assert steps[0] == "rescale: step 0 (prestart)" and len(steps) == 6
 
-    # Downtime runs from the savepoint step: step 0 overlapped the old driver's processing.
+    # Downtime runs from the old driver's last record (its savepoint epoch began) to the end
+    # of the new driver's first epoch.
     last = s["lastOperation"]
+    assert last["processingStoppedAtMs"] == stopped_at
     seconds = last["stepSeconds"]
     assert seconds["prestart"] >= 0  # recorded (a KeyError if not), not counted below
-    ready = last["readyAtMs"]
-    handed = ready - 1000 * seconds["await-ready"]
+    handed = last["handedOverAtMs"]  # at step 3: the split of the start-up starts there
+    assert last["readyAtMs"] - 1000 * seconds["await-ready"] >= handed + 150
     startup: dict[str, int | None] = {
         "process_started_ms": int(handed - 9000),  # all before the hand-over
         "driver_started_ms": int(handed - 7000),
@@ -605,8 +623,48 @@ def test_a_rescale_prestarts_the_new_driver_and_hands_it_the_savepoint(tmp_path:
         "recovery": 0.3,
         "first-epoch": 2.0,
     }
-    before_deploy = sum(v for k, v in seconds.items() if k not in ("prestart", "await-ready"))
-    assert last["downtimeSeconds"] == pytest.approx(before_deploy + 2.4, abs=0.05)
+    assert last["downtimeSeconds"] == pytest.approx((handed + 2400 - stopped_at) / 1000, abs=0.01)
+
+
+def test_a_prestarted_driver_with_executor_pods_is_handed_over_after_the_old_one_left(
+    tmp_path: Path,
+) -> None:
+    """Its executors need the StatefulSet and claims the old driver's still hold."""
+    bed = Bed(tmp_path, driver={"prestart": True}, executor={"cores": 1})
+    old, first, new_pod = prestarted_rescale(bed)
+    new = bed.start_driver(new_pod)
+    new.state = "STANDBY"
+    bed.step()  # 0 -> 1
+    location = f"file://{tmp_path}/sp/team.counts/savepoint-0000000007-req1"
+    stopped_with_savepoint(bed, old, location)  # 1 -> 2 -> 3
+    bed.step()  # 3: the old driver is asked to go, and nothing is handed over yet
+    assert bed.kube.deleted == [first] and not new.handed_over
+    bed.until(lambda: bed.op is not None and bed.op.step is Step.DEPLOY)
+    assert not new.handed_over and bed.op is not None and bed.op.handed_over_ms is None
+    bed.step()  # 4: the hand-over
+    assert new.handed_over == [(location, False)]
+    assert bed.op is not None and bed.op.step is Step.AWAIT_READY
+
+
+def test_a_fallback_to_the_latest_checkpoint_hands_over_only_after_the_old_driver_left(
+    tmp_path: Path,
+) -> None:
+    """Without a completed stop-with-savepoint the old driver may still be processing."""
+    bed = Bed(tmp_path, driver={"prestart": True})
+    old, first, new_pod = prestarted_rescale(bed)
+    new = bed.start_driver(new_pod)
+    new.state = "STANDBY"
+    bed.step()  # 0 -> 1
+    bed.step()  # 1 -> 2
+    op = bed.op
+    assert op is not None and op.savepoint_request
+    old.fail(op.savepoint_request, "disk full")
+    bed.step()  # 2 -> 3 with restore=latest
+    assert bed.op is not None and bed.op.restore == "latest"
+    bed.step()
+    assert bed.kube.deleted == [first] and not new.handed_over
+    bed.until(lambda: bed.op is not None and bed.op.step is Step.AWAIT_READY)
+    assert new.handed_over == [("latest", False)]
 
 
 def test_a_prestarted_driver_that_fails_is_replaced_the_usual_way(tmp_path: Path) -> None:
@@ -626,16 +684,23 @@ def test_a_prestarted_driver_that_fails_is_replaced_the_usual_way(tmp_path: Path
     assert bed.status["deployment"]["driverPod"] == new_pod
 
 
-def test_a_prestarted_driver_gone_before_its_hand_over_is_replaced(tmp_path: Path) -> None:
-    bed = Bed(tmp_path, driver={"prestart": True})
+@pytest.mark.parametrize(
+    ("executor", "hand_over_at"),
+    [(None, Step.REMOVE_DRIVER), ({"cores": 1}, Step.DEPLOY)],
+    ids=["spark-in-the-driver-pod", "executor-pods"],
+)
+def test_a_prestarted_driver_gone_before_its_hand_over_is_replaced(
+    tmp_path: Path, executor: dict[str, Any] | None, hand_over_at: Step
+) -> None:
+    bed = Bed(tmp_path, driver={"prestart": True}, **({"executor": executor} if executor else {}))
     old, _, new_pod = prestarted_rescale(bed)
     bed.start_driver(new_pod).state = "STANDBY"
     bed.step()  # 0 -> 1
     location = f"file://{tmp_path}/sp/team.counts/savepoint-0000000007-req1"
     stopped_with_savepoint(bed, old, location)
-    bed.until(lambda: bed.op is not None and bed.op.step is Step.DEPLOY)
+    bed.until(lambda: bed.op is not None and bed.op.step is hand_over_at)
     del bed.kube.pods[new_pod]  # e.g. its node was drained
-    bed.step()  # 4 -> 3 without it
+    bed.step()  # 3 (or 4 -> 3) without it
     op = bed.op
     assert op is not None and op.step is Step.REMOVE_DRIVER and not op.prestarted
     assert bed.events[-2][:2] == ("Warning", "PrestartFailed")

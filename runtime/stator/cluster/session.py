@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from ..config import SparkConfig
@@ -125,15 +126,27 @@ def starts_executor_pods(cfg: SparkConfig) -> bool:
     return effective_master(cfg) == MASTER or cfg.master.startswith("k8s://")
 
 
-def warm_python_workers(spark: Any) -> None:
-    """Start one Python worker per core, with the modules keyed tasks import, so that the
-    first epoch does not pay for it. Call it after :func:`share_python_path`: Spark keeps a
-    pool of workers per environment, and the job's tasks must find these ones."""
+def warm_python_workers(spark: Any, connect: Sequence[Callable[[], None]] = ()) -> None:
+    """Start Python workers (one per core), with the modules keyed tasks import and the
+    connections ``connect`` builds (``ObjectStore.connect``, ``Sink.connect``), and run a
+    shuffle through them, so that the first epoch pays for none of it. Call it after
+    :func:`share_python_path`: Spark keeps a pool of workers per environment, and the job's
+    tasks must find these ones. Spark stops a worker that idled for a minute: call it again
+    while waiting longer."""
     sc = spark.sparkContext
-    slots = max(1, int(sc.defaultParallelism))
-    sc.parallelize(range(slots), slots).foreach(_import_task_modules)
+    # More tasks than cores: a worker goes back to the end of Spark's idle queue, so these
+    # reach every idle worker of a pool that already has more than one per core.
+    tasks = 4 * max(1, int(sc.defaultParallelism))
+    warm = functools.partial(_warm_worker, tuple(connect))
+    pairs = sc.parallelize(range(tasks), tasks).mapPartitions(warm)
+    pairs.partitionBy(tasks).mapPartitions(warm).count()
 
 
-def _import_task_modules(_: int) -> None:
+def _warm_worker(connect: tuple[Callable[[], None], ...], items: Iterable[Any]) -> Iterator[Any]:
     import stator.tasks.keyed  # noqa: PLC0415 - the import is the work
     import stator.tasks.source  # noqa: F401, PLC0415
+
+    for c in connect:
+        c()
+    for item in items:
+        yield item, item

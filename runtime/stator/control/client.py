@@ -78,6 +78,7 @@ class SavepointRequest(TypedDict, total=False):
     size: int | None
     error: str | None
     created_ms: int
+    started_ms: int | None  # its epoch began: a stop's driver processed no record after it
     completed_ms: int | None
 
 

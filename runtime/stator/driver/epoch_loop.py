@@ -55,12 +55,16 @@ from .in_flight import InFlightCheckpoints, Outcome
 from .parallelism import Parallelism, resolve_parallelism
 from .planning import CheckpointSchedule, EpochPlanner, Plan
 from .recovery import Recovery
-from .restore import restore_task
+from .restore import Target, restore_task
 from .savepoints import SavepointEpoch, SavepointRequest, SavepointRequests, take_savepoint
 from .sparkjob import run_epoch_job
 from .status import CheckpointHistory, JobState, JobStatus
 
 log = logging.getLogger("stator.driver")
+
+# A pre-started driver waiting for its hand-over warms its Python workers again this often
+# (Spark ends a worker that idled for a minute).
+WARM_AGAIN_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -168,19 +172,22 @@ class JobDriver:
     def await_handover(self) -> HandoverRequest:
         """A pre-started driver: start what does not touch the job's state while the old
         driver still runs, then wait for the hand-over and restore from what it names
-        (``handover.py``). Spark, with warm Python workers, starts now unless its executors
-        are pods: the old driver's executors hold the StatefulSet and the claims the new ones
-        take over, until the old driver is gone."""
+        (``handover.py``). Spark, with warm Python workers that hold clients of the job's
+        stores, starts now unless its executors are pods: the old driver's executors hold the
+        StatefulSet and the claims the new ones take over, until the old driver is gone."""
         assert self.handover is not None, "built without await_handover"
         startup = self.status.startup
         startup.driver_started_ms = now_ms()
-        if not starts_executor_pods(self.config.spark):
+        warm = not starts_executor_pods(self.config.spark)
+        if warm:
             self._start_spark()
-            warm_python_workers(self.spark)
+            warm_python_workers(self.spark, self._connections())
             startup.spark_ready_ms = now_ms()
         self.status.state = JobState.STANDBY
         log.info("pre-started: waiting for the hand-over (POST /v1/handover)")
-        request = self.handover.wait()
+        while (request := self.handover.wait(WARM_AGAIN_S)) is None:
+            if warm:  # Spark ends Python workers that idled for a minute
+                warm_python_workers(self.spark, self._connections())
         startup.handover_ms = now_ms()
         restore = replace(
             self.config.restore,
@@ -194,6 +201,13 @@ class JobDriver:
         log.info("handed over: restoring from %s", request.restore)
         return request
 
+    def _connections(self) -> list[Callable[[], None]]:
+        """What tasks connect to: the checkpoint and savepoint stores, and the sinks."""
+        cfg = self.config
+        stores = [self.store, open_store(cfg.savepoint.dir, cfg.s3)]
+        sinks = [n.sink for n in self.pipeline.nodes if isinstance(n, SinkNode)]
+        return [s.connect for s in stores] + [s.connect for s in sinks]
+
     def _start_spark(self) -> None:
         if self.spark is None:
             from ..cluster.session import create_session  # noqa: PLC0415 - starts a JVM
@@ -201,7 +215,9 @@ class JobDriver:
             self.spark = create_session(self.config.spark, f"stator-{self.job}")
         share_python_path(self.spark, self.python_path)
 
-    def run(self) -> JobStatus:
+    def run(self, restore_target: Target | None = None) -> JobStatus:
+        """Run until the job stops, ends or fails. ``restore_target``: what preflight found
+        for ``restore.source`` (it is not read again)."""
         startup = self.status.startup
         if startup.driver_started_ms is None:
             startup.driver_started_ms = now_ms()
@@ -218,7 +234,7 @@ class JobDriver:
             startup.spark_ready_ms = now_ms()
         self.status.state = JobState.RECOVERING
         try:
-            self.recovery.start()
+            self.recovery.start(restore_target)
             startup.recovered_ms = now_ms()
             self.status.state = JobState.RUNNING
             self._loop()

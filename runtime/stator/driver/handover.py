@@ -53,9 +53,8 @@ class Handover:
         self._given.set()
         return True
 
-    def wait(self) -> HandoverRequest:
-        """Block until the hand-over (there is no timeout: the operator deletes a pre-started
-        driver it gives up on)."""
-        self._given.wait()
-        assert self._request is not None
+    def wait(self, timeout_s: float | None = None) -> HandoverRequest | None:
+        """Block until the hand-over, or None after ``timeout_s`` (the operator deletes a
+        pre-started driver it gives up on: a caller may wait forever)."""
+        self._given.wait(timeout_s)
         return self._request

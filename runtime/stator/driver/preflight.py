@@ -17,7 +17,9 @@ its cause. So the CLI runs these checks first, in this order, and each one fails
 4. The savepoint directory, likewise (a savepoint, a stop-with-savepoint or a rescale would
    otherwise find out only when it is asked for, with the job running).
 
-Steps 1-2 only read, and steps 3-4 run last, so a job refused here has written nothing.
+Steps 1-2 only read, and steps 3-4 run last, so a job refused here has written nothing. A
+pre-started driver (``--await-handover``) runs steps 3-4 (:func:`check_storage`) before it
+waits, so that its clients are built then, and step 2 once the hand-over names the source.
 """
 
 from __future__ import annotations
@@ -40,12 +42,17 @@ def preflight(
 ) -> Target | None:
     """Steps 2-4 of the module docstring; returns the restore target it found (if any)."""
     target = check_restore_source(job, config, parallelism, store)
+    check_storage(job, config, store)
+    return target
+
+
+def check_storage(job: str, config: JobConfig, store: ObjectStore) -> None:
+    """Steps 3-4."""
     with _storage("checkpoint.storage", store.uri):
         store.check()
     savepoints = f"{config.savepoint.dir.rstrip('/')}/{job}"
     with _storage("savepoint.dir", savepoints):
         open_store(savepoints, config.s3).check()
-    return target
 
 
 @contextmanager

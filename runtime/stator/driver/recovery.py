@@ -82,12 +82,13 @@ class Recovery:
         self._initial: Target | None = None
         self._failure: Failure | None = None  # the last failure, until an epoch completes
 
-    def start(self) -> None:
-        """Steps 1-3 of starting (module docstring)."""
+    def start(self, loaded: Target | None = None) -> None:
+        """Steps 1-3 of starting (module docstring). ``loaded``: the target of an explicit
+        ``restore.source`` as preflight read it (not read again)."""
         source = self.config.restore.source
         explicit = None
         if source not in ("latest", "none"):
-            explicit = load_target(source, self.config.s3)
+            explicit = loaded or load_target(source, self.config.s3)
         same_store = explicit is not None and explicit.store.uri == self.store.uri
         own = explicit.meta if explicit and same_store else None
         report = self.coordinator.recover(own if isinstance(own, CheckpointMetadata) else None)

@@ -37,3 +37,7 @@ class Sink(ABC):
 
     def discard_after(self, uid: str, epoch: int) -> None:  # noqa: B027 - optional hook
         """Remove staged output of epochs after ``epoch`` (they will be replayed)."""
+
+    def connect(self) -> None:  # noqa: B027 - optional hook
+        """Build what a worker process needs to write now rather than at its first write:
+        a pre-started driver's Python workers do it before the hand-over."""

@@ -70,6 +70,9 @@ class FileSink(Sink):
     def writer(self, uid: str, epoch: int, part: str) -> SinkWriter:
         return _FileWriter(self, epoch, part)
 
+    def connect(self) -> None:
+        self.store.connect()
+
     def commit(
         self, uid: str, epoch: int, parts: list[dict[str, Any]], payloads: list[Any]
     ) -> None:
