@@ -74,6 +74,7 @@ from .resources import (
     config_map,
     control_secret,
     driver_pod,
+    driver_pod_name,
     executor_instances,
     network_policy,
     role,
@@ -151,7 +152,7 @@ class Flows:
 
     def _prestart(self, op: Operation, nxt: PrestartedDriver) -> float:
         p = self.pipeline
-        pod = f"{p.name}-driver-{op.id}"
+        pod = driver_pod_name(p.name, op.id)
         if nxt.pod is None:
             spec = op.target or {}
             body = self._ensure_objects(spec)
@@ -339,13 +340,13 @@ class Flows:
 
     def _deployed(self, op: Operation, restore: str, how: str) -> float:
         """The new driver restores from ``restore``: on to step 5."""
-        pod = f"{self.pipeline.name}-driver-{op.id}"
+        pod = driver_pod_name(self.pipeline.name, op.id)
         self.event("Normal", "DriverCreated", f"driver pod {pod} restoring from {restore}{how}")
         self._goto(op, Step.AWAIT_READY, deployed_at=time.time())
         return 0.5
 
     def _hand_over(self, op: Operation, nxt: PrestartedDriver, restore: str, allow: bool) -> float:
-        pod = f"{self.pipeline.name}-driver-{op.id}"
+        pod = driver_pod_name(self.pipeline.name, op.id)
         problem = "it is gone" if nxt.pod is None else None
         if nxt.ended:
             problem = f"it ended: {nxt.termination_message or 'no message'}"
@@ -416,7 +417,7 @@ class Flows:
             deployment={
                 "id": op.id,
                 "restoredFrom": op.restore,
-                "driverPod": f"{p.name}-driver-{op.id}",
+                "driverPod": driver_pod_name(p.name, op.id),
                 "readyAt": now(),
             },
             # What the previous driver reported: the new one reports its own.

@@ -437,6 +437,11 @@ def service(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def driver_pod_name(pipeline: str, deployment: str) -> str:
+    """The driver pod of one deployment (an operation's id names the driver it brings up)."""
+    return f"{pipeline}-driver-{deployment}"
+
+
 def driver_pod(
     body: dict[str, Any],
     spec: dict[str, Any],
@@ -503,7 +508,10 @@ def driver_pod(
     pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {**_meta(body, f"{name}-driver-{deployment}", "driver"), "labels": pod_labels},
+        "metadata": {
+            **_meta(body, driver_pod_name(name, deployment), "driver"),
+            "labels": pod_labels,
+        },
         "spec": {
             "serviceAccountName": f"{name}-stator",
             "restartPolicy": "Never",
