@@ -41,9 +41,14 @@ def assert_exact(records: list[Any], count: int) -> None:
     assert {k: v[-1] for k, v in per_key.items()} == expected_counts(count)
 
 
+# Input for 100 s: the rescale starts after two checkpoints and pre-starts the new driver first,
+# which took 36-63 s on a busy 2-core machine; the job must still be running when it stops it.
+SCALED_COUNT, SCALED_RATE = 40_000, 400
+
+
 def test_apply_run_checkpoint_scale(space: Space) -> None:
     name = "counts"
-    manifest = space.manifest(name, env={"COUNT": COUNT, "RATE": 600})
+    manifest = space.manifest(name, env={"COUNT": SCALED_COUNT, "RATE": SCALED_RATE})
     t0 = time.monotonic()
     space.apply(manifest)
     while not space.driver_pods(name):
@@ -77,7 +82,7 @@ def test_apply_run_checkpoint_scale(space: Space) -> None:
     reasons = space.events()
     for reason in ("SpecChanged", "SavepointCompleted", "DriverCreated", "RescaleCompleted"):
         assert reason in reasons, reasons
-    assert_exact(committed(space, name), COUNT)
+    assert_exact(committed(space, name), SCALED_COUNT)
 
 
 def test_bad_manifests_are_rejected(space: Space) -> None:

@@ -96,6 +96,8 @@ class Run:
             "restart.delay_ms=500",
             "--set",
             "restart.max_delay_ms=3000",
+            "--set",  # 0.5+1+2+3x3 s of backoff: more than the longest MinIO outage below (10 s)
+            "restart.attempts=6",
             "--set",
             "s3.max_attempts=2",
             "--set",
