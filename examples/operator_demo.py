@@ -189,8 +189,9 @@ def main() -> int:
             )
             rescale = status["lastOperation"]
             say(
-                f"downtime of the rescale, from its savepoint step (the new driver was "
-                f"pre-started before it) to the end of the new driver's first epoch: "
+                f"downtime of the rescale, from the old driver's last epoch of records (the "
+                f"new driver was pre-started before it) to the end of the new driver's first "
+                f"epoch: "
                 f"{rescale['downtimeSeconds']:.1f}s; the new driver's start-up after that: "
                 + ", ".join(f"{k} {v:.1f}s" for k, v in rescale["driverStartupSeconds"].items())
             )
