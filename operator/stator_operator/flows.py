@@ -279,8 +279,7 @@ class Flows:
         if wait > 0:  # restart backoff
             return min(wait, 5.0)
         if self._hands_over_early(op):
-            spec = op.target or {}
-            allow = bool(get(spec, "restore", "allowNonRestoredState", default=False))
+            allow = _allow_non_restored(op.target or {})
             return self._hand_over(op, nxt or PrestartedDriver(), str(op.restore), allow)
         p = self.pipeline
         keep = op.id if op.prestarted else None
@@ -329,7 +328,7 @@ class Flows:
     def _deploy(self, op: Operation, nxt: PrestartedDriver | None) -> float:
         spec = op.target or {}
         restore = op.restore or "latest"
-        allow = bool(get(spec, "restore", "allowNonRestoredState", default=False))
+        allow = _allow_non_restored(spec)
         if op.handed_over_ms is not None:
             return self._deployed(op, restore, " (pre-started, handed over at step 3)")
         if op.prestarted:
@@ -439,6 +438,11 @@ class Flows:
             f"{op.kind.capitalize()}Completed",
             f"{op.kind} complete: running {op.id} from {op.restore} ({split})",
         )
+
+
+def _allow_non_restored(spec: dict[str, Any]) -> bool:
+    """Whether the new driver may drop state its code no longer has."""
+    return bool(get(spec, "restore", "allowNonRestoredState", default=False))
 
 
 def _pending_stop(driver: DriverApi) -> SavepointRequest | None:
