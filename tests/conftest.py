@@ -88,7 +88,9 @@ def spark(spark_sessions: SparkSessions) -> Any:
     from tests.testbed.spark import kafka_connector_jars
 
     jars = ",".join(str(j) for j in kafka_connector_jars())
-    config = SparkConfig(master="local[2]", task_attempts=4, conf={"spark.jars": jars})
+    # FAIR: the regions of a job of several (driver/regions.py) share the cores.
+    conf = {"spark.jars": jars, "spark.scheduler.mode": "FAIR"}
+    config = SparkConfig(master="local[2]", task_attempts=4, conf=conf)
     return spark_sessions.get(config, "stator-tests")
 
 

@@ -364,7 +364,8 @@ class Reconciler:
 
 
 def _restores_and_placement(job: JobInfo) -> dict[str, Any]:
-    """The driver's restores (counts, and the latest per subtask) and, with executors as
+    """The driver's restores (counts, and the latest per subtask), its failover regions
+    (state, epoch, restarts, latest checkpoint, last error of each) and, with executors as
     pods, which node holds which key-group ranges at which checkpoint."""
     out: dict[str, Any] = {}
     restores = job.get("restores")
@@ -387,6 +388,19 @@ def _restores_and_placement(job: JobInfo) -> dict[str, Any]:
                 for r in restores.get("latest", [])
             ],
         }
+    regions = job.get("regions")
+    if regions:
+        out["regions"] = [
+            {
+                "id": r["id"],
+                "state": r["state"],
+                "epoch": r["epoch"],
+                "restarts": r["restarts"],
+                "latestCheckpoint": (r.get("latest_checkpoint") or {}).get("id"),
+                "lastError": r.get("last_error"),
+            }
+            for r in regions
+        ]
     placement = job.get("placement")
     if placement:
         out["placement"] = {

@@ -226,6 +226,7 @@ def job_config(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any
         "state": {"local_dir": f"{STATE_MOUNT}/state"},
         "control": {"port": CONTROL_PORT},
         "restart": _restart(spec),
+        "failover": {"strategy": get(spec, "failover", "strategy", default="region")},
         "spark": _spark(spec, name, namespace),
         "savepoint": {"dir": savepoint_dir(spec)},
     }

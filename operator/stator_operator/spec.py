@@ -138,7 +138,6 @@ def validate(spec: dict[str, Any]) -> None:
             "spec.checkpointing.credentialsSecret is required for s3:// storage: "
             "name a Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
         )
-    _reject_planned(spec)
     _check_local_recovery(spec)
     for key in get(spec, "config", default={}) or {}:
         if key in PLAIN_TEXT_CREDENTIALS:
@@ -199,16 +198,6 @@ def _check_local_recovery(spec: dict[str, Any]) -> None:
         raise SpecError(
             "spec.localRecovery.volume: local recovery is disabled (enabled: false), so "
             "nothing would use the volume; remove it or enable local recovery"
-        )
-
-
-def _reject_planned(spec: dict[str, Any]) -> None:
-    """Fields the schema knows but the runtime does not do yet (docs/DESIGN.md, planned): a
-    manifest that sets them is refused rather than silently run without them."""
-    if get(spec, "failover", "strategy", default="full") != "full":
-        raise SpecError(
-            "spec.failover.strategy: region failover is planned; today a failure rewinds the "
-            "whole job to its latest checkpoint: use strategy: full (or leave it out)"
         )
 
 

@@ -116,8 +116,7 @@ def report_error(exc: StatorError) -> None:
 def _run(args: argparse.Namespace) -> int:
     from .config import load_config  # noqa: PLC0415
     from .control.server import serving  # noqa: PLC0415 - aiohttp only when running a job
-    from .driver.epoch_loop import JobDriver  # noqa: PLC0415
-    from .driver.preflight import check_restore_source, check_storage, preflight  # noqa: PLC0415
+    from .driver.regions import build_job  # noqa: PLC0415
     from .loader import load  # noqa: PLC0415
 
     config = load_config(args.config, args.set)
@@ -136,24 +135,23 @@ def _run(args: argparse.Namespace) -> int:
     logging.getLogger().setLevel(config.log_level)
     loaded = load(args.pipeline)
     # Everything below up to driver.run() runs before Spark starts (driver/preflight.py).
-    driver = JobDriver(
+    driver = build_job(
         loaded.pipeline,
         config,
         python_path=[loaded.import_root] if loaded.import_root else [],
         await_handover=args.await_handover,
     )
+    # The job keeps what preflight found for its restore source (it is not read again).
     if args.await_handover:  # the restore source arrives over the control API
-        check_storage(driver.job, config, driver.store)
+        driver.check_storage()
     else:
-        target = preflight(driver.job, config, driver.parallelism, driver.store)
+        driver.preflight()
     try:
         with serving(driver, config.control):
             if args.await_handover:
                 driver.await_handover()
-                target = check_restore_source(
-                    driver.job, driver.config, driver.parallelism, driver.store
-                )
-            status = driver.run(target)
+                driver.check_restore_source()
+            status = driver.run()
     finally:
         driver.close()
     print(

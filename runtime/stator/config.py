@@ -138,6 +138,17 @@ class RestartConfig:
 
 
 @dataclass(frozen=True)
+class FailoverConfig:
+    # What a failed epoch restarts (driver/regions.py): "region" restarts only the failover
+    # region it failed in (a weakly connected part of the graph; FLIP-1) while the others
+    # keep processing and committing, each region with its own epochs, checkpoints (under
+    # <checkpoint.storage>/<job>/regions/<region>/) and restart strategy; "full" runs the
+    # whole graph as one job and rewinds all of it. A job with one region runs the same way
+    # under both.
+    strategy: Literal["region", "full"] = "region"
+
+
+@dataclass(frozen=True)
 class SparkConfig:
     # local[N], local-cluster[...], a Spark master URL, or "kubernetes": executors as pods,
     # the driver being in a pod the operator created (cluster/kubernetes.py).
@@ -178,6 +189,7 @@ class JobConfig:
     state: StateConfig = field(default_factory=StateConfig)
     local_recovery: LocalRecoveryConfig = field(default_factory=LocalRecoveryConfig)
     restart: RestartConfig = field(default_factory=RestartConfig)
+    failover: FailoverConfig = field(default_factory=FailoverConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)
     restore: RestoreConfig = field(default_factory=RestoreConfig)
     savepoint: SavepointConfig = field(default_factory=SavepointConfig)

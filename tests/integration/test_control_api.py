@@ -142,7 +142,10 @@ def test_every_endpoint(running_job: Any, tmp_path: Path) -> None:
     status, job = call(base, "/v1/job")
     assert status == 200 and job["job"] == "control" and job["state"] == "RUNNING"
     assert job["parallelism"] == {"count": 2} and job["max_parallelism"] == 128
-    assert job["regions"] == [["events", "count", "out"]]
+    assert [(r["id"], r["nodes"]) for r in job["regions"]] == [
+        ("events", ["events", "count", "out"])
+    ]
+    assert job["regions"][0]["state"] == job["state"]
     assert job["epoch"] >= 2 and job["records_in"] > 0 and job["latest_checkpoint"]["id"] >= 2
     # A fresh job restores nothing; local[*] has one executor, so no placement.
     assert job["restores"] == {

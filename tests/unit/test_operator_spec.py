@@ -124,11 +124,6 @@ def test_fingerprint_recognises_a_spec_but_not_its_flow_fields() -> None:
             changed(executor={}, localRecovery={"enabled": False, "volume": VOLUME}),
             "local recovery is disabled (enabled: false), so nothing would use the volume",
         ),
-        # Accepted by the schema, not done yet: refused instead of silently ignored.
-        (
-            changed(failover={"strategy": "region"}),
-            "spec.failover.strategy: region failover is planned",
-        ),
     ],
 )
 def test_validate_names_the_field_and_the_fix(spec: dict[str, Any], message: str) -> None:

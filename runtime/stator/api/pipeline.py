@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PipelineError
@@ -170,6 +170,26 @@ class Pipeline:
     def regions(self) -> list[list[str]]:
         """Failover regions: the weakly connected parts of the graph (names of their nodes).
         A failure needs to restart only the region it happened in."""
+        return [[_label(self.nodes[i]) for i in part] for part in self._components()]
+
+    def split(self) -> list[Region]:
+        """The failover regions as pipelines of their own (nodes renumbered, same name and
+        max parallelism), each named by its smallest source uid: stable while that source
+        exists, and how its checkpoints are found again (``driver/regions.py``)."""
+        found = []
+        for part in self._components():
+            index = {old: new for new, old in enumerate(part)}
+            nodes = [
+                replace(self.nodes[i], id=index[i], inputs=[index[j] for j in self.nodes[i].inputs])
+                for i in part
+            ]
+            sub = Pipeline(self.name, self.max_parallelism, nodes)
+            region_id = min(n.uid for n in nodes if isinstance(n, SourceNode))
+            found.append(Region(region_id, sub))
+        return sorted(found, key=lambda r: r.id)
+
+    def _components(self) -> list[list[int]]:
+        """Node ids of each weakly connected part, in node order (parts by their first node)."""
         parent = list(range(len(self.nodes)))
 
         def find(i: int) -> int:
@@ -181,13 +201,28 @@ class Pipeline:
         for n in self.nodes:
             for j in n.inputs:
                 parent[find(n.id)] = find(j)
-        groups: dict[int, list[str]] = {}
+        groups: dict[int, list[int]] = {}
         for n in self.nodes:
-            groups.setdefault(find(n.id), []).append(getattr(n, "uid", None) or n.name)
-        return [groups[k] for k in sorted(groups)]
+            groups.setdefault(find(n.id), []).append(n.id)
+        return [groups[k] for k in sorted(groups, key=lambda k: groups[k][0])]
 
     def uids(self) -> list[str]:
         return [n.uid for n in self.nodes if isinstance(n, SourceNode | KeyedNode | SinkNode)]
+
+
+@dataclass(frozen=True)
+class Region:
+    """A failover region: a weakly connected part of a job's graph, run on its own."""
+
+    id: str
+    pipeline: Pipeline
+
+    def uids(self) -> set[str]:
+        return set(self.pipeline.uids())
+
+
+def _label(node: Node) -> str:
+    return getattr(node, "uid", None) or node.name
 
 
 class Stream:

@@ -43,13 +43,29 @@ class CheckpointSummary(TypedDict):
     incremental: bool
 
 
+class RegionInfo(TypedDict, total=False):
+    """One failover region (a job run by one driver lists its regions with the job's state)."""
+
+    id: str  # the region's smallest source uid
+    nodes: list[str]
+    state: str
+    epoch: int
+    records_in: int
+    records_out: int
+    restarts: int
+    checkpoints: dict[str, int]
+    latest_checkpoint: dict[str, int] | None  # id, epoch, created_ms
+    last_error: str | None
+    storage: str  # where its checkpoints are
+
+
 class JobInfo(TypedDict, total=False):
     job: str
     state: str
     epoch: int
     max_parallelism: int
     parallelism: dict[str, int]
-    regions: list[list[str]]
+    regions: list[RegionInfo]
     records_in: int
     records_out: int
     restarts: int

@@ -88,6 +88,23 @@ class DriverCollector(Collector):
                 latest.duration_ms / 1000,
             )
             yield gauge("stator_checkpoint_id", "Id of the latest checkpoint", latest.checkpoint_id)
+        region = ["job", "region"]
+        restarts = CounterMetricFamily(
+            "stator_region_restarts", "Restarts of each failover region", labels=region
+        )
+        epochs = CounterMetricFamily(
+            "stator_region_epochs", "Epochs each failover region completed", labels=region
+        )
+        running = GaugeMetricFamily(
+            "stator_region_running", "1 while the failover region runs", labels=region
+        )
+        for view in d.region_views():
+            restarts.add_metric([d.job, view["id"]], view["restarts"])
+            epochs.add_metric([d.job, view["id"]], view["epoch"])
+            running.add_metric([d.job, view["id"]], 1 if view["state"] is JobState.RUNNING else 0)
+        yield restarts
+        yield epochs
+        yield running
         parallelism = GaugeMetricFamily(
             "stator_operator_parallelism", "Subtasks per operator", labels=["job", "operator"]
         )

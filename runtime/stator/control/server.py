@@ -168,7 +168,7 @@ class ControlServer:
                 "epoch": st.epoch,
                 "max_parallelism": d.parallelism.max_parallelism,
                 "parallelism": d.parallelism.operators,
-                "regions": d.pipeline.regions(),
+                "regions": d.region_views(),
                 "records_in": st.records_in,
                 "records_out": st.records_out,
                 "restarts": st.restarts,
@@ -196,6 +196,10 @@ class ControlServer:
                 "retained": retained,
                 "history": [h.to_json() for h in d.history.items()],
                 "in_flight": list(d.status.in_flight_checkpoints),
+                "regions": [
+                    {k: v[k] for k in ("id", "storage", "latest_checkpoint")}
+                    for v in d.region_views()
+                ],
                 "counts": {
                     "completed": d.status.checkpoints,
                     "failed": d.status.failed_checkpoints,

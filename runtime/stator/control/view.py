@@ -3,7 +3,7 @@ driver provides it; nothing here imports the driver)."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..api.pipeline import Pipeline
 from ..checkpoint.metadata import CheckpointMetadata
@@ -11,8 +11,12 @@ from ..cluster.placement import PlacementTracker
 from ..driver.handover import Handover
 from ..driver.parallelism import Parallelism
 from ..driver.savepoints import SavepointRequest, SavepointRequests
-from ..driver.status import CheckpointHistory, JobStatus
+from ..driver.status import CheckpointOutcome, JobStatus
 from ..storage import ObjectStore
+
+
+class History(Protocol):
+    def items(self) -> list[CheckpointOutcome]: ...
 
 
 class JobView(Protocol):
@@ -21,14 +25,24 @@ class JobView(Protocol):
     job: str
     pipeline: Pipeline
     parallelism: Parallelism
-    status: JobStatus
-    history: CheckpointHistory
+
+    @property
+    def status(self) -> JobStatus: ...
+
+    @property
+    def history(self) -> History: ...
+
     savepoints: SavepointRequests
     store: ObjectStore
     placement: PlacementTracker | None
     handover: Handover | None  # a pre-started driver's (``stator run --await-handover``)
 
     def retained_checkpoints(self) -> list[CheckpointMetadata]: ...
+
+    def region_views(self) -> list[dict[str, Any]]:
+        """Per failover region: ``id``, ``nodes``, ``state``, ``epoch``, ``restarts``,
+        ``latest_checkpoint``, ``last_error``, ... (``JobDriver.region_view``)."""
+        ...
 
     def request_savepoint(
         self, target: str | None = None, stop: bool = False

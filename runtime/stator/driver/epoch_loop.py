@@ -52,8 +52,10 @@ from .completion import (
 )
 from .handover import Handover, HandoverRequest
 from .in_flight import InFlightCheckpoints, Outcome
+from .layout import check_one_driver
 from .parallelism import Parallelism, resolve_parallelism
 from .planning import CheckpointSchedule, EpochPlanner, Plan
+from .preflight import check_restore_source, check_storage
 from .recovery import Recovery
 from .restore import Target, restore_task
 from .savepoints import SavepointEpoch, SavepointRequest, SavepointRequests, take_savepoint
@@ -61,6 +63,14 @@ from .sparkjob import run_epoch_job
 from .status import CheckpointHistory, JobState, JobStatus
 
 log = logging.getLogger("stator.driver")
+
+
+def checkpoint_root(config: JobConfig, job: str, region: str | None = None) -> str:
+    """Where a job's checkpoints are: ``<checkpoint.storage>/<job>``, and each failover
+    region's under ``regions/<region>/`` in a job of several regions (``regions.py``)."""
+    root = f"{config.checkpoint.storage.rstrip('/')}/{job}"
+    return f"{root}/regions/{region}" if region else root
+
 
 # A pre-started driver waiting for its hand-over warms its Python workers again this often
 # (Spark ends a worker that idled for a minute).
@@ -79,6 +89,7 @@ class EpochResult:
     states: list[StateReport]
     checkpoint_id: int  # the checkpoint this epoch took (0: none)
     outcomes: list[Outcome]  # checkpoints (of this or earlier epochs) completed or failed
+    region: str | None = None  # the failover region's id (a job of several regions)
 
 
 EpochListener = Callable[[EpochResult], None]
@@ -96,18 +107,19 @@ class JobDriver:
         spark: Any = None,
         python_path: Sequence[str] = (),
         await_handover: bool = False,
+        region: str | None = None,
     ) -> None:
         """``python_path``: where the pipeline's module was imported from; Spark's Python
         workers get it too (``loader.py`` says why). ``await_handover``: a pre-started driver,
-        see :meth:`await_handover`."""
+        see :meth:`await_handover`. ``region``: this drives one failover region of a job of
+        several (``regions.py``): its checkpoints are its own, under ``regions/<region>/``."""
         pipeline.validate()
         self.pipeline, self.config, self.spark = pipeline, config, spark
         self.python_path = tuple(python_path)
         self.job = config.name or pipeline.name
+        self.region = region
         self.parallelism: Parallelism = resolve_parallelism(pipeline, config)
-        self.store: ObjectStore = open_store(
-            f"{config.checkpoint.storage.rstrip('/')}/{self.job}", config.s3
-        )
+        self.store: ObjectStore = open_store(checkpoint_root(config, self.job, region), config.s3)
         self.status = JobStatus(self.job)
         self.history = CheckpointHistory()
         self.savepoints = SavepointRequests(config.savepoint.dir, config.savepoint.any_target)
@@ -127,6 +139,8 @@ class JobDriver:
             self.output,
             self.status,
         )
+        if region is not None:
+            self.recovery.label = f"job '{self.job}' region '{region}'"
         self.in_flight = InFlightCheckpoints(
             self.store, self.coordinator, config.checkpoint.timeout_ms
         )
@@ -139,6 +153,11 @@ class JobDriver:
         # Where keyed subtasks run, with several executors (set when Spark is known).
         self.placer: Placer | None = None
         self.placement: PlacementTracker | None = None
+        # A region of a job of several (``regions.py``): whether it may end once its bounded
+        # sources are exhausted (the others may still run: it serves savepoints until then).
+        self.may_end: Callable[[], bool] | None = None
+        self.finished_work = False
+        self._preflighted: Target | None = None  # what check_restore_source found
 
     # ------------------------------------------------------------------ public
 
@@ -169,6 +188,58 @@ class JobDriver:
     def retained_checkpoints(self) -> list[CheckpointMetadata]:
         return list(self.coordinator.completed)
 
+    def region_view(self) -> dict[str, Any]:
+        """This driver's region (or whole job) as the control API and the operator show it."""
+        st, latest = self.status, self.status.last_checkpoint
+        return {
+            "id": self.region or self.job,
+            "nodes": [name for part in self.pipeline.regions() for name in part],
+            "state": st.state,
+            "epoch": st.epoch,
+            "records_in": st.records_in,
+            "records_out": st.records_out,
+            "restarts": st.restarts,
+            "checkpoints": {"completed": st.checkpoints, "failed": st.failed_checkpoints},
+            "latest_checkpoint": (
+                {"id": latest.checkpoint_id, "epoch": latest.epoch, "created_ms": latest.created_ms}
+                if latest
+                else None
+            ),
+            "last_error": st.last_error,
+            "storage": self.store.uri,
+        }
+
+    def region_views(self) -> list[dict[str, Any]]:
+        """One entry per failover region; run by this one driver, they share its state
+        (``failover.strategy=full`` restarts all of them together)."""
+        view = self.region_view()
+        return [
+            {**view, "id": region.id, "nodes": region.pipeline.regions()[0]}
+            for region in self.pipeline.split()
+        ]
+
+    # ------------------------------------------------------------------ preflight
+
+    def check_storage(self) -> None:
+        check_storage(self.job, self.config, self.store)
+
+    def preflight(self) -> Target | None:
+        """``preflight.py``: everything that can be checked before Spark starts."""
+        target = self.check_restore_source()
+        self.check_storage()
+        return target
+
+    def check_restore_source(self) -> Target | None:
+        """Preflight step 2; :meth:`run` restores from what it found unless given another."""
+        cfg = self.config
+        target = check_restore_source(self.job, cfg, self.parallelism, self.store)
+        fresh = cfg.restore.source == "none" and cfg.restore.force_empty
+        if cfg.restore.source in ("latest", "none") and self.region is None and not fresh:
+            newest = target.meta if target and isinstance(target.meta, CheckpointMetadata) else None
+            check_one_driver(self.job, self.store.uri, newest, cfg.s3)
+        self._preflighted = target
+        return target
+
     def await_handover(self) -> HandoverRequest:
         """A pre-started driver: start what does not touch the job's state while the old
         driver still runs, then wait for the hand-over and restore from what it names
@@ -181,14 +252,19 @@ class JobDriver:
         warm = not starts_executor_pods(self.config.spark)
         if warm:
             self._start_spark()
-            warm_python_workers(self.spark, self._connections())
+            warm_python_workers(self.spark, self.connections())
             startup.spark_ready_ms = now_ms()
         self.status.state = JobState.STANDBY
         log.info("pre-started: waiting for the hand-over (POST /v1/handover)")
         while (request := self.handover.wait(WARM_AGAIN_S)) is None:
             if warm:  # Spark ends Python workers that idled for a minute
-                warm_python_workers(self.spark, self._connections())
+                warm_python_workers(self.spark, self.connections())
         startup.handover_ms = now_ms()
+        self.handed_over(request)
+        return request
+
+    def handed_over(self, request: HandoverRequest) -> None:
+        """Restore from what the hand-over names (``regions.py`` calls it per region)."""
         restore = replace(
             self.config.restore,
             source=request.restore,
@@ -199,9 +275,8 @@ class JobDriver:
         self.recovery.config = self.config
         self.status.state = JobState.CREATED
         log.info("handed over: restoring from %s", request.restore)
-        return request
 
-    def _connections(self) -> list[Callable[[], None]]:
+    def connections(self) -> list[Callable[[], None]]:
         """What tasks connect to: the checkpoint and savepoint stores, and the sinks."""
         cfg = self.config
         stores = [self.store, open_store(cfg.savepoint.dir, cfg.s3)]
@@ -217,12 +292,16 @@ class JobDriver:
 
     def run(self, restore_target: Target | None = None) -> JobStatus:
         """Run until the job stops, ends or fails. ``restore_target``: what preflight found
-        for ``restore.source`` (it is not read again)."""
+        for ``restore.source`` (it is not read again; default: what
+        :meth:`check_restore_source` found)."""
+        restore_target = restore_target or self._preflighted
         startup = self.status.startup
         if startup.driver_started_ms is None:
             startup.driver_started_ms = now_ms()
         self._start_spark()
         sc = self.spark.sparkContext
+        if self.region is not None:  # this thread's Spark jobs share the cores fairly
+            sc.setLocalProperty("spark.scheduler.pool", self.region)
         if uses_placement(str(sc.master)) and load_helper(sc):
             cfg = self.config
             self.placer = Placer(
@@ -260,8 +339,12 @@ class JobDriver:
                     continue
                 if self.planner.finished():
                     self._settle(self.in_flight.wait(0))
+                    self.finished_work = True
                     self.status.state = JobState.FINISHED
-                    return
+                    if self.may_end is None or self.may_end():
+                        return
+                    time.sleep(self.config.epoch.idle_wait_ms / 1000)
+                    continue
                 plan = self.planner.plan()
                 if plan is None:
                     self._settle(self.in_flight.poll())
@@ -277,6 +360,9 @@ class JobDriver:
     def _take_savepoint(self, request: SavepointRequest) -> None:
         cfg = self.config
         meta = take_savepoint(request, self, cfg.savepoint.dir, cfg.savepoint.compression, cfg.s3)
+        if request.stop and request.part is not None and not request.part.wait():
+            log.info("region '%s' goes on: the job's savepoint failed", self.region)
+            return
         if request.stop:
             self.stop()
             self.status.state = JobState.STOPPED
@@ -306,7 +392,9 @@ class JobDriver:
         placement = None
         if self.placer is not None:
             placement = self.placer.for_epoch(self.parallelism.operators, self._local_restore())
-        reports = run_epoch_job(self.spark, spec, f"{self.job} epoch {spec.epoch}", placement)
+        where = f"{self.job} region {self.region}" if self.region else self.job
+        group = f"{self.region}-epoch-{spec.epoch}" if self.region else f"epoch-{spec.epoch}"
+        reports = run_epoch_job(self.spark, spec, group, f"{where} epoch {spec.epoch}", placement)
         result = self._advance(spec, reports, started)
         if self.status.startup.first_epoch_ms is None:
             self.status.startup.first_epoch_ms = now_ms()
@@ -490,6 +578,7 @@ class JobDriver:
             states,
             spec.checkpoint.checkpoint_id if spec.checkpoint else 0,
             outcomes,
+            self.region,
         )
 
     def _settle(self, outcomes: list[Outcome]) -> list[Outcome]:

@@ -78,13 +78,15 @@ class Recovery:
         self.coordinator, self.parallelism = coordinator, parallelism
         self.planner, self.output, self.status = planner, output, status
         self.restart = RestartStrategy(config.restart)
+        self.label = f"job '{job}'"  # a region of a job says so (``regions.py``)
         self.position = Position()
         self._initial: Target | None = None
         self._failure: Failure | None = None  # the last failure, until an epoch completes
 
     def start(self, loaded: Target | None = None) -> None:
         """Steps 1-3 of starting (module docstring). ``loaded``: the target of an explicit
-        ``restore.source`` as preflight read it (not read again)."""
+        ``restore.source`` as preflight read it (not read again); with ``latest``, what a
+        failover region without checkpoints of its own restores (``regions.py``)."""
         source = self.config.restore.source
         explicit = None
         if source not in ("latest", "none"):
@@ -95,6 +97,8 @@ class Recovery:
         if report.deleted_files:
             log.info("removed %d unreferenced checkpoint files", report.deleted_files)
         target = Target(report.restored, self.store) if report.restored else None
+        if source == "latest" and target is None and loaded is not None:
+            target = loaded  # a region's first run: the job's checkpoint from before regions
         if source == "none":
             if self.coordinator.completed and not self.config.restore.force_empty:
                 raise ConfigError(
@@ -141,9 +145,7 @@ class Recovery:
             log.error("%s\n%s", failure.summary, failure.user_traceback)
         if failure.kind is Kind.FATAL:
             self._discard_staged()
-            raise JobFailed(
-                f"job '{self.job}' failed: {failure.summary} ({failure.reason})"
-            ) from exc
+            raise JobFailed(f"{self.label} failed: {failure.summary} ({failure.reason})") from exc
         if (
             failure.kind is Kind.FALL_BACK
             and target
@@ -156,13 +158,15 @@ class Recovery:
                 fallback.checkpoint_id if fallback else "the initial state",
             )
         else:
-            log.warning("epoch %d failed: %s", self.position.epoch + 1, failure.summary)
+            log.warning(
+                "%s: epoch %d failed: %s", self.label, self.position.epoch + 1, failure.summary
+            )
         while True:
             delay = self.restart.next_delay_ms()
             if delay is None:
                 self._discard_staged()
                 raise JobFailed(
-                    f"job '{self.job}' failed and the restart strategy "
+                    f"{self.label} failed and the restart strategy "
                     f"'{self.config.restart.strategy}' gave up ({self.restart.why}): "
                     f"{self.status.last_error}"
                 ) from exc

@@ -4,7 +4,7 @@ each operator's tasks get their state (same parallelism, rescaled, or from key-g
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..checkpoint.coordinator import load_checkpoint
 from ..checkpoint.metadata import CheckpointMetadata
@@ -31,6 +31,24 @@ class Target:
     @property
     def is_savepoint(self) -> bool:
         return isinstance(self.meta, SavepointMetadata)
+
+    def part_for(self, region: str, uids: set[str]) -> Target:
+        """What one failover region restores from this snapshot: the entries of its own
+        operators, sources and sinks, at its own epoch if the snapshot recorded one (a
+        savepoint of a job of several regions). The whole snapshot was checked against the
+        whole job first (``check_compatible``)."""
+        meta = self.meta
+        sources = {u: s for u, s in meta.sources.items() if u in uids}
+        part: Snapshot
+        if isinstance(meta, SavepointMetadata):
+            epoch = meta.region_epochs.get(region, meta.epoch)
+            ops = {u: op for u, op in meta.operators.items() if u in uids}
+            part = replace(meta, operators=ops, sources=sources, epoch=epoch)
+        else:
+            snaps = {u: op for u, op in meta.operators.items() if u in uids}
+            sinks = {u: c for u, c in meta.sinks.items() if u in uids}
+            part = replace(meta, operators=snaps, sources=sources, sinks=sinks)
+        return Target(part, self.store)
 
     def describe(self) -> str:
         if isinstance(self.meta, SavepointMetadata):

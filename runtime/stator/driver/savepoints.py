@@ -13,6 +13,13 @@ Taking savepoint S, step by step:
 3. ``_savepoint.json`` is written last: S exists from here on. It references only files in
    S's directory, and checkpoint retention never deletes it.
 4. Stop (if asked): the loop ends after S, with every sink committed up to S's epoch.
+
+A job of several failover regions (``regions.py``) takes S as one part per region: each
+region runs steps 1-2 into S's directory (every operator writes under its own uid) and
+hands its part's metadata back instead of writing step 3; the job writes the merged
+``_savepoint.json`` once every part is there (:func:`merge_parts`). For a stop, each region
+holds after its part until the job's verdict: stop if every part was taken, go on if one
+failed (the savepoint failed and the job keeps running, as a single region's would).
 """
 
 from __future__ import annotations
@@ -49,6 +56,24 @@ class SavepointTargetError(StatorError):
     """A trigger's target lies outside the job's savepoint directory."""
 
 
+class PartVerdict:
+    """Where a region that took its part of a stop-with-savepoint waits for the job's
+    verdict (module docstring)."""
+
+    def __init__(self) -> None:
+        self._given = threading.Event()
+        self._stop = False
+
+    def give(self, stop: bool) -> None:
+        self._stop = stop
+        self._given.set()
+
+    def wait(self) -> bool:
+        """True: stop now; False: the job's savepoint failed, go on."""
+        self._given.wait()
+        return self._stop
+
+
 @dataclass
 class SavepointRequest:
     target: str | None
@@ -63,6 +88,9 @@ class SavepointRequest:
     started_ms: int | None = None
     completed_ms: int | None = None
     fetched: bool = False  # a client read the final result (the driver may exit then)
+    # One region's part of a job's savepoint: no metadata is written; ``meta`` holds it.
+    part: PartVerdict | None = field(default=None, repr=False, compare=False)
+    meta: SavepointMetadata | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -122,6 +150,16 @@ class SavepointRequests:
             self._all.append(request)
             self._queue.append(request)
             return request
+
+    def enqueue_part(self, request: SavepointRequest) -> None:
+        """A region's part of a savepoint the job accepted (its checks were the job's)."""
+        with self._lock:
+            if self._closed is not None:
+                request.status, request.completed_ms = "FAILED", now_ms()
+                request.error = f"region is {self._closed}"
+                return
+            self._all.append(request)
+            self._queue.append(request)
 
     def find(self, request_id: str) -> SavepointRequest | None:
         with self._lock:
@@ -196,7 +234,9 @@ def take_savepoint(
                 "up to it is not committed; see the checkpoint's error"
             )
         meta = _metadata(runner, done, compression, started)
-        store.put(METADATA_NAME, meta.to_json())
+        request.meta = meta
+        if request.part is None:
+            store.put(METADATA_NAME, meta.to_json())
     except Exception as exc:
         request.status, request.error = "FAILED", f"{type(exc).__name__}: {exc}"[:2000]
         request.completed_ms = now_ms()
@@ -250,4 +290,22 @@ def _metadata(
         watermark=min((op.watermark for op in operators.values()), default=MAX_TIMESTAMP),
         compression=compression,
         duration_ms=int((time.monotonic() - started) * 1000),
+    )
+
+
+def merge_parts(job: str, parts: dict[str, SavepointMetadata], started: float) -> SavepointMetadata:
+    """One savepoint out of the parts of a job's regions (region id -> part): every operator
+    and source as its region wrote it, each region's epoch, the highest as the savepoint's."""
+    metas = list(parts.values())
+    return SavepointMetadata(
+        job=job,
+        epoch=max(m.epoch for m in metas),
+        created_ms=now_ms(),
+        max_parallelism=metas[0].max_parallelism,
+        operators={uid: op for m in metas for uid, op in m.operators.items()},
+        sources={uid: s for m in metas for uid, s in m.sources.items()},
+        watermark=min(m.watermark for m in metas),
+        compression=metas[0].compression,
+        duration_ms=int((time.monotonic() - started) * 1000),
+        region_epochs={region: m.epoch for region, m in sorted(parts.items())},
     )

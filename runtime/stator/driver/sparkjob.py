@@ -22,11 +22,13 @@ from ..tasks.source import drain, source_task
 def run_epoch_job(
     spark: Any,
     spec: EpochSpec,
+    group: str,
     description: str,
     placement: Callable[[str, int], list[str]] | None = None,
 ) -> list[Report]:
-    """Run one epoch; ``placement`` (uid, parallelism -> preferred location per subtask), if
-    given, places keyed tasks through the JVM RDD (``cluster/placement.py``)."""
+    """Run one epoch as Spark job group ``group``; ``placement`` (uid, parallelism ->
+    preferred location per subtask), if given, places keyed tasks through the JVM RDD
+    (``cluster/placement.py``)."""
     from pyspark.accumulators import AccumulatorParam  # noqa: PLC0415 - pyspark is heavy
 
     class Reports(AccumulatorParam):  # type: ignore[type-arg]
@@ -39,7 +41,7 @@ def run_epoch_job(
 
     pipeline = spec.pipeline
     sc = spark.sparkContext
-    sc.setJobGroup(f"epoch-{spec.epoch}", description)
+    sc.setJobGroup(group, description)
     acc = sc.accumulator([], Reports())
     inputs: dict[int, list[Any]] = {}
     terminals: list[Any] = []

@@ -161,9 +161,10 @@ class CheckpointOutcome:
     incremental_bytes: int = 0
     duration_ms: int = 0
     error: str | None = None
+    region: str | None = None  # in a job of several failover regions
 
     def to_json(self) -> dict[str, Any]:
-        out = {
+        out: dict[str, Any] = {
             "id": self.id,
             "epoch": self.epoch,
             "status": self.status,
@@ -174,6 +175,8 @@ class CheckpointOutcome:
         }
         if self.error is not None:
             out["error"] = self.error
+        if self.region is not None:
+            out["region"] = self.region
         return out
 
 

@@ -4,7 +4,7 @@ exist). Self-contained: it references only files inside the savepoint's own dire
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import CheckpointNotFoundError
@@ -42,6 +42,9 @@ class SavepointMetadata:
     duration_ms: int = 0
     format: str = FORMAT
     format_version: int = FORMAT_VERSION
+    # A job of several failover regions: each region's epoch when it took its part
+    # (``epoch`` is the highest); a region resumes from its own (``driver/regions.py``).
+    region_epochs: dict[str, int] = field(default_factory=dict)
 
     @property
     def state_bytes(self) -> int:
@@ -83,6 +86,7 @@ class SavepointMetadata:
                 raw.get("duration_ms", 0),
                 raw["format"],
                 raw["format_version"],
+                {str(k): int(v) for k, v in raw.get("region_epochs", {}).items()},
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise CheckpointNotFoundError(f"savepoint metadata {where} is unusable: {exc}") from exc

@@ -1,0 +1,217 @@
+"""Failover regions (FLIP-1) on real Spark: two disconnected pipelines in one job, a failure
+injected in one, the other measured while the first is down; savepoints, stop and rescale of a
+two-region job; a region that fails for good ends the job. Output is checked per key: every
+emitted running count is higher than the one before (nothing committed twice) and the last
+equals the count of the input (nothing lost)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stator import Pipeline
+from stator.config import JobConfig
+from stator.driver.epoch_loop import EpochResult, JobDriver
+from stator.driver.regions import RegionalJob, build_job
+from stator.errors import JobFailed
+from stator.savepoint.metadata import METADATA_NAME, SavepointMetadata
+from stator.sinks import CollectSink
+from stator.sources.base import SplitRange
+from stator.sources.generator import GeneratorSource, KeyedEvents
+from stator.storage import open_store
+from tests.helpers import with_overrides
+
+A_EVENTS = KeyedEvents(num_keys=40, seed=1)
+B_EVENTS = KeyedEvents(num_keys=25, seed=2)
+
+
+@dataclass
+class FailsAt(GeneratorSource):
+    """A generator whose read of the range holding position ``at`` of split ``gen-0`` fails
+    its first ``times`` attempts, as a reset connection would (retryable), and notes each
+    attempt's time in ``marks`` (a file: reads run in Spark's Python workers)."""
+
+    marks: str = ""
+    at: int = -1
+    times: int = 0
+
+    def read(self, rng: SplitRange) -> list[Any]:
+        if rng.split == "gen-0" and int(rng.start) <= self.at < int(rng.end):
+            with open(self.marks, "a") as out:
+                out.write(f"{time.time()}\n")
+            if len(Path(self.marks).read_text().split()) <= self.times:
+                raise ConnectionResetError("input connection reset (injected)")
+        return super().read(rng)
+
+    def failures(self) -> list[float]:
+        path = Path(self.marks)
+        marks = [float(t) for t in path.read_text().split()] if path.exists() else []
+        return marks[: self.times]
+
+
+def two_regions(
+    marks: Path, a_count: int, b_count: int, fail_at: int = -1, times: int = 0
+) -> tuple[Pipeline, FailsAt, CollectSink, CollectSink]:
+    p = Pipeline("two-regions")
+    a_sink, b_sink = CollectSink(), CollectSink()
+    a_source = FailsAt(A_EVENTS, count=a_count, splits=2, marks=str(marks), at=fail_at, times=times)
+    (
+        p.source(a_source, uid="in-a")
+        .key_by(lambda r: r[0])
+        .count(uid="count-a")
+        .sink(a_sink, uid="out-a")
+    )
+    (
+        p.source(GeneratorSource(B_EVENTS, count=b_count, splits=1), uid="in-b")
+        .key_by(lambda r: r[0])
+        .count(uid="count-b")
+        .sink(b_sink, uid="out-b")
+    )
+    return p, a_source, a_sink, b_sink
+
+
+def assert_exact(results: list[Any], events: KeyedEvents, count: int, splits: int) -> None:
+    expected = Counter(r[0] for r in events.make(0, count, 1))
+    seen: dict[str, list[int]] = defaultdict(list)
+    for key, total in results:
+        seen[key].append(total)
+    for key, totals in seen.items():
+        assert totals == sorted(set(totals)), f"{key}: {totals} (committed twice)"
+    assert {k: t[-1] for k, t in seen.items()} == dict(expected)
+
+
+class Timeline:
+    """Every region's epochs and completed checkpoints, with when they ended."""
+
+    def __init__(self) -> None:
+        self.epochs: list[tuple[float, str | None, int]] = []
+        self.checkpoints: list[tuple[float, str | None, int]] = []
+
+    def __call__(self, result: EpochResult) -> None:
+        now = time.time()
+        self.epochs.append((now, result.region, result.epoch))
+        for o in result.outcomes:
+            if o.meta is not None:
+                self.checkpoints.append((now, result.region, o.checkpoint_id))
+
+    def first_epoch_after(self, region: str | None, t: float) -> float:
+        return min(at for at, r, _ in self.epochs if r == region and at > t)
+
+    def checkpoints_between(self, region: str | None, start: float, end: float) -> int:
+        return sum(1 for at, r, _ in self.checkpoints if r == region and start < at < end)
+
+
+@pytest.fixture
+def region_config(job_config: JobConfig) -> JobConfig:
+    return with_overrides(
+        job_config,
+        epoch={"max_records": 400},
+        restart={"strategy": "fixed-delay", "attempts": 3, "delay_ms": 4000},
+    )
+
+
+def test_a_failure_in_one_region_restarts_only_that_region(
+    spark: Any, region_config: JobConfig, tmp_path: Path
+) -> None:
+    # Region in-a fails at its 4th epoch: Spark's 4 task attempts fail, the region waits out
+    # its restart delay (4 s), its retried epoch fails twice more and Spark's third attempt
+    # succeeds. Region in-b runs on meanwhile.
+    p, a_source, a_sink, b_sink = two_regions(
+        tmp_path / "marks", 4000, 12_000, fail_at=700, times=6
+    )
+    job = build_job(p, region_config, spark)
+    assert isinstance(job, RegionalJob)
+    timeline = Timeline()
+    job.on_epoch(timeline)
+    status = job.run()
+
+    assert status.state == "FINISHED"
+    a, b = job.drivers["in-a"].status, job.drivers["in-b"].status
+    assert a.restarts == 1, a.last_error
+    assert b.restarts == 0 and b.restores.local + b.restores.remote == 0, b
+    failed_at = a_source.failures()[0]
+    back_at = timeline.first_epoch_after("in-a", a_source.failures()[-1])
+    assert back_at - failed_at >= 4.0, "in-a was down for its restart delay at least"
+    b_commits = timeline.checkpoints_between("in-b", failed_at, back_at)
+    assert b_commits >= 3, f"in-b committed {b_commits} checkpoints while in-a was down"
+    assert_exact(a_sink.results, A_EVENTS, 4000, 2)
+    assert_exact(b_sink.results, B_EVENTS, 12_000, 1)
+    views = {v["id"]: v for v in job.region_views()}
+    assert views["in-a"]["restarts"] == 1 and views["in-b"]["restarts"] == 0
+    assert views["in-a"]["nodes"] == ["in-a", "count-a", "out-a"]
+
+
+def test_with_failover_strategy_full_both_regions_restart(
+    spark: Any, region_config: JobConfig, tmp_path: Path
+) -> None:
+    p, a_source, a_sink, b_sink = two_regions(
+        tmp_path / "marks", 4000, 12_000, fail_at=700, times=6
+    )
+    job = build_job(p, with_overrides(region_config, failover={"strategy": "full"}), spark)
+    assert isinstance(job, JobDriver)
+    timeline = Timeline()
+    job.on_epoch(timeline)
+    status = job.run()
+
+    assert status.state == "FINISHED" and status.restarts == 1
+    failed_at = a_source.failures()[0]
+    back_at = timeline.first_epoch_after(None, a_source.failures()[-1])
+    assert timeline.checkpoints_between(None, failed_at, back_at) == 0, "the whole job was down"
+    assert_exact(a_sink.results, A_EVENTS, 4000, 2)
+    assert_exact(b_sink.results, B_EVENTS, 12_000, 1)
+    assert {v["id"] for v in job.region_views()} == {"in-a", "in-b"}
+
+
+def test_a_region_that_fails_for_good_ends_the_job(
+    spark: Any, region_config: JobConfig, tmp_path: Path
+) -> None:
+    p, _, _, _ = two_regions(tmp_path / "marks", 4000, 10**9, fail_at=700, times=10**6)
+    cfg = with_overrides(region_config, restart={"strategy": "fixed-delay", "attempts": 1})
+    job = build_job(p, cfg, spark)
+    with pytest.raises(JobFailed, match="region 'in-a' failed and the restart strategy"):
+        job.run()
+    assert job.status.state == "FAILED"
+    assert job.drivers["in-b"].status.state in ("RUNNING", "FINISHED")  # stopped, not failed
+    assert job.status.last_error and job.status.last_error.startswith("region 'in-a': ")
+
+
+def test_savepoint_stop_and_rescale_of_a_two_region_job(
+    spark: Any, region_config: JobConfig, tmp_path: Path
+) -> None:
+    cfg = with_overrides(region_config, parallelism=2)
+    p, _, a1, b1 = two_regions(tmp_path / "marks", 6000, 5000)
+    job = build_job(p, cfg, spark)
+    assert isinstance(job, RegionalJob)
+    plain: list[Any] = []
+
+    def savepoints(result: EpochResult) -> None:
+        if result.region == "in-a" and result.epoch == 2 and not result.savepoint:
+            plain.append(job.request_savepoint())
+        if result.region == "in-a" and result.epoch == 6 and not result.savepoint:
+            job.request_savepoint(stop=True)
+
+    job.on_epoch(savepoints)
+    status = job.run()
+    assert status.state == "STOPPED", status.last_error
+    assert plain[0].status == "COMPLETED", plain[0].error
+    for location in (plain[0].location, status.stopped_with_savepoint):
+        store = open_store(location)
+        meta = SavepointMetadata.from_json(store.get(METADATA_NAME))
+        assert set(meta.region_epochs) == {"in-a", "in-b"}
+        assert set(meta.operators) == {"count-a", "count-b"}
+    assert job.drivers["in-a"].status.epoch > plain[0].epoch, "the plain savepoint went on"
+
+    # Rescale 2 -> 3 from the stop's savepoint: each region resumes at its own epoch.
+    p2, _, a2, b2 = two_regions(tmp_path / "marks", 6000, 5000)
+    cfg2 = with_overrides(cfg, parallelism=3, restore={"source": status.stopped_with_savepoint})
+    job2 = build_job(p2, cfg2, spark)
+    job2.preflight()
+    assert job2.run().state == "FINISHED"
+    assert job2.parallelism.operators == {"count-a": 3, "count-b": 3}
+    assert_exact(a1.results + a2.results, A_EVENTS, 6000, 2)
+    assert_exact(b1.results + b2.results, B_EVENTS, 5000, 1)

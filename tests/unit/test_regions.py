@@ -1,0 +1,214 @@
+"""Failover regions without Spark: how a graph splits, what each region restores from a
+snapshot of the whole job, how a savepoint's parts merge, which checkpoints ``latest`` resumes
+from when the layout changed (``driver/layout.py``), and the job's state out of its regions'."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stator import Pipeline
+from stator.checkpoint.metadata import (
+    CheckpointMetadata,
+    OperatorSnapshot,
+    PendingCommit,
+    metadata_key,
+)
+from stator.config import JobConfig, load_config
+from stator.driver.epoch_loop import JobDriver
+from stator.driver.regions import RegionalJob, build_job
+from stator.driver.restore import Target
+from stator.driver.savepoints import merge_parts
+from stator.driver.status import JobState
+from stator.errors import ConfigError
+from stator.savepoint.metadata import OperatorSavepoint, SavepointMetadata
+from stator.sinks import CollectSink
+from stator.sources.generator import list_source
+from stator.storage import open_store
+
+
+def two_parts(name: str = "two") -> Pipeline:
+    p = Pipeline(name)
+    p.source(list_source([1, 2]), uid="b-in").map(str).sink(CollectSink(), uid="b-out")
+    (
+        p.source(list_source([1, 2]), uid="a-in")
+        .key_by(lambda r: r)
+        .count(uid="a-count")
+        .sink(CollectSink(), uid="a-out")
+    )
+    return p
+
+
+def config(tmp_path: Path, *more: str) -> JobConfig:
+    return load_config(
+        None,
+        [
+            f"checkpoint.storage=file://{tmp_path}/ck",
+            f"state.local_dir={tmp_path}/state",
+            f"savepoint.dir=file://{tmp_path}/sp",
+            *more,
+        ],
+    )
+
+
+def test_split_renumbers_each_region_and_names_it_by_its_smallest_source_uid() -> None:
+    p = two_parts()
+    regions = p.split()
+    assert [r.id for r in regions] == ["a-in", "b-in"]
+    a, b = (r.pipeline for r in regions)
+    assert [(n.id, n.inputs, n.name) for n in a.nodes] == [
+        (0, [], "source:a-in"),
+        (1, [0], "reduce:a-count"),
+        (2, [1], "sink:a-out"),
+    ]
+    assert [(n.id, n.inputs) for n in b.nodes] == [(0, []), (1, [0]), (2, [1])]
+    assert regions[0].uids() == {"a-in", "a-count", "a-out"}
+    for r in regions:
+        r.pipeline.validate()
+        assert r.pipeline.name == "two"
+    assert p.regions() == [["b-in", "map", "b-out"], ["a-in", "a-count", "a-out"]]
+
+
+def test_sources_joined_by_a_keyed_operator_are_one_region() -> None:
+    p = Pipeline("joined")
+    left = p.source(list_source([1]), uid="left").key_by(lambda r: r).count(uid="c")
+    left.sink(CollectSink(), uid="out")
+    right = p.source(list_source([2]), uid="right")
+    c = next(n for n in p.nodes if getattr(n, "uid", None) == "c")
+    c.inputs.append(right.node.id)
+    assert [r.id for r in p.split()] == ["left"]
+
+
+def test_build_job_runs_one_driver_for_one_region_or_full(tmp_path: Path) -> None:
+    assert isinstance(build_job(two_parts(), config(tmp_path)), RegionalJob)
+    full = build_job(two_parts(), config(tmp_path, "failover.strategy=full"))
+    assert isinstance(full, JobDriver)
+    assert [v["id"] for v in full.region_views()] == ["a-in", "b-in"]
+    one = Pipeline("one")
+    one.source(list_source([1]), uid="in").sink(CollectSink(), uid="out")
+    assert isinstance(build_job(one, config(tmp_path)), JobDriver)
+    with pytest.raises(ConfigError, match=r"failover\.strategy"):
+        config(tmp_path, "failover.strategy=regional")
+
+
+def checkpoint(cid: int, created_ms: int, job: str = "two") -> CheckpointMetadata:
+    return CheckpointMetadata(
+        cid,
+        cid * 10,
+        job,
+        created_ms,
+        128,
+        True,
+        {"a-count": OperatorSnapshot("a-count", 1, ())},
+        {"a-in": {"gen-0": {"p": 1}}, "b-in": {"gen-0": {"p": 2}}},
+        {"a-out": (PendingCommit(3, ("x",)),), "b-out": (PendingCommit(3, ("y",)),)},
+        0,
+    )
+
+
+def savepoint(epoch: int, uid: str, source: str) -> SavepointMetadata:
+    op = OperatorSavepoint(uid, 2, {}, {0: {"file": f"{uid}/kg-0", "bytes": 3}}, 5)
+    return SavepointMetadata("two", epoch, 1, 128, {uid: op}, {source: {}}, 5, "zlib")
+
+
+def test_a_region_restores_its_own_part_of_a_snapshot(tmp_path: Path) -> None:
+    store = open_store(f"file://{tmp_path}/x")
+    part = Target(checkpoint(1, 5), store).part_for("b-in", {"b-in", "b-out"})
+    assert isinstance(part.meta, CheckpointMetadata)
+    assert part.meta.operators == {} and set(part.meta.sources) == {"b-in"}
+    assert set(part.meta.sinks) == {"b-out"} and part.epoch == 10
+
+    merged = merge_parts(
+        "two",
+        {"a-in": savepoint(7, "a-count", "a-in"), "b-in": savepoint(4, "b-count", "b-in")},
+        0.0,
+    )
+    assert merged.epoch == 7 and merged.region_epochs == {"a-in": 7, "b-in": 4}
+    assert set(merged.operators) == {"a-count", "b-count"} and merged.state_bytes == 6
+    again = SavepointMetadata.from_json(merged.to_json())
+    assert again == replace(merged)
+    b = Target(again, store).part_for("b-in", {"b-in", "b-count"})
+    assert b.epoch == 4 and set(b.meta.operators) == {"b-count"}
+    assert set(b.meta.sources) == {"b-in"}
+
+
+def write(root: Path, where: str, meta: CheckpointMetadata) -> None:
+    open_store(f"file://{root}/ck/two/{where}".rstrip("/")).put(
+        metadata_key(meta.checkpoint_id), meta.to_json()
+    )
+
+
+def test_latest_resumes_each_region_from_the_newer_of_its_own_and_the_jobs(
+    tmp_path: Path,
+) -> None:
+    write(tmp_path, "", checkpoint(4, 2000))  # the job ran as one driver last
+    write(tmp_path, "regions/a-in", checkpoint(2, 1000))  # ... after running as regions
+    job = RegionalJob(two_parts(), two_parts().split(), config(tmp_path))
+    plan = job.check_restore_source()
+    for rid in ("a-in", "b-in"):
+        target = plan[rid]
+        assert target is not None and target.store.uri.endswith("/ck/two")
+        assert target.meta.checkpoint_id == 4  # type: ignore[union-attr]
+    assert set(plan["b-in"].meta.sources) == {"b-in"}  # type: ignore[union-attr]
+
+    write(tmp_path, "regions/a-in", checkpoint(3, 3000))
+    plan = job.check_restore_source()
+    assert plan["a-in"] and plan["a-in"].store.uri.endswith("/regions/a-in")
+    assert plan["b-in"] and plan["b-in"].store.uri.endswith("/ck/two")
+
+
+def test_one_driver_refuses_regions_newer_than_its_own_checkpoints(tmp_path: Path) -> None:
+    write(tmp_path, "", checkpoint(4, 2000))
+    write(tmp_path, "regions/a-in", checkpoint(2, 3000))
+    full = build_job(two_parts(), config(tmp_path, "failover.strategy=full"))
+    with pytest.raises(ConfigError, match=r"regions/a-in holds checkpoint 2 .*failover.strategy"):
+        full.check_restore_source()
+    with pytest.raises(ConfigError, match=r"restore\.source=none but"):
+        build_job(two_parts(), config(tmp_path, "restore.source=none")).check_restore_source()
+    fresh = config(tmp_path, "restore.source=none", "restore.force_empty=true")
+    assert build_job(two_parts(), fresh).check_restore_source() in (
+        {},
+        {"a-in": None, "b-in": None},
+    )
+    write(tmp_path, "", checkpoint(5, 4000))
+    assert full.check_restore_source() is not None  # the root is newer again
+
+
+def test_checkpoints_of_a_region_the_pipeline_lost_are_not_left_behind_silently(
+    tmp_path: Path,
+) -> None:
+    write(tmp_path, "regions/gone", checkpoint(2, 3000))
+    job = RegionalJob(two_parts(), two_parts().split(), config(tmp_path))
+    with pytest.raises(ConfigError, match=r"region 'gone', which this pipeline does not have"):
+        job.check_restore_source()
+    allow = config(tmp_path, "restore.allow_non_restored_state=true")
+    assert RegionalJob(two_parts(), two_parts().split(), allow).check_restore_source() == {
+        "a-in": None,
+        "b-in": None,
+    }
+
+
+@pytest.mark.parametrize(
+    ("states", "job_state"),
+    [
+        ((JobState.RUNNING, JobState.RUNNING), JobState.RUNNING),
+        ((JobState.FINISHED, JobState.RUNNING), JobState.RUNNING),
+        ((JobState.RECOVERING, JobState.RUNNING), JobState.RECOVERING),
+        ((JobState.FINISHED, JobState.FINISHED), JobState.FINISHED),
+        ((JobState.STOPPED, JobState.STOPPED), JobState.STOPPED),
+        ((JobState.STOPPED, JobState.FINISHED), JobState.STOPPED),
+        ((JobState.STOPPED, JobState.RUNNING), JobState.RUNNING),
+    ],
+)
+def test_the_jobs_state_out_of_its_regions(
+    tmp_path: Path, states: tuple[JobState, JobState], job_state: JobState
+) -> None:
+    job: Any = RegionalJob(two_parts(), two_parts().split(), config(tmp_path))
+    for d, s in zip(job.drivers.values(), states, strict=True):
+        d.status.state = s
+        d.status.records_in = 5
+    st = job.status
+    assert st.state == job_state and st.records_in == 10
