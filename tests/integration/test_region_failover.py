@@ -215,3 +215,24 @@ def test_savepoint_stop_and_rescale_of_a_two_region_job(
     assert job2.parallelism.operators == {"count-a": 3, "count-b": 3}
     assert_exact(a1.results + a2.results, A_EVENTS, 6000, 2)
     assert_exact(b1.results + b2.results, B_EVENTS, 5000, 1)
+
+
+def test_a_job_that_ran_as_one_driver_resumes_as_regions(
+    spark: Any, region_config: JobConfig, tmp_path: Path
+) -> None:
+    full = with_overrides(region_config, failover={"strategy": "full"})
+    p, _, a1, b1 = two_regions(tmp_path / "marks", 4000, 3000)
+    first = build_job(p, full, spark)
+    first.on_epoch(lambda r: first.stop() if r.epoch == 3 else None)
+    first.preflight()
+    first.run()
+    assert first.status.checkpoints >= 3
+
+    p2, _, a2, b2 = two_regions(tmp_path / "marks", 4000, 3000)
+    second = build_job(p2, region_config, spark)
+    assert isinstance(second, RegionalJob)
+    plan = second.preflight()
+    assert {rid: t.epoch for rid, t in plan.items() if t} == {"in-a": 3, "in-b": 3}
+    assert second.run().state == "FINISHED"
+    assert_exact(a1.results + a2.results, A_EVENTS, 4000, 2)
+    assert_exact(b1.results + b2.results, B_EVENTS, 3000, 1)
