@@ -42,6 +42,15 @@ def main(argv: list[str] | None = None) -> int:
         "or checkpoint to restore from (the operator pre-starts upgrades' drivers this way)",
     )
 
+    job = sub.add_parser("job", help="a running job's state and its failover regions")
+    job.add_argument("url", help="the driver's control API, e.g. http://driver:8081")
+    job.add_argument(
+        "--token-file",
+        default=os.environ.get("STATOR_CONTROL_TOKEN_FILE"),
+        help="file with the control API's bearer token (default: $STATOR_CONTROL_TOKEN_FILE)",
+    )
+    job.add_argument("--json", action="store_true", help="the whole GET /v1/job answer")
+
     ck = sub.add_parser("checkpoints", help="inspect checkpoints")
     ck_sub = ck.add_subparsers(dest="action", required=True)
     ck_list = ck_sub.add_parser("list", help="checkpoints of a job: URI is its checkpoint root")
@@ -84,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(args)
+        if args.command == "job":
+            return _job(args)
         if args.command == "savepoint":
             from .savepoint.cli import savepoint_command  # noqa: PLC0415
 
@@ -172,6 +183,44 @@ def _run(args: argparse.Namespace) -> int:
     return config.control.stopped_exit_code if status.state == "STOPPED" else 0
 
 
+def _job(args: argparse.Namespace) -> int:
+    """One line for the job, one per failover region (its state, epoch, restarts, latest
+    checkpoint and last error)."""
+    from .control.client import ControlClient  # noqa: PLC0415
+    from .control.token import read_token  # noqa: PLC0415
+
+    job = ControlClient(args.url, timeout=10, token=read_token(args.token_file)).job()
+    if args.json:
+        print(json.dumps(job, indent=2))
+        return 0
+    latest: dict[str, Any] = dict(job.get("latest_checkpoint") or {})
+    print(
+        _text(
+            {
+                "job": job.get("job"),
+                "state": job.get("state"),
+                "epoch": job.get("epoch"),
+                "restarts": job.get("restarts"),
+                "latest_checkpoint": latest.get("id"),
+                "last_error": job.get("last_error"),
+            }
+        )
+    )
+    for region in job.get("regions", []):
+        checkpoint = region.get("latest_checkpoint") or {}
+        row = {
+            "region": region["id"],
+            "state": region["state"],
+            "epoch": region["epoch"],
+            "restarts": region["restarts"],
+            "latest_checkpoint": checkpoint.get("id"),
+            "last_error": region.get("last_error"),
+            "nodes": ",".join(region.get("nodes", [])),
+        }
+        print("  " + _text(row))
+    return 0
+
+
 def _checkpoints(args: argparse.Namespace) -> int:
     from .checkpoint.coordinator import load_checkpoint  # noqa: PLC0415
     from .lineage import list_checkpoints  # noqa: PLC0415
@@ -199,10 +248,15 @@ def _checkpoints(args: argparse.Namespace) -> int:
         info["pending_sink_commits"] = {u: [c.epoch for c in cs] for u, cs in meta.sinks.items()}
         print(json.dumps(info, indent=2) if args.json else _text(info))
         return 0
-    rows = [
-        _describe(e.metadata) if e.metadata else {"id": e.id, "status": e.problem}
-        for e in list_checkpoints(args.uri)
-    ]
+    from .driver.layout import region_dirs  # noqa: PLC0415
+
+    root = args.uri.rstrip("/")
+    rows = []
+    # A job of several failover regions keeps each region's checkpoints under regions/<id>/.
+    for region, uri in [(None, root), *((r, f"{root}/regions/{r}") for r in region_dirs(root))]:
+        for e in list_checkpoints(uri):
+            row = _describe(e.metadata) if e.metadata else {"id": e.id, "status": e.problem}
+            rows.append({"region": region, **row} if region else row)
     if args.json:
         print(json.dumps(rows, indent=2))
     elif not rows:

@@ -291,3 +291,72 @@ def test_user_function_that_raises_ends_the_job_with_its_cause(tmp_path: Path) -
     # prunes the emptied directories below the root).
     assert (tmp_path / "out-raw").is_dir()
     assert elapsed < 120, elapsed
+
+
+def test_a_two_region_job_from_the_command_line(tmp_path: Path) -> None:
+    """``stator job`` shows both regions of a running job; ``stator savepoint trigger --stop``
+    stops it with one savepoint of both; ``stator checkpoints list`` lists each region's
+    checkpoints; ``stator run --restore`` at another parallelism finishes the input; each
+    sink's committed running counts are exact across both processes."""
+    from stator.sources import KeyedEvents
+
+    port = free_port()
+    out = {name: f"file://{tmp_path}/out-{name}" for name in ("a", "b")}
+    env = {"OUT_A": out["a"], "OUT_B": out["b"], "COUNT": "12000", "RATE": "600"}
+    common = [
+        "--set",
+        f"checkpoint.storage=file://{tmp_path}/ck",
+        "--set",
+        f"savepoint.dir=file://{tmp_path}/sp",
+        "--set",
+        f"state.local_dir={tmp_path}/state",
+        "--set",
+        "spark.master=local[2]",
+    ]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "stator", "run", "tests.pipelines.two_regions:build", *common,
+         "--set", f"control.port={port}"],
+        cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            shown = stator("job", url, "--json")
+            regions = json.loads(shown.stdout)["regions"] if shown.returncode == 0 else []
+            if len(regions) == 2 and all(r["latest_checkpoint"] for r in regions):
+                break
+            assert time.monotonic() < deadline and first.poll() is None, shown.stderr
+            time.sleep(1)
+        text = stator("job", url).stdout
+        assert "state=RUNNING" in text
+        assert "region=in-a" in text and "region=in-b" in text and "nodes=in-a,count-a" in text
+        stopped = stator("savepoint", "trigger", url, "--stop", "--json")
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        location = json.loads(stopped.stdout)["location"]
+        assert first.wait(120) == 0
+    finally:
+        if first.poll() is None:
+            first.kill()
+    listed = json.loads(
+        stator("checkpoints", "list", f"file://{tmp_path}/ck/two-regions", "--json").stdout
+    )
+    assert {r["region"] for r in listed} == {"in-a", "in-b"}
+
+    resumed = stator(
+        "run", "tests.pipelines.two_regions:build", *common, "--restore", location,
+        "--set", "parallelism=3", env={**env, "RATE": "4000"},
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads(resumed.stdout.strip().splitlines()[-1])["finished"]
+    for name, keys in (("a", 40), ("b", 25)):
+        events = KeyedEvents(keys, seed=1 + keys).make(0, 12000, 1)
+        expected: dict[str, int] = {}
+        for e in events:
+            expected[e[0]] = expected.get(e[0], 0) + 1
+        seen: dict[str, list[int]] = {}
+        for key, total in read_committed(out[name]):
+            seen.setdefault(key, []).append(total)
+        assert all(t == sorted(set(t)) for t in seen.values()), f"{name}: committed twice"
+        assert {k: t[-1] for k, t in seen.items()} == expected, name

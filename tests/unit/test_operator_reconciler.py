@@ -194,10 +194,48 @@ def test_the_running_driver_is_mirrored_into_status(tmp_path: Path) -> None:
             "duration_ms": 3,
             "incremental": True,
         },
-        "last_error": "a task failed once",
+        "last_error": "region 'in-a': a task failed once",
+        "regions": [
+            {
+                "id": "in-a",
+                "nodes": ["in-a", "count", "out"],
+                "state": "RUNNING",
+                "epoch": 12,
+                "restarts": 1,
+                "latest_checkpoint": {"id": 5, "epoch": 11, "created_ms": 1_700_000_000_000},
+                "last_error": "a task failed once",
+            },
+            {
+                "id": "in-b",
+                "nodes": ["in-b", "out-b"],
+                "state": "RUNNING",
+                "epoch": 30,
+                "restarts": 0,
+                "latest_checkpoint": None,
+                "last_error": None,
+            },
+        ],
     }
     assert bed.step() > 0
     s = bed.status
+    assert s["regions"] == [
+        {
+            "id": "in-a",
+            "state": "RUNNING",
+            "epoch": 12,
+            "restarts": 1,
+            "latestCheckpoint": 5,
+            "lastError": "a task failed once",
+        },
+        {
+            "id": "in-b",
+            "state": "RUNNING",
+            "epoch": 30,
+            "restarts": 0,
+            "latestCheckpoint": None,
+            "lastError": None,
+        },
+    ]
     assert (s["epoch"], s["jobState"], s["parallelism"]) == (12, "RUNNING", {"count": 2})
     assert s["latestCheckpoint"] == {
         "id": 5,
@@ -206,7 +244,7 @@ def test_the_running_driver_is_mirrored_into_status(tmp_path: Path) -> None:
         "stateBytes": 1000,
         "incrementalBytes": 100,
     }
-    assert s["lastError"] == "a task failed once"
+    assert s["lastError"] == "region 'in-a': a task failed once"
     patches = len(bed.kube.patches)
     bed.step()
     assert len(bed.kube.patches) == patches, "nothing new, nothing written"

@@ -36,12 +36,17 @@ def newest_checkpoint(uri: str, s3: S3Options) -> CheckpointMetadata | None:
     return completed[-1] if completed else None
 
 
+def region_dirs(root: str, s3: S3Options | None = None) -> list[str]:
+    """Ids of the region directories under a job's checkpoint root."""
+    keys = [k for k, _ in open_store(root, s3).listing(f"{REGIONS_DIR}/")]
+    return sorted({k.split("/")[1] for k in keys if k.count("/") >= 2})
+
+
 def region_checkpoints(root: str, s3: S3Options) -> dict[str, CheckpointMetadata]:
     """Region id -> its newest completed checkpoint, for every region directory under the
     job's checkpoint root that holds one."""
-    keys = [k for k, _ in open_store(root, s3).listing(f"{REGIONS_DIR}/")]
     found = {}
-    for region in sorted({k.split("/")[1] for k in keys if k.count("/") >= 2}):
+    for region in region_dirs(root, s3):
         latest = newest_checkpoint(f"{root}/{REGIONS_DIR}/{region}", s3)
         if latest is not None:
             found[region] = latest
