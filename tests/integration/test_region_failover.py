@@ -39,19 +39,22 @@ class FailsAt(GeneratorSource):
     marks: str = ""
     at: int = -1
     times: int = 0
+    split: str = "gen-0"
 
     def read(self, rng: SplitRange) -> list[Any]:
-        if rng.split == "gen-0" and int(rng.start) <= self.at < int(rng.end):
+        if rng.split == self.split and int(rng.start) <= self.at < int(rng.end):
             with open(self.marks, "a") as out:
                 out.write(f"{time.time()}\n")
             if len(Path(self.marks).read_text().split()) <= self.times:
                 raise ConnectionResetError("input connection reset (injected)")
         return super().read(rng)
 
-    def failures(self) -> list[float]:
+    def attempts(self) -> list[float]:
         path = Path(self.marks)
-        marks = [float(t) for t in path.read_text().split()] if path.exists() else []
-        return marks[: self.times]
+        return [float(t) for t in path.read_text().split()] if path.exists() else []
+
+    def failures(self) -> list[float]:
+        return self.attempts()[: self.times]
 
 
 def two_regions(
@@ -236,3 +239,52 @@ def test_a_job_that_ran_as_one_driver_resumes_as_regions(
     assert second.run().state == "FINISHED"
     assert_exact(a1.results + a2.results, A_EVENTS, 4000, 2)
     assert_exact(b1.results + b2.results, B_EVENTS, 3000, 1)
+
+
+def test_one_splits_failure_in_a_job_without_key_by_restarts_only_that_split(
+    spark: Any, region_config: JobConfig, tmp_path: Path
+) -> None:
+    # Split gen-1 fails its first 6 reads of one range: Spark's attempts 1-3 fail, the 4th
+    # reports the failure and gen-1 waits out its restart delay (4 s) while gen-0 and gen-2
+    # go on committing; then its task fails twice more and Spark's third attempt succeeds.
+    sink = CollectSink()
+    source = FailsAt(
+        A_EVENTS, count=9000, splits=3, marks=str(tmp_path / "marks"), at=700, times=6,
+        split="gen-1",
+    )  # fmt: skip
+    p = Pipeline("parallel")
+    p.source(source, uid="in").map(lambda e: (e[0], e[2])).sink(sink, uid="out")
+    job = build_job(p, region_config, spark)
+    assert isinstance(job, JobDriver) and job.split_failover is not None
+    timeline = Timeline()
+    job.on_epoch(timeline)
+    status = job.run()
+
+    assert status.state == "FINISHED" and status.restarts == 1, status.last_error
+    marks = source.attempts()
+    assert len(marks) == 7, "4 attempts, the delay, 2 more and the one that succeeded"
+    reported, again = marks[3], marks[4]
+    assert again - reported >= 4.0, "gen-1 waited out its restart delay"
+    commits = timeline.checkpoints_between(None, reported, again)
+    assert commits >= 3, f"{commits} checkpoints of gen-0 and gen-2 while gen-1 was down"
+    (split,) = job.region_view()["splits"]
+    assert (split["split"], split["restarts"], split["state"]) == ("gen-1", 1, "RUNNING")
+    assert "ConnectionResetError: input connection reset (injected)" in split["last_error"]
+    expected = sorted((e[0], e[2]) for e in A_EVENTS.make(0, 9000, 1))
+    assert sorted(sink.results) == expected, "every record committed once"
+
+
+def test_a_split_that_keeps_failing_ends_the_job(
+    spark: Any, region_config: JobConfig, tmp_path: Path
+) -> None:
+    source = FailsAt(
+        A_EVENTS, count=9000, splits=3, marks=str(tmp_path / "marks"), at=700, times=10**6,
+        split="gen-2",
+    )  # fmt: skip
+    p = Pipeline("parallel-fails")
+    p.source(source, uid="in").sink(CollectSink(), uid="out")
+    cfg = with_overrides(region_config, restart={"strategy": "fixed-delay", "attempts": 1})
+    job = build_job(p, cfg, spark)
+    with pytest.raises(JobFailed, match="source 'in' split gen-2 failed and the restart strategy"):
+        job.run()
+    assert len(source.attempts()) == 8, "two epochs of 4 attempts each"

@@ -57,6 +57,9 @@ class RegionInfo(TypedDict, total=False):
     latest_checkpoint: dict[str, int] | None  # id, epoch, created_ms
     last_error: str | None
     storage: str  # where its checkpoints are
+    # A job without key_by: each source split that failed over on its own (source, split,
+    # restarts, state RUNNING or RESTARTING, last_error).
+    splits: list[dict[str, Any]]
 
 
 class JobInfo(TypedDict, total=False):

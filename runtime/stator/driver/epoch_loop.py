@@ -32,15 +32,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..api.pipeline import Pipeline, SinkNode, SourceNode
+from ..api.pipeline import KeyedNode, Pipeline, SinkNode, SourceNode
 from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.metadata import CheckpointMetadata, RemoteFile
 from ..cluster.jvm import live_executors, load_helper
 from ..cluster.placement import LocalRestore, PlacementTracker, Placer, uses_placement
 from ..cluster.session import share_python_path, starts_executor_pods, warm_python_workers
 from ..config import JobConfig
-from ..epoch.reports import Report, SinkReport, SplitReport, StateReport
+from ..epoch.reports import Report, SinkReport, SplitFailure, SplitReport, StateReport
 from ..epoch.spec import CheckpointTask, EpochSpec, SavepointTask
+from ..errors import JobFailed
 from ..storage import ObjectStore, open_store
 from .completion import (
     CheckpointRequest,
@@ -60,6 +61,7 @@ from .recovery import Recovery
 from .restore import Target, restore_task
 from .savepoints import SavepointEpoch, SavepointRequest, SavepointRequests, take_savepoint
 from .sparkjob import run_epoch_job
+from .split_failover import SplitFailover
 from .status import CheckpointHistory, JobState, JobStatus
 
 log = logging.getLogger("stator.driver")
@@ -141,6 +143,14 @@ class JobDriver:
         )
         if region is not None:
             self.recovery.label = f"job '{self.job}' region '{region}'"
+        # Without keyed operators every source split fails over on its own.
+        keyless = not any(isinstance(n, KeyedNode) for n in pipeline.nodes)
+        self.split_failover = (
+            SplitFailover(self.recovery.label, config.restart)
+            if keyless and config.failover.strategy == "region"
+            else None
+        )
+        self._task_attempts = 0  # Spark's attempts of a task, once Spark is known
         self.in_flight = InFlightCheckpoints(
             self.store, self.coordinator, config.checkpoint.timeout_ms
         )
@@ -207,6 +217,8 @@ class JobDriver:
             ),
             "last_error": st.last_error,
             "storage": self.store.uri,
+            # Per source split that failed over on its own (a job without keyed operators).
+            "splits": self.split_failover.to_json() if self.split_failover else [],
         }
 
     def region_views(self) -> list[dict[str, Any]]:
@@ -302,6 +314,7 @@ class JobDriver:
         sc = self.spark.sparkContext
         if self.region is not None:  # this thread's Spark jobs share the cores fairly
             sc.setLocalProperty("spark.scheduler.pool", self.region)
+        self._task_attempts = int(sc.getConf().get("spark.task.maxFailures", "4"))
         if uses_placement(str(sc.master)) and load_helper(sc):
             cfg = self.config
             self.placer = Placer(
@@ -345,13 +358,18 @@ class JobDriver:
                         return
                     time.sleep(self.config.epoch.idle_wait_ms / 1000)
                     continue
-                plan = self.planner.plan()
+                paused = self.split_failover.paused() if self.split_failover else set()
+                plan = self.planner.plan(frozenset(paused))
                 if plan is None:
                     self._settle(self.in_flight.poll())
                     time.sleep(self.config.epoch.idle_wait_ms / 1000)
                     continue
                 self._run_epoch(plan)
                 self.recovery.epoch_completed()
+            except JobFailed:  # a split's failover gave up (split_failover.py)
+                self._settle(self.in_flight.abort_all("the job failed"))
+                self.recovery.discard_staged()
+                raise
             except Exception as exc:
                 self._settle(self.in_flight.abort_all(f"the job fails over: {exc}"[:500]))
                 self.recovery.failover(exc)
@@ -452,6 +470,7 @@ class JobDriver:
             allow_non_restored_state=self.config.restore.allow_non_restored_state,
             completed_checkpoint=latest.checkpoint_id if latest else 0,
             in_flight=self.in_flight.ids(),
+            split_failover_attempts=self._task_attempts if self.split_failover else 0,
         )
 
     def _local_restore(self) -> LocalRestore | None:
@@ -534,9 +553,20 @@ class JobDriver:
 
     def _advance(self, spec: EpochSpec, reports: list[Report], started: float) -> EpochResult:
         """Steps 3-4 of the module docstring."""
-        records_in = self.planner.advance(
-            spec.ranges, [r for r in reports if isinstance(r, SplitReport)]
-        )
+        reads = [r for r in reports if isinstance(r, SplitReport)]
+        ranges = spec.ranges
+        failures = [r for r in reports if isinstance(r, SplitFailure)]
+        if failures and self.split_failover is not None:  # read again after their delay
+            failed = {(f.uid, f.split) for f in failures}
+            ranges = {u: [r for r in rs if (u, r.split) not in failed] for u, rs in ranges.items()}
+            try:
+                self.split_failover.failed(failures)
+            finally:
+                self.status.last_error = self.split_failover.last_error
+            self.status.restarts += len(failures)
+        if self.split_failover is not None:
+            self.split_failover.read(reads)
+        records_in = self.planner.advance(ranges, reads)
         records_out = self.output.add([r for r in reports if isinstance(r, SinkReport)])
         states = [r for r in reports if isinstance(r, StateReport)]
         self.status.records_in += records_in

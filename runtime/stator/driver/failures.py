@@ -50,10 +50,15 @@ def classify(exc: BaseException, target: Target | None, previous: Failure | None
     """``target``: what the failed epoch's state descends from; ``previous``: the failure
     before this one, if the job has not completed an epoch since."""
     text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, ConfigError | PipelineError | StateCompatibilityError):
+        return Failure(Kind.FATAL, short_error(text), "a restart cannot fix it")
+    return classify_text(text, target, previous)
+
+
+def classify_text(text: str, target: Target | None, previous: Failure | None) -> Failure:
+    """:func:`classify` for a failure known by its text (a task's report of one)."""
     summary = short_error(text)
-    if isinstance(exc, ConfigError | PipelineError | StateCompatibilityError) or (
-        "StateCompatibilityError" in text
-    ):
+    if "StateCompatibilityError" in text:
         return Failure(Kind.FATAL, summary, "a restart cannot fix it")
     if RESTORE_ERROR_MARKER in text and target is not None:
         return _restore_failure(text, summary, target)

@@ -53,16 +53,20 @@ class EpochPlanner:
             return False
         return all(s.finished for splits in self.positions.values() for s in splits.values())
 
-    def plan(self) -> Plan | None:
+    def plan(self, paused: frozenset[tuple[str, str]] = frozenset()) -> Plan | None:
         """The next epoch's ranges, or None if there is nothing to read or finish now. Idle
-        splits get an empty range: it still carries their watermark downstream."""
+        splits get an empty range: it still carries their watermark downstream. ``paused``
+        (source uid, split): splits waiting out a restart delay get no range at all
+        (``split_failover.py``)."""
         now = now_ms()
         budget = max(1, self.config.max_records // max(1, len(self.sources)))
         plan: Plan = {}
         work = False
         for uid, node in self.sources.items():
             open_splits = {
-                s: st.position for s, st in self.positions[uid].items() if not st.finished
+                s: st.position
+                for s, st in self.positions[uid].items()
+                if not st.finished and (uid, s) not in paused
             }
             if not open_splits:
                 continue

@@ -144,7 +144,7 @@ class Recovery:
         if failure.user_traceback:
             log.error("%s\n%s", failure.summary, failure.user_traceback)
         if failure.kind is Kind.FATAL:
-            self._discard_staged()
+            self.discard_staged()
             raise JobFailed(f"{self.label} failed: {failure.summary} ({failure.reason})") from exc
         if (
             failure.kind is Kind.FALL_BACK
@@ -164,7 +164,7 @@ class Recovery:
         while True:
             delay = self.restart.next_delay_ms()
             if delay is None:
-                self._discard_staged()
+                self.discard_staged()
                 raise JobFailed(
                     f"{self.label} failed and the restart strategy "
                     f"'{self.config.restart.strategy}' gave up ({self.restart.why}): "
@@ -185,7 +185,7 @@ class Recovery:
         """An epoch went through: a later failure is not "the same failure again"."""
         self._failure = None
 
-    def _discard_staged(self) -> None:
+    def discard_staged(self) -> None:
         """The job ends: staged sink output after the epoch the next run resumes from is
         removed (the next run replays those epochs; output a completed checkpoint covers
         stays, to be committed when it is restored)."""

@@ -25,6 +25,17 @@ class SplitReport:
 
 
 @dataclass(frozen=True)
+class SplitFailure:
+    """A source task's last attempt at its range of ``split`` failed (a job without keyed
+    operators, where each split fails over on its own: ``driver/split_failover.py``)."""
+
+    uid: str
+    split: str
+    epoch: int
+    error: str  # "<ExceptionType>: <message>", as a failed Spark task's text would carry it
+
+
+@dataclass(frozen=True)
 class SinkReport:
     """A task staged one part of a sink's output for ``epoch``.
 
@@ -105,4 +116,4 @@ class StateReport:
     upload: str = ""
 
 
-Report = SplitReport | SinkReport | StateReport
+Report = SplitReport | SplitFailure | SinkReport | StateReport

@@ -118,6 +118,10 @@ class EpochSpec:
     completed_checkpoint: int = 0
     # Checkpoints whose uploads may still be running: their local copies are kept.
     in_flight: frozenset[int] = frozenset()
+    # > 0 (a job without keyed operators, failover.strategy=region): Spark's attempts of a
+    # task; a source task's last attempt reports its failure instead of failing the epoch,
+    # so only its split fails over (``driver/split_failover.py``).
+    split_failover_attempts: int = 0
 
     def state_dir(self, uid: str, subtask: int) -> Path:
         p = self.parallelism[uid]

@@ -9,10 +9,10 @@ from typing import Any
 
 from ..api.pipeline import SourceNode
 from ..api.time import MAX_TIMESTAMP, MIN_TIMESTAMP
-from ..epoch.reports import Report, SplitReport
+from ..epoch.reports import Report, SplitFailure, SplitReport
 from ..epoch.spec import EpochSpec
 from .routing import Batch, Router, Shuffled
-from .user_errors import user_code
+from .user_errors import USER_ERROR_MARKER, user_code
 
 
 def part_name(*parts: object) -> str:
@@ -21,8 +21,32 @@ def part_name(*parts: object) -> str:
 
 
 def source_task(
-    spec: EpochSpec, node_id: int, reports: Any, index: int, _: Iterable[Any]
+    spec: EpochSpec, node_id: int, reports: Any, index: int, items: Iterable[Any]
 ) -> Iterator[Shuffled]:
+    attempts = spec.split_failover_attempts
+    if not attempts or not _last_attempt(attempts):
+        return _read_range(spec, node_id, reports, index)
+    try:
+        return _read_range(spec, node_id, reports, index)
+    except Exception as exc:  # the driver fails this split over; the epoch goes on
+        node = spec.pipeline.node(node_id)
+        assert isinstance(node, SourceNode)
+        split = spec.ranges[node.uid][index].split
+        error = f"{type(exc).__name__}: {exc}"
+        if USER_ERROR_MARKER in error:  # as Spark words it: a user error on every attempt
+            error += f"\n(the task failed {attempts} times)"
+        reports.add([SplitFailure(node.uid, split, spec.epoch, error)])
+        return iter(())
+
+
+def _last_attempt(attempts: int) -> bool:
+    from pyspark import TaskContext  # noqa: PLC0415 - only inside a task
+
+    ctx = TaskContext.get()
+    return ctx is None or ctx.attemptNumber() >= attempts - 1
+
+
+def _read_range(spec: EpochSpec, node_id: int, reports: Any, index: int) -> Iterator[Shuffled]:
     node = spec.pipeline.node(node_id)
     assert isinstance(node, SourceNode)
     rng = spec.ranges[node.uid][index]
