@@ -229,3 +229,57 @@ def test_a_new_driver_finds_the_local_copies_and_restores_from_them(
     assert sorted(first_sink.by_epoch) == [1, 2, 3, 4]
     merged = {**second_sink.by_epoch, **first_sink.by_epoch}
     assert json.loads(json.dumps({str(k): v for k, v in sorted(merged.items())})) == reference()
+
+
+def test_a_lost_executor_names_the_regions_whose_state_it_held(
+    cluster: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two failover regions: A's three subtasks spread over the three executors, B's one
+    subtask on one of them. Killing an executor that held A's state but not B's is reported
+    for region A alone, and both outputs are exact."""
+    from stator.driver.regions import RegionalJob, build_job
+
+    sinks = {"a": CollectSink(), "b": CollectSink()}
+    p = Pipeline("placed-regions", max_parallelism=24)
+    for name, p_op in (("a", None), ("b", 1)):
+        (
+            p.source(
+                GeneratorSource(KeyedEvents(30, seed=len(name)), count=RECORDS, splits=2),
+                uid=f"in-{name}",
+            )
+            .key_by(lambda e: e[0])
+            .count(uid=f"count-{name}", parallelism=p_op)
+            .sink(sinks[name], uid=f"out-{name}")
+        )
+    job = build_job(p, job_config(tmp_path / "cluster"), cluster)
+    assert isinstance(job, RegionalJob)
+    sc = cluster.sparkContext
+    victims: list[str] = []
+
+    def after(result: EpochResult) -> None:
+        a, b = job.drivers["in-a"].placement, job.drivers["in-b"].placement
+        if result.region != "in-a" or result.epoch != 4 or a is None or b is None:
+            return
+        held_by_b = set(b.held_on())
+        victim = next(e for e in sorted(a.held_on()) if e not in held_by_b)
+        victims.append(victim)
+        os.kill(executor_process(sc.applicationId, victim).pid, signal.SIGKILL)
+
+    job.on_epoch(after)
+    with caplog.at_level("WARNING", logger="stator.driver"):
+        job.run()
+    assert victims
+    views = {v["id"]: v for v in job.region_views()}
+    assert views["in-a"]["lost_executors"] == victims and views["in-b"]["lost_executors"] == []
+    said = [r.getMessage() for r in caplog.records if "was lost holding" in r.getMessage()]
+    assert len(said) == 1 and f"executor {victims[0]} " in said[0], said
+    assert "region 'in-a': count-a[" in said[0] and "in-b" not in said[0]
+    for name in ("a", "b"):
+        totals: dict[str, list[int]] = {}
+        for key, n in sinks[name].results:
+            totals.setdefault(key, []).append(n)
+        assert all(t == sorted(set(t)) for t in totals.values()), name
+        expected: dict[str, int] = {}
+        for e in KeyedEvents(30, seed=len(name)).make(0, RECORDS, 1):
+            expected[e[0]] = expected.get(e[0], 0) + 1
+        assert {k: t[-1] for k, t in totals.items()} == expected, name

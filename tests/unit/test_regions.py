@@ -212,3 +212,24 @@ def test_the_jobs_state_out_of_its_regions(
         d.status.records_in = 5
     st = job.status
     assert st.state == job_state and st.records_in == 10
+
+
+def test_a_lost_executor_names_the_regions_whose_local_state_it_held() -> None:
+    from stator.cluster.placement import PlacementTracker
+    from stator.driver.regions import lost_state
+    from stator.epoch.reports import StateReport
+
+    def ran(tracker: PlacementTracker, uid: str, subtask: int, executor: str) -> None:
+        state = StateReport(uid, subtask, 1, 0, 0, 0, executor=executor, host="h")
+        tracker.record([state], {uid: 2})
+
+    a, b = PlacementTracker(), PlacementTracker()
+    ran(a, "count-a", 0, "1")
+    ran(a, "count-a", 1, "2")
+    ran(b, "count-b", 0, "2")
+    ran(b, "count-b", 1, "3")
+    assert a.held_on() == {"1": ["count-a[0]"], "2": ["count-a[1]"]}
+    assert lost_state({"in-a": a, "in-b": b}, {"1", "3"}) == {
+        "2": {"in-a": ["count-a[1]"], "in-b": ["count-b[0]"]}
+    }
+    assert lost_state({"in-a": a, "in-b": b}, {"2", "3"}) == {"1": {"in-a": ["count-a[0]"]}}

@@ -153,6 +153,13 @@ class PlacementTracker:
             self._where[key] = now
         return EpochPlacement(local, total)
 
+    def held_on(self) -> dict[str, list[str]]:
+        """Executor id -> the subtasks ("uid[subtask]") whose local state it holds."""
+        out: dict[str, list[str]] = {}
+        for (uid, subtask, _), where in sorted(self._where.items()):
+            out.setdefault(where.executor, []).append(f"{uid}[{subtask}]")
+        return out
+
     def to_json(self) -> dict[str, list[dict[str, Any]]]:
         """Per operator: subtask -> executor, host and node, for the control API."""
         out: dict[str, list[dict[str, Any]]] = {}

@@ -17,13 +17,17 @@ Running, step by step:
    of its own, so a region that recovers does not queue the others' tasks behind its own.
 3. A failed epoch fails over its own region only (``recovery.py``: task retries first, then
    the region's restart strategy, then it rewinds to its latest checkpoint).
-4. A region that fails for good (its strategy gave up, or a failure no restart can fix) ends
+4. An executor that is lost held local state of some regions: the job says which (a log
+   line, and ``lost_executors`` in each such region's view). Exactly those restart: each
+   one's epoch with a task on it fails, or its next epoch finds the state gone and rewinds
+   that region to its latest checkpoint; the other regions are not touched.
+5. A region that fails for good (its strategy gave up, or a failure no restart can fix) ends
    the job: the others stop after their current epoch, with their checkpoints in flight
    settled, and the job fails with that region's error (as a Flink job does when a region's
    restart strategy gives up).
-5. A region whose bounded sources are exhausted waits, serving savepoints and stops, until
+6. A region whose bounded sources are exhausted waits, serving savepoints and stops, until
    every region is done: the job finishes when all have.
-6. A savepoint is one directory with one part per region (``savepoints.py``), its metadata
+7. A savepoint is one directory with one part per region (``savepoints.py``), its metadata
    written by this class once every part is there. A stop-with-savepoint holds each region
    after its part until every part is taken, then stops all; if one part fails, the
    savepoint fails and every region goes on.
@@ -41,6 +45,7 @@ from typing import Any
 from ..api.pipeline import Pipeline, Region
 from ..checkpoint.coordinator import now_ms
 from ..checkpoint.metadata import CheckpointMetadata
+from ..cluster.jvm import live_executors
 from ..cluster.placement import PlacementTracker
 from ..cluster.session import share_python_path, starts_executor_pods, warm_python_workers
 from ..config import JobConfig
@@ -119,6 +124,8 @@ class RegionalJob:
         self._stopped_with: str | None = None
         self._lock = threading.Lock()
         self._plan: Plan = {}  # what check_restore_source found
+        self._lost: dict[str, list[str]] = {}  # executor lost -> regions that held state there
+        self._next_look = 0.0  # monotonic: when to look for lost executors again
 
     # ------------------------------------------------------------------ what the CLI calls
 
@@ -219,7 +226,10 @@ class RegionalJob:
         return MergedHistory(self.drivers)
 
     def region_views(self) -> list[dict[str, Any]]:
-        return [d.region_view() for d in self.drivers.values()]
+        views = [d.region_view() for d in self.drivers.values()]
+        for view in views:
+            view["lost_executors"] = sorted(e for e, rs in self._lost.items() if view["id"] in rs)
+        return views
 
     @property
     def status(self) -> JobStatus:
@@ -322,7 +332,7 @@ class RegionalJob:
             self.spark = None
 
     def run(self, plan: Plan | None = None) -> JobStatus:
-        """Steps 2-6 of the module docstring."""
+        """Steps 2-7 of the module docstring."""
         if self.startup.driver_started_ms is None:
             self.startup.driver_started_ms = now_ms()
         self._start_spark()
@@ -344,6 +354,7 @@ class RegionalJob:
                     self._take_savepoint(request)
                 elif self._failure is not None:
                     self.stop()
+                self._notice_lost_executors()
                 time.sleep(POLL_S)
         finally:
             self.stop()
@@ -368,11 +379,30 @@ class RegionalJob:
                     self._failure = (rid, exc)
                     log.error("region '%s' failed for good; stopping the job's other regions", rid)
 
+    def _notice_lost_executors(self) -> None:
+        """Step 4 of the module docstring (at most once a second; several executors only)."""
+        trackers = {r: d.placement for r, d in self.drivers.items() if d.placement is not None}
+        if not trackers or self.spark is None or time.monotonic() < self._next_look:
+            return
+        self._next_look = time.monotonic() + 1.0
+        live = set(live_executors(self.spark.sparkContext))
+        for executor, regions in lost_state(trackers, live).items():
+            if executor in self._lost:
+                continue
+            self._lost[executor] = sorted(regions)
+            held = "; ".join(f"region '{r}': {', '.join(s)}" for r, s in sorted(regions.items()))
+            log.warning(
+                "executor %s was lost holding local state of %s: those regions restart from "
+                "their latest checkpoints, the others are not affected",
+                executor,
+                held,
+            )
+
     def _all_finished(self) -> bool:
         return all(d.finished_work for d in self.drivers.values())
 
     def _take_savepoint(self, request: SavepointRequest) -> None:
-        """Step 6 of the module docstring."""
+        """Step 7 of the module docstring."""
         started = time.monotonic()
         request.status, request.started_ms = "IN_PROGRESS", now_ms()
         cfg = self.config
@@ -420,6 +450,19 @@ class RegionalJob:
             merged.state_bytes,
             merged.duration_ms,
         )
+
+
+def lost_state(
+    trackers: dict[str, PlacementTracker], live: set[str]
+) -> dict[str, dict[str, list[str]]]:
+    """Executor id -> region -> its subtasks whose local state that executor held, for every
+    executor not in ``live``."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for region, tracker in trackers.items():
+        for executor, subtasks in tracker.held_on().items():
+            if executor not in live:
+                out.setdefault(executor, {})[region] = subtasks
+    return out
 
 
 class MergedHistory:
