@@ -294,13 +294,15 @@ def test_user_function_that_raises_ends_the_job_with_its_cause(tmp_path: Path) -
 
 
 def test_a_two_region_job_from_the_command_line(tmp_path: Path) -> None:
-    """``stator job`` shows both regions of a running job; ``stator savepoint trigger --stop``
-    stops it with one savepoint of both; ``stator checkpoints list`` lists each region's
-    checkpoints; ``stator run --restore`` at another parallelism finishes the input; each
-    sink's committed running counts are exact across both processes."""
+    """``stator job`` shows both regions of a running job; a second driver started with
+    ``--await-handover`` (both regions at parallelism 3) waits in STANDBY; ``stator savepoint
+    trigger --stop`` stops the first with one savepoint of both regions, the second is handed
+    it and finishes the input; ``stator checkpoints list`` lists each region's checkpoints;
+    each sink's committed running counts are exact across both processes."""
     from stator.sources import KeyedEvents
+    from tests.integration.test_control_api import call
 
-    port = free_port()
+    ports = [free_port(), free_port()]
     out = {name: f"file://{tmp_path}/out-{name}" for name in ("a", "b")}
     env = {"OUT_A": out["a"], "OUT_B": out["b"], "COUNT": "12000", "RATE": "600"}
     common = [
@@ -313,13 +315,20 @@ def test_a_two_region_job_from_the_command_line(tmp_path: Path) -> None:
         "--set",
         "spark.master=local[2]",
     ]
-    first = subprocess.Popen(
-        [sys.executable, "-m", "stator", "run", "tests.pipelines.two_regions:build", *common,
-         "--set", f"control.port={port}"],
-        cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
+
+    def start(*more: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "stator", "run", "tests.pipelines.two_regions:build",
+             *common, *more],
+            cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        )  # fmt: skip
+
+    first = start("--set", f"control.port={ports[0]}")
+    second = start(
+        "--await-handover", "--set", f"control.port={ports[1]}", "--set", "parallelism=3"
+    )
+    url, new = (f"http://127.0.0.1:{p}" for p in ports)
     try:
         deadline = time.monotonic() + 240
         while True:
@@ -332,24 +341,26 @@ def test_a_two_region_job_from_the_command_line(tmp_path: Path) -> None:
         text = stator("job", url).stdout
         assert "state=RUNNING" in text
         assert "region=in-a" in text and "region=in-b" in text and "nodes=in-a,count-a" in text
+        while stator("job", new, "--json").returncode != 0:
+            assert time.monotonic() < deadline and second.poll() is None
+            time.sleep(1)
+        assert call(new, "/readyz") == (503, {"ready": False, "state": "STANDBY"})
         stopped = stator("savepoint", "trigger", url, "--stop", "--json")
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
         location = json.loads(stopped.stdout)["location"]
         assert first.wait(120) == 0
+        assert call(new, "/v1/handover", "POST", {"restore": location})[0] == 202
+        stdout, stderr = second.communicate(timeout=300)
+        assert second.returncode == 0, stderr[-3000:]
+        assert json.loads(stdout.strip().splitlines()[-1])["finished"]
     finally:
-        if first.poll() is None:
-            first.kill()
+        for proc in (first, second):
+            if proc.poll() is None:
+                proc.kill()
     listed = json.loads(
         stator("checkpoints", "list", f"file://{tmp_path}/ck/two-regions", "--json").stdout
     )
     assert {r["region"] for r in listed} == {"in-a", "in-b"}
-
-    resumed = stator(
-        "run", "tests.pipelines.two_regions:build", *common, "--restore", location,
-        "--set", "parallelism=3", env={**env, "RATE": "4000"},
-    )  # fmt: skip
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert json.loads(resumed.stdout.strip().splitlines()[-1])["finished"]
     for name, keys in (("a", 40), ("b", 25)):
         events = KeyedEvents(keys, seed=1 + keys).make(0, 12000, 1)
         expected: dict[str, int] = {}
