@@ -334,7 +334,8 @@ def test_a_two_region_pipeline_shows_its_regions_and_rescales(space: Space) -> N
         for e in KeyedEvents(keys, seed=1 + keys).make(0, SCALED_COUNT, 1):
             expected[e[0]] = expected.get(e[0], 0) + 1
         seen: dict[str, list[int]] = {}
-        for key, total in read_committed(out[n], opts):
+        records: list[Any] = read_committed(out[n], opts)
+        for key, total in records:
             seen.setdefault(key, []).append(total)
         assert all(t == sorted(set(t)) for t in seen.values()), f"{n}: committed twice"
         assert {k: t[-1] for k, t in seen.items()} == expected, n

@@ -288,3 +288,37 @@ def test_a_split_that_keeps_failing_ends_the_job(
     with pytest.raises(JobFailed, match="source 'in' split gen-2 failed and the restart strategy"):
         job.run()
     assert len(source.attempts()) == 8, "two epochs of 4 attempts each"
+
+
+def test_regions_resume_from_a_newer_run_as_one_driver_not_their_own_older_checkpoints(
+    spark: Any, region_config: JobConfig, tmp_path: Path
+) -> None:
+    """regions (own checkpoints) -> stop with a savepoint -> one driver (full) from it, which
+    checkpoints at the job's root -> regions again from latest: each region must resume from
+    the root's newer checkpoint, not from its own older one (that would commit again)."""
+    cfg = with_overrides(region_config, savepoint={"dir": f"file://{tmp_path}/sp"})
+    p1, _, a1, b1 = two_regions(tmp_path / "marks", 6000, 5000)
+    first = build_job(p1, cfg, spark)
+    assert isinstance(first, RegionalJob)
+    first.on_epoch(
+        lambda r: first.request_savepoint(stop=True) if (r.region, r.epoch) == ("in-a", 3) else None
+    )
+    stopped = first.run().stopped_with_savepoint
+    assert stopped
+
+    full = with_overrides(cfg, failover={"strategy": "full"}, restore={"source": stopped})
+    p2, _, a2, b2 = two_regions(tmp_path / "marks", 6000, 5000)
+    second = build_job(p2, full, spark)
+    assert isinstance(second, JobDriver)
+    second.on_epoch(lambda r: second.stop() if r.epoch >= 8 else None)
+    second.preflight()
+    second.run()
+    assert second.status.checkpoints >= 2
+
+    p3, _, a3, b3 = two_regions(tmp_path / "marks", 6000, 5000)
+    third = build_job(p3, cfg, spark)
+    plan = third.preflight()
+    assert all(t is not None and "/regions/" not in t.store.uri for t in plan.values()), plan
+    assert third.run().state == "FINISHED"
+    assert_exact(a1.results + a2.results + a3.results, A_EVENTS, 6000, 2)
+    assert_exact(b1.results + b2.results + b3.results, B_EVENTS, 5000, 1)

@@ -94,16 +94,20 @@ def test_build_job_runs_one_driver_for_one_region_or_full(tmp_path: Path) -> Non
         config(tmp_path, "failover.strategy=regional")
 
 
-def checkpoint(cid: int, created_ms: int, job: str = "two") -> CheckpointMetadata:
+def checkpoint(
+    cid: int, created_ms: int, sources: tuple[str, ...] = ("a-in", "b-in")
+) -> CheckpointMetadata:
+    """A checkpoint of job "two" holding the positions of ``sources`` (the job's root holds
+    both; a region's directory its own)."""
     return CheckpointMetadata(
         cid,
         cid * 10,
-        job,
+        "two",
         created_ms,
         128,
         True,
         {"a-count": OperatorSnapshot("a-count", 1, ())},
-        {"a-in": {"gen-0": {"p": 1}}, "b-in": {"gen-0": {"p": 2}}},
+        {s: {"gen-0": {"p": 1}} for s in sources},
         {"a-out": (PendingCommit(3, ("x",)),), "b-out": (PendingCommit(3, ("y",)),)},
         0,
     )
@@ -133,6 +137,12 @@ def test_a_region_restores_its_own_part_of_a_snapshot(tmp_path: Path) -> None:
     b = Target(again, store).part_for("b-in", {"b-in", "b-count"})
     assert b.epoch == 4 and set(b.meta.operators) == {"b-count"}
     assert set(b.meta.sources) == {"b-in"}
+    # The two became one region (named a-in): it resumes after the higher of their epochs,
+    # never writing an epoch number one of them already used.
+    merged_region = Target(again, store).part_for("a-in", {"a-in", "a-count", "b-in", "b-count"})
+    assert merged_region.epoch == 7
+    b_alone = Target(again, store).part_for("b2", {"b-in", "b-count"})
+    assert b_alone.epoch == 4, "a region by another name still finds its uids' epoch"
 
 
 def write(root: Path, where: str, meta: CheckpointMetadata) -> None:
@@ -145,7 +155,7 @@ def test_latest_resumes_each_region_from_the_newer_of_its_own_and_the_jobs(
     tmp_path: Path,
 ) -> None:
     write(tmp_path, "", checkpoint(4, 2000))  # the job ran as one driver last
-    write(tmp_path, "regions/a-in", checkpoint(2, 1000))  # ... after running as regions
+    write(tmp_path, "regions/a-in", checkpoint(2, 1000, ("a-in",)))  # ... after running as regions
     job = RegionalJob(two_parts(), two_parts().split(), config(tmp_path))
     plan = job.check_restore_source()
     for rid in ("a-in", "b-in"):
@@ -154,7 +164,7 @@ def test_latest_resumes_each_region_from_the_newer_of_its_own_and_the_jobs(
         assert target.meta.checkpoint_id == 4  # type: ignore[union-attr]
     assert set(plan["b-in"].meta.sources) == {"b-in"}  # type: ignore[union-attr]
 
-    write(tmp_path, "regions/a-in", checkpoint(3, 3000))
+    write(tmp_path, "regions/a-in", checkpoint(3, 3000, ("a-in",)))
     plan = job.check_restore_source()
     assert plan["a-in"] and plan["a-in"].store.uri.endswith("/regions/a-in")
     assert plan["b-in"] and plan["b-in"].store.uri.endswith("/ck/two")
@@ -162,7 +172,7 @@ def test_latest_resumes_each_region_from_the_newer_of_its_own_and_the_jobs(
 
 def test_one_driver_refuses_regions_newer_than_its_own_checkpoints(tmp_path: Path) -> None:
     write(tmp_path, "", checkpoint(4, 2000))
-    write(tmp_path, "regions/a-in", checkpoint(2, 3000))
+    write(tmp_path, "regions/a-in", checkpoint(2, 3000, ("a-in",)))
     full = build_job(two_parts(), config(tmp_path, "failover.strategy=full"))
     with pytest.raises(ConfigError, match=r"regions/a-in holds checkpoint 2 .*failover.strategy"):
         full.check_restore_source()
@@ -177,18 +187,38 @@ def test_one_driver_refuses_regions_newer_than_its_own_checkpoints(tmp_path: Pat
     assert full.check_restore_source() is not None  # the root is newer again
 
 
+def test_latest_is_refused_when_the_regions_changed(tmp_path: Path) -> None:
+    # The graph was one region "a-in" that read both sources; now they are two regions.
+    write(tmp_path, "regions/a-in", checkpoint(2, 3000, ("a-in", "b-in")))
+    allow = config(tmp_path, "restore.allow_non_restored_state=true")
+    for cfg in (config(tmp_path), allow):  # no flag makes a source start over
+        with pytest.raises(ConfigError, match=r"source 'b-in' was in failover region 'a-in'"):
+            RegionalJob(two_parts(), two_parts().split(), cfg).check_restore_source()
+
+
 def test_checkpoints_of_a_region_the_pipeline_lost_are_not_left_behind_silently(
     tmp_path: Path,
 ) -> None:
-    write(tmp_path, "regions/gone", checkpoint(2, 3000))
+    write(tmp_path, "regions/gone", checkpoint(2, 3000, ("gone",)))
     job = RegionalJob(two_parts(), two_parts().split(), config(tmp_path))
-    with pytest.raises(ConfigError, match=r"region 'gone', which this pipeline does not have"):
+    with pytest.raises(ConfigError, match=r"region 'gone', whose sources \(gone\) this pipeline"):
         job.check_restore_source()
     allow = config(tmp_path, "restore.allow_non_restored_state=true")
     assert RegionalJob(two_parts(), two_parts().split(), allow).check_restore_source() == {
         "a-in": None,
         "b-in": None,
     }
+
+
+def test_an_explicit_checkpoint_of_one_region_does_not_restore_the_others(
+    tmp_path: Path,
+) -> None:
+    write(tmp_path, "regions/a-in", checkpoint(2, 3000, ("a-in",)))
+    uri = f"file://{tmp_path}/ck/two/regions/a-in/chk-0000000002"
+    for strategy in ("region", "full"):
+        cfg = config(tmp_path, f"restore.source={uri}", f"failover.strategy={strategy}")
+        with pytest.raises(ConfigError, match=r"holds no position of source\(s\) \['b-in'\]"):
+            build_job(two_parts(), cfg).check_restore_source()
 
 
 @pytest.mark.parametrize(

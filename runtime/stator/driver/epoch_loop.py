@@ -53,7 +53,7 @@ from .completion import (
 )
 from .handover import Handover, HandoverRequest
 from .in_flight import InFlightCheckpoints, Outcome
-from .layout import check_one_driver
+from .layout import check_covers, check_one_driver
 from .parallelism import Parallelism, resolve_parallelism
 from .planning import CheckpointSchedule, EpochPlanner, Plan
 from .preflight import check_restore_source, check_storage
@@ -184,6 +184,9 @@ class JobDriver:
         """Stop after the current epoch."""
         self._stop = True
 
+    def _stopping(self) -> bool:
+        return self._stop
+
     def request_savepoint(self, target: str | None = None, stop: bool = False) -> SavepointRequest:
         """Queue a savepoint, optionally stopping the job after it; thread-safe."""
         return self.savepoints.request(target, stop)
@@ -204,7 +207,8 @@ class JobDriver:
         return {
             "id": self.region or self.job,
             "nodes": [name for part in self.pipeline.regions() for name in part],
-            "state": st.state,
+            # Waiting out a restart delay or rewinding: the region does not process.
+            "state": JobState.RECOVERING if self.recovery.restarting else st.state,
             "epoch": st.epoch,
             "records_in": st.records_in,
             "records_out": st.records_out,
@@ -245,6 +249,8 @@ class JobDriver:
         """Preflight step 2; :meth:`run` restores from what it found unless given another."""
         cfg = self.config
         target = check_restore_source(self.job, cfg, self.parallelism, self.store)
+        if target is not None and cfg.restore.source not in ("latest", "none"):
+            check_covers(target, {n.uid for n in self.pipeline.nodes if isinstance(n, SourceNode)})
         fresh = cfg.restore.source == "none" and cfg.restore.force_empty
         if cfg.restore.source in ("latest", "none") and self.region is None and not fresh:
             newest = target.meta if target and isinstance(target.meta, CheckpointMetadata) else None
@@ -332,7 +338,7 @@ class JobDriver:
             self._loop()
         except BaseException:
             self.status.state = JobState.FAILED
-            self.savepoints.close("failed", "the job failed")
+            self.savepoints.close("failed", f"{self.recovery.label} failed")
             raise
         finally:
             self.planner.close()
@@ -378,7 +384,7 @@ class JobDriver:
     def _take_savepoint(self, request: SavepointRequest) -> None:
         cfg = self.config
         meta = take_savepoint(request, self, cfg.savepoint.dir, cfg.savepoint.compression, cfg.s3)
-        if request.stop and request.part is not None and not request.part.wait():
+        if request.stop and request.part is not None and not request.part.wait(self._stopping):
             log.info("region '%s' goes on: the job's savepoint failed", self.region)
             return
         if request.stop:
@@ -392,7 +398,8 @@ class JobDriver:
         return self.recovery.position.epoch + 1
 
     def run_savepoint_epoch(self, task: SavepointTask) -> SavepointEpoch:
-        result = self._run_epoch(self.planner.empty_plan(), savepoint=task)
+        paused = self.split_failover.paused() if self.split_failover else set()
+        result = self._run_epoch(self.planner.empty_plan(frozenset(paused)), savepoint=task)
         outcomes = result.outcomes + self._settle(self.in_flight.wait(0))
         completed = {o.checkpoint_id for o in outcomes if o.meta is not None}
         return SavepointEpoch(

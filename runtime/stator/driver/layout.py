@@ -11,10 +11,15 @@ job's root; a job of several regions keeps each region's under ``regions/<region
 - regions -> root (one driver again): refused while a region holds a checkpoint newer than
   the root's latest: one driver cannot resume regions that stand at different epochs. A
   savepoint taken before the change restores into any layout.
-- the regions themselves changed (parts connected or split): refused while a directory holds
-  checkpoints of a region this pipeline does not have, unless
-  ``restore.allow_non_restored_state`` (then its state is dropped, as for a removed
-  operator): resuming the rest would silently leave that state behind.
+- the regions themselves changed (parts connected or split, or a region renamed by a new
+  smallest source uid): refused while a region's latest checkpoint holds the position of a
+  source that is now in another region, whatever the flags: each region resumes only from
+  its own checkpoints, so that source would start over. A region removed with all its
+  sources is refused too, unless ``restore.allow_non_restored_state`` (its state is dropped,
+  as for a removed operator).
+
+An explicit ``restore.source`` that is one region's checkpoint holds only that region's
+state: it restores a job only if it covers every source of the job.
 
 ``restore.source=none`` is refused while any layout holds checkpoints (unless
 ``restore.force_empty``), as for a job of one region.
@@ -26,6 +31,7 @@ from ..checkpoint.metadata import CheckpointMetadata
 from ..errors import ConfigError
 from ..lineage import list_checkpoints
 from ..storage import S3Options, open_store
+from .restore import Target
 
 REGIONS_DIR = "regions"
 
@@ -75,18 +81,43 @@ def check_one_driver(
 
 
 def check_regions(
-    job: str, root: str, regions: set[str], allow_non_restored: bool, s3: S3Options
+    job: str, root: str, regions: dict[str, set[str]], allow_non_restored: bool, s3: S3Options
 ) -> dict[str, CheckpointMetadata]:
-    """The newest checkpoint of each of ``regions`` that has one; refuse if a region this
-    pipeline does not have holds checkpoints (module docstring)."""
+    """The newest checkpoint of each region (id -> its source uids) that has one; refuse if
+    the regions changed (module docstring)."""
     found = region_checkpoints(root, s3)
-    stray = sorted(set(found) - regions)
-    if stray and not allow_non_restored:
-        raise ConfigError(
-            f"job '{job}': {root}/{REGIONS_DIR}/{stray[0]} holds checkpoints of failover region "
-            f"'{stray[0]}', which this pipeline does not have (its regions: "
-            f"{', '.join(sorted(regions))}): the graph's connected parts changed. Restore from a "
-            f"savepoint taken before the change (restore.source=<savepoint>), or set "
-            f"restore.allow_non_restored_state=true to drop that region's state"
-        )
+    home = {uid: region for region, sources in regions.items() for uid in sources}
+    for old, meta in sorted(found.items()):
+        moved = sorted(u for u in meta.sources if u in home and home[u] != old)
+        if moved:
+            raise ConfigError(
+                f"job '{job}': the graph's connected parts changed: source '{moved[0]}' was in "
+                f"failover region '{old}' (checkpoints under {root}/{REGIONS_DIR}/{old}) and is "
+                f"now in region '{home[moved[0]]}'. Each region resumes only from its own "
+                f"checkpoints, so the job cannot resume from latest: run the previous graph, "
+                f"take a savepoint (stator savepoint trigger) and restore from it "
+                f"(restore.source=<savepoint>); a savepoint restores into any region layout"
+            )
+        if old not in regions and not allow_non_restored:
+            raise ConfigError(
+                f"job '{job}': {root}/{REGIONS_DIR}/{old} holds checkpoints of failover region "
+                f"'{old}', whose sources ({', '.join(sorted(meta.sources))}) this pipeline no "
+                f"longer has; give them back, or set restore.allow_non_restored_state=true to "
+                f"drop that region's state"
+            )
     return {region: meta for region, meta in found.items() if region in regions}
+
+
+def check_covers(target: Target, sources: set[str]) -> None:
+    """An explicit checkpoint of one region restores a job only if it covers its sources."""
+    meta = target.meta
+    if not isinstance(meta, CheckpointMetadata) or f"/{REGIONS_DIR}/" not in target.store.uri:
+        return
+    missing = sorted(sources - set(meta.sources))
+    if missing:
+        raise ConfigError(
+            f"restore.source: {target.describe()} is one failover region's checkpoint and "
+            f"holds no position of source(s) {missing}, which would start over. Restore the "
+            f"job from a savepoint (stator savepoint trigger) or from its latest checkpoints "
+            f"(restore.source=latest)"
+        )

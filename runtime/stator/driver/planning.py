@@ -80,15 +80,16 @@ class EpochPlanner:
             work = work or any(r.final or r.end != r.start for r in plan[uid])
         return plan if work else None
 
-    def empty_plan(self) -> Plan:
-        """An epoch that reads nothing (a savepoint's epoch): every open split, zero records."""
+    def empty_plan(self, paused: frozenset[tuple[str, str]] = frozenset()) -> Plan:
+        """An epoch that reads nothing (a savepoint's epoch): every open split, zero records
+        (a paused split not even that: its source may still be failing)."""
         plan: Plan = {}
         for uid, splits in self.positions.items():
             order = {s: i for i, s in enumerate(splits)}
             ranges = [
                 SplitRange(s, st.position, st.position, order[s])
                 for s, st in splits.items()
-                if not st.finished
+                if not st.finished and (uid, s) not in paused
             ]
             if ranges:
                 plan[uid] = ranges

@@ -82,6 +82,8 @@ class Recovery:
         self.position = Position()
         self._initial: Target | None = None
         self._failure: Failure | None = None  # the last failure, until an epoch completes
+        self._stale: set[int] = set()  # own checkpoints of another lineage (start())
+        self.restarting = False  # waiting out a restart delay or rewinding
 
     def start(self, loaded: Target | None = None) -> None:
         """Steps 1-3 of starting (module docstring). ``loaded``: the target of an explicit
@@ -97,8 +99,8 @@ class Recovery:
         if report.deleted_files:
             log.info("removed %d unreferenced checkpoint files", report.deleted_files)
         target = Target(report.restored, self.store) if report.restored else None
-        if source == "latest" and target is None and loaded is not None:
-            target = loaded  # a region's first run: the job's checkpoint from before regions
+        if source == "latest" and loaded is not None and _newer(loaded, target):
+            target = loaded  # a region: the job's checkpoint, newer than any of its own
         if source == "none":
             if self.coordinator.completed and not self.config.restore.force_empty:
                 raise ConfigError(
@@ -110,9 +112,13 @@ class Recovery:
         elif explicit is not None:
             target = explicit
         self._initial = target
+        # Started from elsewhere (a savepoint, another layout's checkpoint): this job's own
+        # checkpoints from before are of another lineage, never to be rewound to.
+        foreign = target is not None and target.store.uri != self.store.uri
+        self._stale = {m.checkpoint_id for m in self.coordinator.completed} if foreign else set()
         self.rewind(target)
         if target is not None:
-            log.info("restoring job '%s' from %s", self.job, target.describe())
+            log.info("%s restores from %s", self.label, target.describe())
 
     def rewind(self, target: Target | None) -> None:
         """Sources, sinks and the epoch back to ``target`` (None: the beginning)."""
@@ -161,6 +167,14 @@ class Recovery:
             log.warning(
                 "%s: epoch %d failed: %s", self.label, self.position.epoch + 1, failure.summary
             )
+        self.restarting = True
+        try:
+            self._restart(exc)
+        finally:
+            self.restarting = False
+
+    def _restart(self, exc: Exception) -> None:
+        """Steps 2-3 of failing over."""
         while True:
             delay = self.restart.next_delay_ms()
             if delay is None:
@@ -171,11 +185,14 @@ class Recovery:
                     f"{self.status.last_error}"
                 ) from exc
             self.status.restarts += 1
-            log.info("restarting in %d ms (%s)", delay, self.restart.why)
+            log.info("%s restarts in %d ms (%s)", self.label, delay, self.restart.why)
             time.sleep(delay / 1000)
             try:
                 latest = self.coordinator.latest
-                self.rewind(Target(latest, self.store) if latest else self._initial)
+                if latest is not None and latest.checkpoint_id not in self._stale:
+                    self.rewind(Target(latest, self.store))
+                else:
+                    self.rewind(self._initial)
                 return
             except Exception as again:
                 self.status.last_error = short_error(f"{type(again).__name__}: {again}")
@@ -195,3 +212,10 @@ class Recovery:
             self.output.discard_after(epoch)
         except Exception as exc:  # the job is failing anyway: say so, keep the cause
             log.warning("could not remove staged output after epoch %d: %s", epoch, exc)
+
+
+def _newer(loaded: Target, own: Target | None) -> bool:
+    """``loaded`` (a checkpoint elsewhere) is newer than this job's own latest."""
+    if own is None:
+        return True
+    return loaded.store.uri != own.store.uri and loaded.meta.created_ms > own.meta.created_ms

@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..api.pipeline import Pipeline, Region
+from ..api.pipeline import Pipeline, Region, SourceNode
 from ..checkpoint.coordinator import now_ms
 from ..checkpoint.metadata import CheckpointMetadata
 from ..cluster.jvm import live_executors
@@ -55,7 +55,7 @@ from ..savepoint.metadata import METADATA_NAME
 from ..storage import ObjectStore, open_store
 from .epoch_loop import WARM_AGAIN_S, CheckpointListener, EpochListener, JobDriver, checkpoint_root
 from .handover import Handover, HandoverRequest
-from .layout import check_regions
+from .layout import check_covers, check_regions
 from .parallelism import Parallelism, resolve_parallelism
 from .preflight import check_files, check_storage
 from .restore import Target, check_compatible, load_target
@@ -146,11 +146,11 @@ class RegionalJob:
             whole = load_target(source, cfg.s3)
             check_files(whole)
             self._check_compatible(whole)
+            check_covers(whole, self._sources())
             self._plan = {rid: whole.part_for(rid, r.uids()) for rid, r in self.regions.items()}
             return self._plan
-        own = check_regions(
-            self.job, root, set(self.regions), cfg.restore.allow_non_restored_state, cfg.s3
-        )
+        sources = {rid: _sources(r.pipeline) for rid, r in self.regions.items()}
+        own = check_regions(self.job, root, sources, cfg.restore.allow_non_restored_state, cfg.s3)
         from .layout import newest_checkpoint  # noqa: PLC0415 - one helper, no cycle
 
         root_latest = newest_checkpoint(root, cfg.s3)
@@ -190,6 +190,9 @@ class RegionalJob:
         self._plan = plan
         return plan
 
+    def _sources(self) -> set[str]:
+        return _sources(self.pipeline)
+
     def _check_compatible(self, target: Target) -> None:
         check_compatible(
             target,
@@ -227,8 +230,10 @@ class RegionalJob:
 
     def region_views(self) -> list[dict[str, Any]]:
         views = [d.region_view() for d in self.drivers.values()]
+        with self._lock:
+            lost = dict(self._lost)
         for view in views:
-            view["lost_executors"] = sorted(e for e, rs in self._lost.items() if view["id"] in rs)
+            view["lost_executors"] = sorted(e for e, rs in lost.items() if view["id"] in rs)
         return views
 
     @property
@@ -257,8 +262,9 @@ class RegionalJob:
         latest = [p.last_checkpoint for p in parts if p.last_checkpoint is not None]
         st.last_checkpoint = max(latest, key=lambda m: m.created_ms) if latest else None
         errors = [(rid, d.status.last_error) for rid, d in self.drivers.items()]
-        if self._failure is not None:
-            errors.insert(0, (self._failure[0], self.drivers[self._failure[0]].status.last_error))
+        if self._failure is not None:  # the error that ended the job, first
+            rid, exc = self._failure
+            errors.insert(0, (rid, self.drivers[rid].status.last_error or str(exc)[:600]))
         st.last_error = next((f"region '{r}': {e}" for r, e in errors if e), None)
         st.stopped_with_savepoint = self._stopped_with
         return st
@@ -378,6 +384,7 @@ class RegionalJob:
                 if self._failure is None:
                     self._failure = (rid, exc)
                     log.error("region '%s' failed for good; stopping the job's other regions", rid)
+            self.stop()
 
     def _notice_lost_executors(self) -> None:
         """Step 4 of the module docstring (at most once a second; several executors only)."""
@@ -385,11 +392,16 @@ class RegionalJob:
         if not trackers or self.spark is None or time.monotonic() < self._next_look:
             return
         self._next_look = time.monotonic() + 1.0
-        live = set(live_executors(self.spark.sparkContext))
+        try:
+            live = set(live_executors(self.spark.sparkContext))
+        except Exception as exc:  # Spark is stopping, or busy: look again later
+            log.debug("could not list the live executors: %s", exc)
+            return
         for executor, regions in lost_state(trackers, live).items():
             if executor in self._lost:
                 continue
-            self._lost[executor] = sorted(regions)
+            with self._lock:
+                self._lost[executor] = sorted(regions)
             held = "; ".join(f"region '{r}': {', '.join(s)}" for r, s in sorted(regions.items()))
             log.warning(
                 "executor %s was lost holding local state of %s: those regions restart from "
@@ -417,20 +429,24 @@ class RegionalJob:
         }
         for rid, part in parts.items():
             self.drivers[rid].savepoints.enqueue_part(part)
-        while any(p.status not in ("COMPLETED", "FAILED") for p in parts.values()):
-            time.sleep(POLL_S)
-        failed = [(rid, p) for rid, p in parts.items() if p.status == "FAILED"]
         try:
+            while any(p.status not in ("COMPLETED", "FAILED") for p in parts.values()):
+                time.sleep(POLL_S)
+            failed = [(rid, p) for rid, p in parts.items() if p.status == "FAILED"]
+            if self._failure is not None:
+                raise RuntimeError(f"region '{self._failure[0]}' failed meanwhile")
             if failed:
                 raise RuntimeError(f"region '{failed[0][0]}': {failed[0][1].error}")
             merged = merge_parts(
                 self.job, {rid: p.meta for rid, p in parts.items() if p.meta}, started
             )
             open_store(location, cfg.s3).put(METADATA_NAME, merged.to_json())
-        except Exception as exc:
+        except BaseException as exc:
             for p in parts.values():
                 if p.part is not None:
                     p.part.give(False)
+            if not isinstance(exc, Exception):
+                raise
             request.status, request.error = "FAILED", str(exc)[:2000]
             request.completed_ms = now_ms()
             log.warning("savepoint %s failed: %s", request.id, request.error)
@@ -450,6 +466,10 @@ class RegionalJob:
             merged.state_bytes,
             merged.duration_ms,
         )
+
+
+def _sources(pipeline: Pipeline) -> set[str]:
+    return {n.uid for n in pipeline.nodes if isinstance(n, SourceNode)}
 
 
 def lost_state(

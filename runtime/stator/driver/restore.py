@@ -34,14 +34,21 @@ class Target:
 
     def part_for(self, region: str, uids: set[str]) -> Target:
         """What one failover region restores from this snapshot: the entries of its own
-        operators, sources and sinks, at its own epoch if the snapshot recorded one (a
-        savepoint of a job of several regions). The whole snapshot was checked against the
-        whole job first (``check_compatible``)."""
+        operators, sources and sinks. A savepoint of a job of several regions recorded each
+        region's epoch: the region resumes after the highest epoch of the regions it shares
+        uids with (never at an epoch number one of them already used: its sinks would write
+        it again). The whole snapshot was checked against the whole job first
+        (``check_compatible``)."""
         meta = self.meta
         sources = {u: s for u, s in meta.sources.items() if u in uids}
         part: Snapshot
         if isinstance(meta, SavepointMetadata):
-            epoch = meta.region_epochs.get(region, meta.epoch)
+            overlapping = [
+                meta.region_epochs[r]
+                for r, members in meta.region_uids.items()
+                if r in meta.region_epochs and uids.intersection(members)
+            ]
+            epoch = max(overlapping, default=meta.region_epochs.get(region, meta.epoch))
             ops = {u: op for u, op in meta.operators.items() if u in uids}
             part = replace(meta, operators=ops, sources=sources, epoch=epoch)
         else:

@@ -28,6 +28,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -68,9 +69,12 @@ class PartVerdict:
         self._stop = stop
         self._given.set()
 
-    def wait(self) -> bool:
-        """True: stop now; False: the job's savepoint failed, go on."""
-        self._given.wait()
+    def wait(self, stopping: Callable[[], bool] = lambda: False) -> bool:
+        """True: stop now; False: the job's savepoint failed, go on (also when the region is
+        told to stop meanwhile: it ends at once, and the job fails the savepoint)."""
+        while not self._given.wait(0.2):
+            if stopping():
+                return False
         return self._stop
 
 
@@ -308,4 +312,7 @@ def merge_parts(job: str, parts: dict[str, SavepointMetadata], started: float) -
         compression=metas[0].compression,
         duration_ms=int((time.monotonic() - started) * 1000),
         region_epochs={region: m.epoch for region, m in sorted(parts.items())},
+        region_uids={
+            region: sorted({*m.operators, *m.sources}) for region, m in sorted(parts.items())
+        },
     )

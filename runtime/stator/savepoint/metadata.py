@@ -45,6 +45,8 @@ class SavepointMetadata:
     # A job of several failover regions: each region's epoch when it took its part
     # (``epoch`` is the highest); a region resumes from its own (``driver/regions.py``).
     region_epochs: dict[str, int] = field(default_factory=dict)
+    # ... and the operator and source uids of each region's part.
+    region_uids: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def state_bytes(self) -> int:
@@ -87,6 +89,7 @@ class SavepointMetadata:
                 raw["format"],
                 raw["format_version"],
                 {str(k): int(v) for k, v in raw.get("region_epochs", {}).items()},
+                {str(k): [str(u) for u in v] for k, v in raw.get("region_uids", {}).items()},
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise CheckpointNotFoundError(f"savepoint metadata {where} is unusable: {exc}") from exc
