@@ -98,9 +98,16 @@ class ObjectStore(ABC):
 
     def check(self) -> None:
         """Fail now, with a clear message, if the store cannot be reached or written."""
-        probe = f"_probe/{os.getpid()}-{threading.get_ident()}"
+        probe = f"{_probe_dir()}/probe"
         self.put(probe, b"ok")
         self.delete([probe])
+
+
+PROBE_ATTEMPTS = 5
+
+
+def _probe_dir() -> str:
+    return f"_probe-{os.getpid()}-{threading.get_ident()}"
 
 
 # ---------------------------------------------------------------------------- file://
@@ -114,11 +121,22 @@ class FileStore(ObjectStore):
     def check(self) -> None:
         """As for any store, and the directories the probe had to create are removed again:
         a job refused before it starts leaves the file system as it found it."""
+        # Two drivers of a job may probe a fresh root together (a pre-started one beside the
+        # running one): each probes in a directory of its own, and one that finds a parent
+        # removed under it by the other's clean-up probes again.
         created = [
-            p for p in (self.root / "_probe", self.root, *self.root.parents) if not p.exists()
+            p for p in (self.root / _probe_dir(), self.root, *self.root.parents) if not p.exists()
         ]
         try:
-            super().check()
+            for attempt in range(PROBE_ATTEMPTS):
+                try:
+                    super().check()
+                    break
+                except StorageError as exc:
+                    if attempt + 1 == PROBE_ATTEMPTS or not isinstance(
+                        exc.__cause__, FileNotFoundError
+                    ):
+                        raise
         finally:
             for path in created:  # deepest first
                 with contextlib.suppress(OSError):
