@@ -250,7 +250,7 @@ class JobDriver:
         cfg = self.config
         target = check_restore_source(self.job, cfg, self.parallelism, self.store)
         if target is not None and cfg.restore.source not in ("latest", "none"):
-            check_covers(target, {n.uid for n in self.pipeline.nodes if isinstance(n, SourceNode)})
+            check_covers(target, set(self.planner.sources))
         fresh = cfg.restore.source == "none" and cfg.restore.force_empty
         if cfg.restore.source in ("latest", "none") and self.region is None and not fresh:
             newest = target.meta if target and isinstance(target.meta, CheckpointMetadata) else None

@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..api.pipeline import Pipeline, Region, SourceNode
+from ..api.pipeline import Pipeline, Region
 from ..checkpoint.coordinator import now_ms
 from ..checkpoint.metadata import CheckpointMetadata
 from ..cluster.jvm import live_executors
@@ -146,10 +146,10 @@ class RegionalJob:
             whole = load_target(source, cfg.s3)
             check_files(whole)
             self._check_compatible(whole)
-            check_covers(whole, self._sources())
+            check_covers(whole, {uid for d in self.drivers.values() for uid in d.planner.sources})
             self._plan = {rid: whole.part_for(rid, r.uids()) for rid, r in self.regions.items()}
             return self._plan
-        sources = {rid: _sources(r.pipeline) for rid, r in self.regions.items()}
+        sources = {rid: set(d.planner.sources) for rid, d in self.drivers.items()}
         own = check_regions(self.job, root, sources, cfg.restore.allow_non_restored_state, cfg.s3)
         from .layout import newest_checkpoint  # noqa: PLC0415 - one helper, no cycle
 
@@ -189,9 +189,6 @@ class RegionalJob:
                 plan[rid] = None
         self._plan = plan
         return plan
-
-    def _sources(self) -> set[str]:
-        return _sources(self.pipeline)
 
     def _check_compatible(self, target: Target) -> None:
         check_compatible(
@@ -466,10 +463,6 @@ class RegionalJob:
             merged.state_bytes,
             merged.duration_ms,
         )
-
-
-def _sources(pipeline: Pipeline) -> set[str]:
-    return {n.uid for n in pipeline.nodes if isinstance(n, SourceNode)}
 
 
 def lost_state(
