@@ -3,8 +3,9 @@
 Environment: STATOR_WATCH_NAMESPACES (comma-separated; empty: all namespaces),
 STATOR_OPERATOR_HEALTH (liveness endpoint, default http://0.0.0.0:8080/healthz),
 STATOR_OPERATOR_NAMESPACE (the operator's own namespace: its drivers' NetworkPolicies admit
-it, and its replicas elect a leader there, leader.py), STATOR_LEADER_LEASE_SECONDS (15: how
-long a standby waits for a leader that stopped renewing), STATOR_LOG_LEVEL (INFO).
+it, and its replicas elect a leader there with a Lease, stator.cluster.lease),
+STATOR_LEADER_LEASE_SECONDS (15: how long a standby waits for a leader that stopped
+renewing), STATOR_LOG_LEVEL (INFO).
 
 With several replicas only the leader handles pipelines; the others wait for its Lease,
 answering the liveness endpoint meanwhile.
@@ -23,10 +24,13 @@ from urllib.parse import urlparse
 import kopf
 from kubernetes import config
 
-from .leader import LeaderElector
+from stator.cluster.lease import LeaseHolder
 
 log = logging.getLogger("stator.operator")
 DEFAULT_HEALTH = "http://0.0.0.0:8080/healthz"
+LEADER_LEASE = (
+    "stator-operator-leader"  # in the operator's namespace (charts: leader-election.yaml)
+)
 
 
 def main() -> None:
@@ -44,7 +48,9 @@ def main() -> None:
     namespaces = [n for n in os.environ.get("STATOR_WATCH_NAMESPACES", "").split(",") if n]
     own = os.environ.get("STATOR_OPERATOR_NAMESPACE")
     lease_s = int(os.environ.get("STATOR_LEADER_LEASE_SECONDS", "15"))
-    elector = LeaderElector(own, duration_s=lease_s, renew_s=lease_s / 3) if own else None
+    elector = (
+        LeaseHolder(own, LEADER_LEASE, duration_s=lease_s, renew_s=lease_s / 3) if own else None
+    )
     if elector is not None:
         with _standby_health(health):
             elector.acquire()

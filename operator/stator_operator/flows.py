@@ -59,6 +59,7 @@ rollback 3-5; delete 1-3 (3 alone without a final savepoint); savepoint 1-2.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import uuid
@@ -73,6 +74,8 @@ from .ports import DriverApi, EventSink, KubeApi
 from .resources import (
     config_map,
     control_secret,
+    driver_lease,
+    driver_lease_name,
     driver_pod,
     driver_pod_name,
     executor_instances,
@@ -87,6 +90,7 @@ from .spec import Pinning, get, pinning, readiness_timeout, replicas
 from .status import StatusWriter, age_s, now
 from .storage import SavepointStorage
 
+log = logging.getLogger("stator.operator.flows")
 SAVEPOINT_TIMEOUT_S = 300
 # Look again this soon while the old driver stops and until the new one restores: every
 # second is downtime (handlers.py looks again within the same call).
@@ -287,6 +291,13 @@ class Flows:
             return 1.0  # every deployment's driver (but a pre-started one), until none is left
         if self.kube.executors_left(p.namespace, spark_app_id(p.namespace, p.name)):
             return 1.0  # garbage-collected with their driver pod
+        # Every old driver's pod is gone: a Lease one of them still holds (killed, or removed
+        # from a lost node after its Lease lapsed) is released, so the next driver does not
+        # wait out its duration.
+        kept = driver_pod_name(p.name, op.id) if op.prestarted else None
+        released = self.kube.clear_driver_lease(p.namespace, driver_lease_name(p.name), kept)
+        if released:
+            log.info("released the driver lease of %s, whose pod is gone", released)
         if op.kind is OpKind.SUSPEND:
             self.pipeline.write(operation=None, phase="Suspended", suspendedWith=op.restore)
             self.event("Normal", "Suspended", f"suspended with {op.restore}")
@@ -320,7 +331,7 @@ class Flows:
         self.kube.apply(role(body))  # before its binding: binding a Role needs the Role
         objects = (service_account(body), role_binding(body), service(body))
         policy = network_policy(body, os.environ.get("STATOR_OPERATOR_NAMESPACE"))
-        for obj in (*objects, control_secret(body), policy):
+        for obj in (*objects, control_secret(body), policy, driver_lease(body)):
             self.kube.ensure(obj)
         self.kube.apply(config_map(body, spec))
         return body
@@ -334,7 +345,7 @@ class Flows:
         if op.prestarted:
             return self._hand_over(op, nxt or PrestartedDriver(), restore, allow)
         body = self._ensure_objects(spec)
-        self.kube.ensure(driver_pod(body, spec, op.id, restore, allow))
+        self.kube.ensure(driver_pod(body, spec, op.id, restore, allow, op.avoid_node))
         return self._deployed(op, restore, "")
 
     def _deployed(self, op: Operation, restore: str, how: str) -> float:

@@ -10,6 +10,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from stator.cluster.lease import RELEASED_FOR
+
 GROUP, VERSION, PLURAL = "stator.dev", "v1alpha1", "statefulpipelines"
 UNREACHABLE = "node.kubernetes.io/unreachable"  # the node lifecycle controller's taint
 
@@ -22,6 +24,7 @@ class Kube:
         self.networking = client.NetworkingV1Api(self.client)
         self.apps = client.AppsV1Api(self.client)
         self.custom = client.CustomObjectsApi(self.client)
+        self.coordination = client.CoordinationV1Api(self.client)
 
     def patch_status(self, namespace: str, name: str, fields: dict[str, Any]) -> None:
         self.custom.patch_namespaced_custom_object_status(
@@ -50,23 +53,78 @@ class Kube:
 
     def delete_drivers(self, namespace: str, name: str, keep: str | None = None) -> bool:
         """Delete every driver pod of the pipeline (of any deployment but ``keep``); whether
-        any is left."""
+        any is left. A pod on an unreachable node is removed at once (no kubelet will
+        confirm its end): its driver, should it still run, is fenced by its lapsed Lease."""
         pods = [
             p
             for p in self.driver_pods(namespace, name)
             if keep is None or p["metadata"].get("labels", {}).get("stator.dev/deployment") != keep
         ]
+        lost = self.unreachable_nodes() if pods else set()
         for pod in pods:
-            if not pod["metadata"].get("deletionTimestamp"):
+            if pod.get("spec", {}).get("nodeName") in lost:
+                self.delete_driver(namespace, pod["metadata"]["name"], grace_s=0)
+            elif not pod["metadata"].get("deletionTimestamp"):
                 self.delete_driver(namespace, pod["metadata"]["name"])
         return bool(pods)
 
-    def delete_driver(self, namespace: str, pod: str) -> None:
+    def delete_driver(self, namespace: str, pod: str, grace_s: int = 30) -> None:
         try:
-            self.core.delete_namespaced_pod(pod, namespace, grace_period_seconds=30)
+            self.core.delete_namespaced_pod(pod, namespace, grace_period_seconds=grace_s)
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+    def unreachable_nodes(self) -> set[str]:
+        """Nodes the node lifecycle controller tainted unreachable."""
+        return {
+            n.metadata.name
+            for n in self.core.list_node().items
+            if any(t.key == UNREACHABLE for t in n.spec.taints or [])
+        }
+
+    # ------------------------------------------------------------------ the driver's Lease
+
+    def driver_lease(self, namespace: str, lease: str) -> tuple[str | None, str | None, int] | None:
+        """(holder, renewTime, leaseDurationSeconds) of a driver's Lease; None if missing."""
+        try:
+            obj = self.coordination.read_namespaced_lease(lease, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        spec = obj.spec
+        renewed = spec.renew_time.isoformat() if spec.renew_time else None
+        return spec.holder_identity, renewed, int(spec.lease_duration_seconds or 0)
+
+    def clear_driver_lease(self, namespace: str, lease: str, keep: str | None = None) -> str | None:
+        """Release a driver's Lease on behalf of a holder whose pod is gone (so that the
+        next driver takes it at once instead of waiting out its duration), unless ``keep``
+        holds it; the holder released."""
+        try:
+            obj = self.coordination.read_namespaced_lease(lease, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        holder = obj.spec.holder_identity
+        if not holder or holder == keep:
+            return None
+        body = {
+            "metadata": {
+                "resourceVersion": obj.metadata.resource_version,
+                # The next driver knows its predecessor did not release it itself.
+                "annotations": {RELEASED_FOR: holder},
+            },
+            "spec": {"holderIdentity": None},
+        }
+        try:  # conditional: a holder that renewed meanwhile keeps it
+            self.coordination.patch_namespaced_lease(lease, namespace, body)
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                return None
+            raise
+        return str(holder)
 
     def ensure(self, obj: dict[str, Any]) -> None:
         """Create ``obj`` unless it exists (owned objects are never adopted from others)."""
@@ -79,6 +137,7 @@ class Kube:
             "Pod": lambda: self.core.create_namespaced_pod(ns, obj),
             "Role": lambda: self.rbac.create_namespaced_role(ns, obj),
             "RoleBinding": lambda: self.rbac.create_namespaced_role_binding(ns, obj),
+            "Lease": lambda: self.coordination.create_namespaced_lease(ns, obj),
         }[kind]
         try:
             create()  # type: ignore[no-untyped-call]
@@ -108,12 +167,18 @@ class Kube:
 
     def executors_left(self, namespace: str, app_id: str) -> bool:
         """Whether the executors of Spark application ``app_id`` (its StatefulSet, or any of
-        its pods) are still there."""
+        its pods) are still there. Those being deleted on an unreachable node are removed at
+        once: no kubelet will confirm their end, and without their driver they do nothing."""
         sets = self.apps.list_namespaced_stateful_set(namespace).items
         if any(s.metadata.name.startswith(f"spark-s-{app_id}-") for s in sets):
             return True
-        pods = self.core.list_namespaced_pod(namespace, label_selector=_executors(app_id))
-        return bool(pods.items)
+        pods = self.core.list_namespaced_pod(namespace, label_selector=_executors(app_id)).items
+        stuck = [p for p in pods if p.metadata.deletion_timestamp]
+        lost = self.unreachable_nodes() if stuck else set()
+        for pod in stuck:
+            if pod.spec.node_name in lost:
+                self.delete_driver(namespace, pod.metadata.name, grace_s=0)
+        return bool(pods)
 
     def delete_claims(self, namespace: str, app_id: str, keep: int) -> list[str]:
         """Delete the executors' state claims of ordinal ``keep`` and up (all with 0)."""
@@ -140,11 +205,7 @@ class Kube:
         pods = self.core.list_namespaced_pod(namespace, label_selector=_executors(app_id)).items
         if not pods:
             return []
-        lost = {
-            n.metadata.name
-            for n in self.core.list_node().items
-            if any(t.key == UNREACHABLE for t in n.spec.taints or [])
-        }
+        lost = self.unreachable_nodes()
         released = []
         for pod in pods:
             if pod.spec.node_name not in lost:

@@ -9,6 +9,8 @@ request (await-savepoint, and storage when the driver cannot say), the pre-start
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,12 +24,31 @@ from stator.control.client import (
 
 from .operation import Operation, Step
 from .ports import Connect, DriverApi, KubeApi
-from .resources import CONTROL_TOKEN_KEY, control_secret_name
+from .resources import CONTROL_TOKEN_KEY, control_secret_name, driver_lease_name
 from .spec import CONTROL_PORT, get
 from .status import StatusWriter
 from .storage import SavepointStorage
 
 ENDED = ("Succeeded", "Failed")
+
+# When each driver Lease's (holder, renewTime) was first seen, on this operator's clock: a
+# holder is silent for as long as that value has not changed (clocks of other machines never
+# enter). An operator that restarts starts counting afresh, which only delays a verdict.
+clock: Callable[[], float] = time.monotonic
+_SEEN: dict[tuple[str, str], tuple[tuple[str | None, str | None], float]] = {}
+
+
+@dataclass(frozen=True)
+class LeaseSilence:
+    """How long the holder of a driver's Lease has not renewed it."""
+
+    holder: str | None
+    silent_s: float
+    duration_s: int
+
+    @property
+    def lapsed(self) -> bool:
+        return bool(self.holder) and self.duration_s > 0 and self.silent_s > self.duration_s
 
 
 def control_url(pod: dict[str, Any] | None) -> str | None:
@@ -67,6 +88,7 @@ class Observation:
     restore_problem: str | None = None  # why restore.initialSavepoint cannot be read
     # The operation's pre-started driver (steps 0 and 4), beside the running one above.
     next: PrestartedDriver | None = None
+    lease: LeaseSilence | None = None  # the driver's Lease (steady state)
 
     @property
     def phase(self) -> str | None:
@@ -157,12 +179,27 @@ class Observer:
                 problem = self.storage.restore_problem(pipeline.namespace, spec, initial)
                 return replace(base, restore_problem=problem)
             return base
-        if base.driver is None or base.ended:
+        if base.pod is None or base.ended:
+            return base
+        base = replace(base, lease=self._lease(pipeline))
+        if base.driver is None:
             return base
         try:
             return replace(base, job=base.driver.job())
         except (ControlUnreachable, ControlHTTPError) as exc:
             return replace(base, unreachable=str(exc))
+
+    def _lease(self, pipeline: StatusWriter) -> LeaseSilence | None:
+        name = driver_lease_name(pipeline.name)
+        found = self.kube.driver_lease(pipeline.namespace, name)
+        if found is None:
+            return None
+        holder, renewed, duration = found
+        key, now = (pipeline.namespace, name), clock()
+        seen = _SEEN.get(key)
+        if seen is None or seen[0] != (holder, renewed):
+            seen = _SEEN[key] = ((holder, renewed), now)
+        return LeaseSilence(holder, now - seen[1], duration)
 
     def _readiness(self, base: Observation) -> Observation:
         if base.driver is None or base.phase != "Running":

@@ -88,6 +88,9 @@ class Operation:
     # the split of an upgrade's or rescale's downtime, kept across operator restarts.
     step_started: float | None = None
     step_seconds: dict[str, float] | None = None
+    # A lost driver's node (its Lease lapsed): the new driver prefers any other, as that
+    # node may look Ready for a while yet (the node lifecycle controller's grace period).
+    avoid_node: str | None = None
 
     def at(self, step: Step, started_at: str, **changes: Any) -> Operation:
         """This operation moved on to ``step``."""

@@ -28,6 +28,18 @@ class KubeApi(StatusApi, SecretApi, Protocol):
         was still there."""
         ...
 
+    def delete_driver(self, namespace: str, pod: str, grace_s: int = 30) -> None:
+        """Delete one driver pod (``grace_s`` 0: at once, for a pod on a lost node)."""
+        ...
+
+    def driver_lease(self, namespace: str, lease: str) -> tuple[str | None, str | None, int] | None:
+        """(holder, renewTime, leaseDurationSeconds) of a driver's Lease; None if missing."""
+        ...
+
+    def clear_driver_lease(self, namespace: str, lease: str, keep: str | None = None) -> str | None:
+        """Release a driver's Lease for a holder whose pod is gone, unless ``keep`` holds it."""
+        ...
+
     def ensure(self, obj: dict[str, Any]) -> None:
         """Create ``obj`` unless it exists."""
         ...

@@ -183,21 +183,12 @@ class Reconciler:
     # ------------------------------------------------------------------ the running driver
 
     def _watch(self, obs: Observation, running: dict[str, Any]) -> float:
-        """Mirror the driver's progress into status; a failed or vanished driver restarts."""
+        """Mirror the driver's progress into status; a failed, vanished or lost driver
+        restarts."""
         status = self.pipeline.status
-        if obs.phase == "Succeeded":  # a bounded job read all its input
-            if status.get("phase") != "Finished":
-                self.pipeline.write(phase="Finished")
-                self.event("Normal", "Finished", "the job finished its input")
-            return 10.0
-        if obs.phase == "Failed" and obs.exit_code == STOPPED_EXIT_CODE:
-            return self._stopped_outside(running)
-        if obs.phase == "Failed" and obs.exit_code == JOB_FAILED_EXIT_CODE:
-            return self._job_failed(obs)
-        if obs.pod is None or obs.phase == "Failed":
-            gone = "gone" if obs.pod is None else obs.phase
-            reason = f"driver pod {gone} (exit {obs.exit_code})"
-            return self._driver_failed(OpKind.RESTART, running, None, reason)
+        ended = self._ended(obs, running)
+        if ended is not None:
+            return ended
         if pinning(running) is Pinning.PREFERRED:
             self._release_lost_executors()
         if obs.driver is None:
@@ -244,6 +235,45 @@ class Reconciler:
             f"driver {status['deployment']['id']} ran its first epoch{after} (start-up: {split})",
         )
 
+    def _ended(self, obs: Observation, running: dict[str, Any]) -> float | None:
+        """The driver finished, stopped, failed, vanished or is lost: what follows."""
+        if obs.phase == "Succeeded":  # a bounded job read all its input
+            if self.pipeline.status.get("phase") != "Finished":
+                self.pipeline.write(phase="Finished")
+                self.event("Normal", "Finished", "the job finished its input")
+            return 10.0
+        if obs.phase == "Failed" and obs.exit_code == STOPPED_EXIT_CODE:
+            return self._stopped_outside(running)
+        if obs.phase == "Failed" and obs.exit_code == JOB_FAILED_EXIT_CODE:
+            return self._job_failed(obs)
+        if obs.pod is None or obs.phase == "Failed":
+            gone = "gone" if obs.pod is None else obs.phase
+            reason = f"driver pod {gone} (exit {obs.exit_code})"
+            return self._driver_failed(OpKind.RESTART, running, None, reason)
+        pod = (obs.pod or {}).get("metadata", {}).get("name")
+        if obs.lease is not None and obs.lease.lapsed and obs.lease.holder == pod:
+            return self._driver_lost(obs, running)
+        return None
+
+    def _driver_lost(self, obs: Observation, running: dict[str, Any]) -> float:
+        """The driver stopped renewing its Lease: its node is lost (powered off, or cut off)
+        or it hangs. Kubernetes cannot tell whether it still runs, so its pod is removed at
+        once (no kubelet may ever confirm it) and a new driver restarts from the latest
+        checkpoint; the old one, should it still run, writes nothing more (its Lease lapsed:
+        ``stator.cluster.fencing``)."""
+        assert obs.lease is not None and obs.pod is not None
+        pod = obs.pod["metadata"]["name"]
+        node = (obs.pod.get("spec") or {}).get("nodeName") or "?"
+        reason = (
+            f"driver pod {pod} on node {node} has not renewed its lease for "
+            f"{obs.lease.silent_s:.0f} s (lease duration {obs.lease.duration_s} s): its node is "
+            f"lost or it hangs"
+        )
+        self.event("Warning", "DriverLost", f"{reason}; removing it")
+        self.kube.delete_driver(self.pipeline.namespace, pod, grace_s=0)
+        avoid = None if node == "?" else node
+        return self._driver_failed(OpKind.RESTART, running, None, reason, avoid_node=avoid)
+
     def _release_lost_executors(self) -> None:
         """``localRecovery.pinning: preferred``: an executor whose node is unreachable gives
         up its volume there and starts on another node (its key-groups restore from the
@@ -283,7 +313,12 @@ class Reconciler:
         return self._start(OpKind.RESTART, Step.REMOVE_DRIVER, target=running, restore="latest")
 
     def _driver_failed(
-        self, kind: OpKind, target: dict[str, Any], savepoint: str | None, reason: str
+        self,
+        kind: OpKind,
+        target: dict[str, Any],
+        savepoint: str | None,
+        reason: str,
+        avoid_node: str | None = None,
     ) -> float:
         """A driver failed (or never became ready). A failed upgrade or rescale rolls back to
         the last stable spec and remembers the failed one, so it is not retried; anything
@@ -327,6 +362,7 @@ class Reconciler:
             target=target,
             restore="latest",
             not_before=time.time() + delay_s,
+            avoid_node=avoid_node,
         )
 
     # ------------------------------------------------------------------ spec validity

@@ -154,10 +154,26 @@ def network_policy(body: dict[str, Any], operator_namespace: str | None) -> dict
     }
 
 
+def driver_lease_name(pipeline: str) -> str:
+    """The Lease a pipeline's driver holds while it writes (``stator.cluster.fencing``)."""
+    return f"{pipeline}-driver"
+
+
+def driver_lease(body: dict[str, Any]) -> dict[str, Any]:
+    """Created by the operator, held by nobody: the driver may only take and renew it."""
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": _meta(body, driver_lease_name(body["metadata"]["name"]), "driver"),
+        "spec": {},
+    }
+
+
 def role(body: dict[str, Any]) -> dict[str, Any]:
     """What Spark's Kubernetes backend needs for executors, in this namespace only: watch
     its executor pods, write their configuration (a ConfigMap), and create and scale the
-    StatefulSet that runs them (the StatefulSet controller creates the pods and claims)."""
+    StatefulSet that runs them (the StatefulSet controller creates the pods and claims).
+    And the driver's own Lease, by name: take and renew it, nothing else."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
@@ -184,6 +200,12 @@ def role(body: dict[str, Any]) -> dict[str, Any]:
                 "apiGroups": ["apps"],
                 "resources": ["statefulsets/scale"],
                 "verbs": ["get", "patch", "update"],
+            },
+            {
+                "apiGroups": ["coordination.k8s.io"],
+                "resources": ["leases"],
+                "resourceNames": [driver_lease_name(body["metadata"]["name"])],
+                "verbs": ["get", "update", "patch"],
             },
         ],
     }
@@ -229,6 +251,7 @@ def job_config(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any
         "failover": {"strategy": get(spec, "failover", "strategy", default="region")},
         "spark": _spark(spec, name, namespace),
         "savepoint": {"dir": savepoint_dir(spec)},
+        "lease": {"name": driver_lease_name(name)},
     }
     for field, key, scale in UPLOAD_FIELDS:
         if field in ck:
@@ -449,24 +472,29 @@ def driver_pod(
     deployment: str,
     restore: str | None,
     allow_non_restored: bool,
+    avoid_node: str | None = None,
 ) -> dict[str, Any]:
     """The driver pod of one deployment, restoring from ``restore``; None: a pre-started
-    driver, told what to restore from later (``POST /v1/handover``, flows.py step 4)."""
+    driver, told what to restore from later (``POST /v1/handover``, flows.py step 4).
+    ``avoid_node``: the node a lost driver was on; any other is preferred."""
     meta = body["metadata"]
     name = meta["name"]
     env: list[dict[str, Any]] = [
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "HOME", "value": f"{STATE_MOUNT}/home"},
     ]
-    if spec.get("executor") is not None:  # what stator.cluster.kubernetes reads
+    # What stator.cluster.fencing (the driver's Lease) and stator.cluster.kubernetes read.
+    env += [
+        {"name": "STATOR_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {
+            "name": "STATOR_POD_NAMESPACE",
+            "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+        },
+        {"name": "STATOR_SERVICE_ACCOUNT_DIR", "value": SERVICE_ACCOUNT_DIR},
+    ]
+    if spec.get("executor") is not None:
         env += [
             {"name": "STATOR_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-            {"name": "STATOR_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-            {
-                "name": "STATOR_POD_NAMESPACE",
-                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
-            },
-            {"name": "STATOR_SERVICE_ACCOUNT_DIR", "value": SERVICE_ACCOUNT_DIR},
             {
                 "name": "STATOR_EXECUTOR_POD_TEMPLATE",
                 "value": f"{CONFIG_MOUNT}/{EXECUTOR_TEMPLATE}",
@@ -565,6 +593,15 @@ def driver_pod(
             ],
         },
     }
+    if avoid_node:
+        term = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [avoid_node]}
+        pod["spec"]["affinity"] = {
+            "nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 100, "preference": {"matchExpressions": [term]}}
+                ]
+            }
+        }
     template = get(spec, "driver", "podTemplate", default=None)
     if template:
         _merge(pod, template)

@@ -125,6 +125,7 @@ def report_error(exc: StatorError) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from .cluster import fencing  # noqa: PLC0415 - the Kubernetes client only when running
     from .config import load_config  # noqa: PLC0415
     from .control.server import serving  # noqa: PLC0415 - aiohttp only when running a job
     from .driver.regions import build_job  # noqa: PLC0415
@@ -152,18 +153,23 @@ def _run(args: argparse.Namespace) -> int:
         python_path=[loaded.import_root] if loaded.import_root else [],
         await_handover=args.await_handover,
     )
-    # The job keeps what preflight found for its restore source (it is not read again).
+    # The job keeps what preflight found for its restore source (it is not read again), so
+    # the job's lease is held before: no other driver writes after the restore source is read.
     if args.await_handover:  # the restore source arrives over the control API
         driver.check_storage()
     else:
+        fencing.hold(config.lease, os.environ)
         driver.preflight()
     try:
         with serving(driver, config.control):
             if args.await_handover:
                 driver.await_handover()
+                fencing.hold(config.lease, os.environ)  # the old driver released it
                 driver.check_restore_source()
             status = driver.run()
+            fencing.release()  # before lingering: a successor takes over at once
     finally:
+        fencing.release()
         driver.close()
     print(
         json.dumps(

@@ -95,6 +95,19 @@ class ControlConfig:
 
 
 @dataclass(frozen=True)
+class LeaseConfig:
+    # At most one driver of a job writes checkpoints, savepoints and sink commits: in
+    # Kubernetes the driver holds a Lease (coordination.k8s.io) of this name in its own
+    # namespace (the operator creates it and sets the name) and writes nothing unless it
+    # surely holds it (stator.cluster.fencing). None: no lease (one machine, one driver).
+    name: str | None = None
+    # A replacement driver takes over when the holder has not renewed for this long; the
+    # holder stops writing ``renew_ms`` before that.
+    duration_ms: int = 15_000
+    renew_ms: int = 5_000
+
+
+@dataclass(frozen=True)
 class StateConfig:
     # Executor-local directory for RocksDB databases and local snapshots.
     local_dir: str = str(DEFAULT_ROOT / "state")
@@ -194,6 +207,7 @@ class JobConfig:
     restore: RestoreConfig = field(default_factory=RestoreConfig)
     savepoint: SavepointConfig = field(default_factory=SavepointConfig)
     control: ControlConfig = field(default_factory=ControlConfig)
+    lease: LeaseConfig = field(default_factory=LeaseConfig)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     def __post_init__(self) -> None:
@@ -205,6 +219,13 @@ class JobConfig:
         _positive(self, "checkpoint.timeout_ms", self.checkpoint.timeout_ms)
         _positive(self, "spark.task_attempts", self.spark.task_attempts)
         _check_restart(self.restart)
+        _positive(self, "lease.renew_ms", self.lease.renew_ms)
+        if self.lease.duration_ms < 2 * self.lease.renew_ms:
+            raise ConfigError(
+                f"lease.duration_ms ({self.lease.duration_ms}) must be at least twice "
+                f"lease.renew_ms ({self.lease.renew_ms}): the driver stops writing one renewal "
+                f"period before its lease could lapse; raise duration_ms or lower renew_ms"
+            )
         if self.local_recovery.executor_wait_ms < 0:
             raise ConfigError("local_recovery.executor_wait_ms must be >= 0")
         storage = self.checkpoint.storage

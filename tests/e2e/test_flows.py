@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
+from stator.cluster.fencing import LEASE_LOST_EXIT, TAKEOVER_ID_GAP
 from tests.e2e.conftest import EXTERNAL, LEASE_SECONDS, OperatorControl, Space, launch_operator
 from tests.e2e.test_operator import assert_exact, committed
 
 COUNT = 30_000
+COUNT_LOST = 60_000  # two minutes at 500 events/s: the loss lands mid-stream
 COUNT_KILLED = 240_000  # 8 minutes of input at 500 events/s: more than six rescales take
 
 
@@ -114,6 +116,50 @@ def test_killed_driver_restarts_from_the_latest_checkpoint(space: Space, kill_dr
     assert "DriverFailed" in space.events()
     space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=300)
     assert_exact(committed(space, name), COUNT)
+
+
+def test_a_driver_on_a_lost_node_is_replaced_and_fenced(space: Space, nodes: Any) -> None:
+    """The driver's node vanishes (its processes freeze, its heartbeats stop). The driver's
+    Lease lapses, the operator removes its pod and a new driver on another node restores the
+    latest checkpoint: running again within 60 s. Then the old node's processes run on, still
+    cut off (a partition): the old driver finds its Lease taken and exits without writing.
+    The output is exact."""
+    name = "lostdriver"
+    start(space, name, count=COUNT_LOST, rate=500)
+    old = space.driver_pods(name)[-1]
+    pod, node = old["metadata"]["name"], old["spec"]["nodeName"]
+    before = space.status(name)["epoch"]
+    lost_at = time.monotonic()
+    nodes.lose(node)
+    try:
+        s = space.wait(
+            name,
+            "a new driver processing",
+            lambda s: (
+                running(s)
+                and s["deployment"]["driverPod"] != pod
+                and (s.get("epoch") or 0) > before
+            ),
+            timeout=180,
+        )
+        recovered_s = time.monotonic() - lost_at
+        print(f"driver node {node} lost: processing again after {recovered_s:.1f} s")
+        assert recovered_s < 60, recovered_s
+        new = space.driver_pods(name)[-1]
+        assert new["spec"]["nodeName"] != node
+        assert "DriverLost" in space.events()
+        assert s["deployment"]["restoredFrom"] == "latest"
+        agent = getattr(nodes, "agent", None)
+        if agent is not None:  # the node agent can partition a node; kind cannot
+            old_driver = agent.thaw_node(node)[f"{space.name}/{pod}"]
+            assert old_driver.wait(60) == LEASE_LOST_EXIT
+            assert "this driver was replaced" in agent.pod_log(space.name, pod)
+        s = space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=300)
+        assert_exact(committed(space, name), COUNT_LOST)
+        # The new driver took over from one that did not release its Lease: it skipped ids.
+        assert s["latestCheckpoint"]["id"] > TAKEOVER_ID_GAP
+    finally:
+        nodes.restore(node)
 
 
 @pytest.mark.timeout(1200)  # six rescales, each first waiting for its pre-started driver

@@ -267,6 +267,8 @@ def test_rbac_grants_what_each_needs_and_nothing_more(space: Space) -> None:
         (driver, "create", "configmaps", ns),
         (driver, "create", "statefulsets.apps", ns),
         (driver, "patch", "statefulsets.apps/scale", ns),
+        (driver, "update", f"leases.coordination.k8s.io/{name}-driver", ns),  # its own Lease
+        (operator, "create", "leases.coordination.k8s.io", ns),
     ]
     denied = [
         (operator, "list", "secrets", ns),  # never every Secret
@@ -283,6 +285,8 @@ def test_rbac_grants_what_each_needs_and_nothing_more(space: Space) -> None:
         (driver, "get", "statefulpipelines.stator.dev", ns),
         (driver, "create", "pods", "default"),
         (driver, "list", "nodes", None),
+        (driver, "update", "leases.coordination.k8s.io/another-driver", ns),
+        (driver, "create", "leases.coordination.k8s.io", ns),
     ]
     wrong = [c for c in allowed if not can(*c)] + [c for c in denied if can(*c)]
     assert not wrong, wrong

@@ -133,6 +133,17 @@ class NodeAgent:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pod.proc.pid, signal.SIGSTOP)
 
+    def thaw_node(self, node: str) -> dict[str, Any]:
+        """The lost node's processes run on, still cut off from the control plane (a
+        partition, not a power-off): no heartbeats, its pods' changes unseen. Returns its
+        processes by pod key (namespace/name)."""
+        with self._lock:
+            procs = {p.key: p.proc for p in self.pods.values() if p.node == node}
+            for proc in procs.values():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGCONT)
+        return procs
+
     def restore_node(self, node: str) -> None:
         """The node comes back, as after a reboot: its old processes are gone, its directory
         is still there, and pods still bound to it restart or fail by their restart policy."""

@@ -55,6 +55,9 @@ class FakeKube:
         self.lost_nodes: set[str] = set()
         # Calls that fail (as the API server or the network would) the next N times.
         self.failing: dict[str, int] = {}
+        # The driver's Lease: (holder, renewTime, leaseDurationSeconds); force-deleted pods.
+        self.lease: tuple[str | None, str | None, int] | None = None
+        self.force_deleted: list[str] = []
 
     def _call(self, method: str) -> None:
         if self.failing.get(method, 0) > 0:
@@ -89,6 +92,23 @@ class FakeKube:
                 pod["metadata"]["deleting"] = True
                 self.deleted.append(pod_name)
         return bool(left)
+
+    def delete_driver(self, namespace: str, pod: str, grace_s: int = 30) -> None:
+        if grace_s == 0:
+            self.pods.pop(pod, None)
+            self.force_deleted.append(pod)
+        elif pod in self.pods:
+            self.pods[pod]["metadata"]["deleting"] = True
+
+    def driver_lease(self, namespace: str, lease: str) -> tuple[str | None, str | None, int] | None:
+        return self.lease
+
+    def clear_driver_lease(self, namespace: str, lease: str, keep: str | None = None) -> str | None:
+        if self.lease is None or not self.lease[0] or self.lease[0] == keep:
+            return None
+        holder = self.lease[0]
+        self.lease = (None, self.lease[1], self.lease[2])
+        return holder
 
     def ensure(self, obj: dict[str, Any]) -> None:
         self._call("ensure")

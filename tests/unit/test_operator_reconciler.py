@@ -17,7 +17,7 @@ from kubernetes.client.rest import ApiException
 
 from stator.config import JobConfig
 from stator.storage import open_store
-from stator_operator import flows
+from stator_operator import flows, observer
 from stator_operator.operation import Operation, OpKind, Step
 from stator_operator.resources import spark_app_id
 from stator_operator.spec import UpgradeMode, fingerprint
@@ -87,6 +87,7 @@ def test_deploy_creates_the_objects_then_awaits_the_driver(tmp_path: Path) -> No
         "RoleBinding",
         "Service",
         "NetworkPolicy",
+        "Lease",
     }
     assert set(bed.kube.secrets) == {"counts-control"}  # the control API's token
     ingress = bed.kube.objects[("NetworkPolicy", "counts-stator")]["spec"]["ingress"]
@@ -293,6 +294,47 @@ def test_a_failed_driver_restarts_from_the_latest_checkpoint_after_a_backoff(
     assert restore_arg(bed) == "latest" and bed.status["phase"] == "Running"
     assert bed.status["deployment"]["restoredFrom"] == "latest"
     assert "RestartCompleted" in bed.reasons()
+
+
+def test_a_driver_that_stops_renewing_its_lease_is_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A driver whose node is lost keeps its pod Running in the API; its Lease tells. Silent
+    for no longer than the Lease's duration: nothing happens; longer: its pod is removed at
+    once (no kubelet will confirm it), the job restarts from the latest checkpoint, and the
+    Lease is released for the next driver once the old pod is gone."""
+    now = [1000.0]
+    monkeypatch.setattr(observer, "clock", lambda: now[0])
+    bed = Bed(tmp_path)
+    bed.deploy()
+    first = bed.driver_pod()
+    bed.kube.pods[first]["spec"]["nodeName"] = "node-b"
+    bed.kube.lease = (first, "2026-11-24T06:00:00+00:00", 15)
+    bed.step()
+    now[0] += 14  # silent, but within its duration
+    bed.step()
+    assert bed.op is None and not bed.kube.force_deleted
+    bed.kube.lease = (first, "2026-11-24T06:00:14+00:00", 15)  # it renewed: counting anew
+    bed.step()
+    now[0] += 14.5
+    bed.step()
+    assert bed.op is None, "silent 14.5 s only since its last renewal"
+    now[0] += 1
+    bed.step()
+    assert bed.kube.force_deleted == [first]
+    op = bed.op
+    assert op is not None and (op.kind, op.restore) == (OpKind.RESTART, "latest")
+    lost = [m for _, r, m in bed.events if r == "DriverLost"]
+    assert len(lost) == 1 and f"driver pod {first} on node" in lost[0], lost
+    assert "has not renewed its lease for 16 s (lease duration 15 s)" in bed.status["lastError"]
+    bed.edit_operation(notBefore=0)
+    bed.finish()
+    assert bed.kube.lease is not None and bed.kube.lease[0] is None  # released for the next
+    assert bed.driver_pod() != first and restore_arg(bed) == "latest"
+    # The lost node may look Ready for a while yet: the new driver prefers any other.
+    affinity = bed.kube.pods[bed.driver_pod()]["spec"]["affinity"]["nodeAffinity"]
+    term = affinity["preferredDuringSchedulingIgnoredDuringExecution"][0]["preference"]
+    assert term["matchExpressions"][0]["values"] == ["node-b"]
 
 
 def test_a_job_the_driver_ended_is_failed_with_its_cause_not_restarted(tmp_path: Path) -> None:

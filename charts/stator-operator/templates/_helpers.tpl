@@ -38,6 +38,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
   verbs: [get, create, update]
+# Each pipeline's driver Lease: created, and cleared once its holder's pod is gone, by the
+# operator; taken and renewed by the driver (its Role names it).
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, create, update, patch]
 # Each pipeline's NetworkPolicy (who may reach its driver).
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]

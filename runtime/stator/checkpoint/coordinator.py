@@ -34,6 +34,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from ..cluster.fencing import TAKEOVER_ID_GAP, guard, took_over
 from ..errors import CheckpointNotFoundError, StorageError
 from ..storage import ObjectStore
 from .metadata import (
@@ -68,6 +69,7 @@ class CheckpointCoordinator:
         self.next_id = 1
         # Failed checkpoints whose uploads may still write: (until, id, their files).
         self._late: list[tuple[float, int, list[RemoteFile]]] = []
+        self._id_floor = 0  # no id below it: ids skipped after a lease takeover
 
     # ------------------------------------------------------------------ ids and handles
 
@@ -86,7 +88,9 @@ class CheckpointCoordinator:
         """Steps 2-3 of the module docstring. Raises StorageError if step 2 fails (then the
         caller aborts the checkpoint). The caller then has sinks commit (step 4) and calls
         :meth:`subsume` (step 5), also when a sink fails to commit."""
-        # 2. The metadata object, last of everything N consists of.
+        # 2. The metadata object, last of everything N consists of; only while this driver
+        #    surely holds the job's lease (a replaced driver exits here instead).
+        guard(f"checkpoint {meta.checkpoint_id}")
         self.store.put(metadata_key(meta.checkpoint_id), meta.to_json())
         # 3. Register and retain.
         self.registry.register(meta.checkpoint_id, meta.shared_keys())
@@ -166,6 +170,9 @@ class CheckpointCoordinator:
         listing = dict(self.store.listing())
         ids = sorted({i for i in (parse_checkpoint_dir(k.split("/", 1)[0]) for k in listing) if i})
         self.next_id = (max(ids) + 1) if ids else 1
+        if took_over() and not self._id_floor:  # an old driver's late uploads cannot collide
+            self._id_floor = self.next_id + TAKEOVER_ID_GAP
+        self.next_id = max(self.next_id, self._id_floor)
         valid: list[CheckpointMetadata] = []
         unusable: dict[str, set[str]] = {}  # kept for inspection, never deleted here
         for cid in sorted(ids, reverse=True):

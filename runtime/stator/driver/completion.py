@@ -34,6 +34,7 @@ from ..checkpoint.metadata import (
     RemoteFile,
     SubtaskSnapshot,
 )
+from ..cluster.fencing import guard
 from ..epoch.reports import SinkReport, StateReport
 from ..errors import SinkCommitError, StatorError
 
@@ -165,6 +166,7 @@ def commit_completed(
     what it covers, then older checkpoints are subsumed (also if a sink failed: ``meta``
     lists what it must commit again)."""
     try:
+        guard(f"sink commits up to epoch {meta.epoch}")
         output.commit_upto(meta.epoch)
     except Exception as exc:
         raise SinkCommitError(

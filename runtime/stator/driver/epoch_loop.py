@@ -35,6 +35,7 @@ from typing import Any
 from ..api.pipeline import KeyedNode, Pipeline, SinkNode, SourceNode
 from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.metadata import CheckpointMetadata, RemoteFile
+from ..cluster.fencing import guard
 from ..cluster.jvm import live_executors, load_helper
 from ..cluster.placement import LocalRestore, PlacementTracker, Placer, uses_placement
 from ..cluster.session import share_python_path, starts_executor_pods, warm_python_workers
@@ -370,6 +371,7 @@ class JobDriver:
                     self._settle(self.in_flight.poll())
                     time.sleep(self.config.epoch.idle_wait_ms / 1000)
                     continue
+                guard(f"epoch {self.next_epoch()}")
                 self._run_epoch(plan)
                 self.recovery.epoch_completed()
             except JobFailed:  # a split's failover gave up (split_failover.py)

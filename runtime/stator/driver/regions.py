@@ -45,6 +45,7 @@ from typing import Any
 from ..api.pipeline import Pipeline, Region
 from ..checkpoint.coordinator import now_ms
 from ..checkpoint.metadata import CheckpointMetadata
+from ..cluster.fencing import guard
 from ..cluster.jvm import live_executors
 from ..cluster.placement import PlacementTracker
 from ..cluster.session import share_python_path, starts_executor_pods, warm_python_workers
@@ -437,6 +438,7 @@ class RegionalJob:
             merged = merge_parts(
                 self.job, {rid: p.meta for rid, p in parts.items() if p.meta}, started
             )
+            guard(f"savepoint {location}")
             open_store(location, cfg.s3).put(METADATA_NAME, merged.to_json())
         except BaseException as exc:
             for p in parts.values():

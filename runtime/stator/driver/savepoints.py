@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from ..api.time import MAX_TIMESTAMP
 from ..checkpoint.coordinator import now_ms
+from ..cluster.fencing import guard
 from ..epoch.reports import StateReport
 from ..epoch.spec import SavepointTask
 from ..errors import StatorError
@@ -240,6 +241,7 @@ def take_savepoint(
         meta = _metadata(runner, done, compression, started)
         request.meta = meta
         if request.part is None:
+            guard(f"savepoint {location}")
             store.put(METADATA_NAME, meta.to_json())
     except Exception as exc:
         request.status, request.error = "FAILED", f"{type(exc).__name__}: {exc}"[:2000]

@@ -1,5 +1,6 @@
-"""Leader election between operator replicas (stator_operator.leader), against an in-memory
-Lease API that refuses updates with a stale resourceVersion, as the API server does."""
+"""One holder of a Lease at a time (stator.cluster.lease: operator replicas, drivers), against
+an in-memory Lease API that refuses updates with a stale resourceVersion, as the API server
+does."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 from kubernetes.client.rest import ApiException
 
-from stator_operator.leader import LeaderElector
+from stator.cluster.lease import LeaseHolder
 
 
 class FakeLeases:
@@ -21,13 +22,17 @@ class FakeLeases:
         self.leases: dict[str, dict[str, Any]] = {}
         self.version = 0
         self.down = False
+        self.refuse = False  # 401: the caller's token is no longer valid
         self.lock = threading.Lock()
 
     def _obj(self, raw: dict[str, Any]) -> Any:
         spec = raw["spec"]
         renew = spec.get("renewTime")
         return SimpleNamespace(
-            metadata=SimpleNamespace(resource_version=raw["metadata"]["resourceVersion"]),
+            metadata=SimpleNamespace(
+                resource_version=raw["metadata"]["resourceVersion"],
+                annotations=raw["metadata"].get("annotations"),
+            ),
             spec=SimpleNamespace(
                 holder_identity=spec.get("holderIdentity"),
                 renew_time=dt.datetime.fromisoformat(renew.replace("Z", "+00:00"))
@@ -40,6 +45,8 @@ class FakeLeases:
 
     def read_namespaced_lease(self, name: str, namespace: str) -> Any:
         with self.lock:
+            if self.refuse:
+                raise ApiException(status=401, reason="Unauthorized")
             if self.down:
                 raise ApiException(status=503)
             if name not in self.leases:
@@ -68,6 +75,12 @@ class FakeLeases:
                     stored["spec"].pop(key, None)
                 else:
                     stored["spec"][key] = value
+            notes = stored["metadata"].setdefault("annotations", {})
+            for key, value in (body["metadata"].get("annotations") or {}).items():
+                if value is None:
+                    notes.pop(key, None)
+                else:
+                    notes[key] = value
             self.version += 1
             stored["metadata"]["resourceVersion"] = str(self.version)
 
@@ -75,9 +88,9 @@ class FakeLeases:
         return self.leases["lead"]["spec"].get("holderIdentity")
 
 
-def elector(api: FakeLeases, name: str, duration: int = 1) -> LeaderElector:
-    return LeaderElector(
-        "ops", name="lead", identity=name, duration_s=duration, renew_s=0.1, retry_s=0.05, api=api
+def elector(api: FakeLeases, name: str, duration: int = 1) -> LeaseHolder:
+    return LeaseHolder(
+        "ops", "lead", identity=name, duration_s=duration, renew_s=0.1, retry_s=0.05, api=api
     )
 
 
@@ -119,7 +132,7 @@ def test_two_standbys_racing_for_one_lease_never_both_win() -> None:
     won: list[str] = []
     barrier = threading.Barrier(len(racers))
 
-    def race(e: LeaderElector) -> None:
+    def race(e: LeaseHolder) -> None:
         barrier.wait()
         if e._try_acquire():
             won.append(e.identity)
@@ -146,3 +159,21 @@ def test_a_leader_that_may_have_lost_the_lease_gives_up(how: str) -> None:
         api.down = True
     assert done.wait(5)
     assert ("held by b" if how == "taken" else "could not renew") in lost[0]
+
+
+def test_a_holder_whose_credentials_are_revoked_knows_it_was_replaced() -> None:
+    """A pod's service-account token dies with the pod: a driver whose pod was removed (it was
+    replaced) and that runs on behind a partition gets 401 once it is no longer sure."""
+    api = FakeLeases()
+    a = elector(api, "a", duration=1)
+    a.give_up_unrenewed = False  # as a driver: unsure is not lost
+    a.acquire()
+    lost: list[str] = []
+    done = threading.Event()
+    a.keep_renewing(lambda reason: (lost.append(reason), done.set()))
+    api.down = True  # 503: not sure, but not lost either
+    time.sleep(1.5)
+    assert not a.valid() and not lost
+    api.down, api.refuse = False, True
+    assert done.wait(5)
+    assert "refuses this holder (401)" in lost[0]
