@@ -157,6 +157,7 @@ def _run(args: argparse.Namespace) -> int:
     # the job's lease is held before: no other driver writes after the restore source is read.
     if args.await_handover:  # the restore source arrives over the control API
         driver.check_storage()
+        fencing.prepare(config.lease, os.environ)
     else:
         fencing.hold(config.lease, os.environ)
         driver.preflight()

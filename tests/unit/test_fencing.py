@@ -142,3 +142,19 @@ def test_a_lease_the_operator_released_for_a_lost_driver_counts_as_taken_over(
     assert fencing.hold(CONFIG, ENV, api=api)
     assert time.monotonic() - started < 1 and fencing.took_over()
     assert RELEASED_FOR not in api.leases["lead"]["metadata"]["annotations"]
+
+
+def test_a_prestarted_driver_prepares_its_lease_client_before_the_hand_over(
+    exits: list[int],
+) -> None:
+    """Loading the Kubernetes client takes about a second: a pre-started driver does it while
+    it waits, so the hand-over only acquires (``hold`` without a client of its own here would
+    need KUBERNETES_SERVICE_HOST, which ENV lacks)."""
+    api = FakeLeases()
+    api.create_namespaced_lease("team", {"metadata": {"name": "lead"}, "spec": {}})
+    fencing.prepare(CONFIG, ENV, api=api)
+    assert fencing.hold(CONFIG, ENV)
+    assert api.holder() == "driver-a"
+    fencing.release()
+    with pytest.raises(ConfigError, match="KUBERNETES_SERVICE_HOST is not"):
+        fencing.hold(CONFIG, ENV)  # nothing prepared any more

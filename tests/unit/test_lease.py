@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from kubernetes.client.rest import ApiException
+from urllib3.exceptions import MaxRetryError
 
 from stator.cluster.lease import LeaseHolder
 
@@ -177,3 +178,20 @@ def test_a_holder_whose_credentials_are_revoked_knows_it_was_replaced() -> None:
     api.down, api.refuse = False, True
     assert done.wait(5)
     assert "refuses this holder (401)" in lost[0]
+
+
+def test_an_api_server_not_yet_reachable_is_waited_for() -> None:
+    api = FakeLeases()
+    calls = [0]
+    read = api.read_namespaced_lease
+
+    def flaky(name: str, namespace: str) -> Any:
+        calls[0] += 1
+        if calls[0] <= 2:
+            raise MaxRetryError(None, "/lease", "connection refused")  # type: ignore[arg-type]
+        return read(name, namespace)
+
+    api.read_namespaced_lease = flaky  # type: ignore[method-assign]
+    a = elector(api, "a")
+    a.acquire()
+    assert api.holder() == "a" and calls[0] == 3

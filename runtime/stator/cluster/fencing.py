@@ -47,6 +47,16 @@ TAKEOVER_ID_GAP = 1000
 _WAIT_S = 0.2
 
 _holder: LeaseHolder | None = None
+_prepared: LeaseHolder | None = None
+
+
+def prepare(config: LeaseConfig, env: Mapping[str, str], api: object | None = None) -> None:
+    """Build the lease's client ahead (a pre-started driver, before it waits for the
+    hand-over): loading the Kubernetes client takes about a second, which is downtime once
+    the hand-over came."""
+    global _prepared  # noqa: PLW0603
+    if config.name is not None and _prepared is None:
+        _prepared = _new_holder(config, env, api)
 
 
 def hold(
@@ -58,12 +68,22 @@ def hold(
     """Acquire the job's lease (config ``lease.name``) and keep renewing it; False if
     ``stop`` was set first. Without ``lease.name`` there is nothing to hold (True). ``api``:
     a coordination API client (default: from the pod's service account)."""
-    global _holder  # noqa: PLW0603 - one driver process holds one lease
+    global _holder, _prepared  # noqa: PLW0603 - one driver process holds one lease
     if config.name is None:
         return True
+    holder, _prepared = _prepared or _new_holder(config, env, api), None
+    if not holder.acquire(stop):
+        return False
+    holder.keep_renewing(_replaced)
+    _holder = holder
+    return True
+
+
+def _new_holder(config: LeaseConfig, env: Mapping[str, str], api: object | None) -> LeaseHolder:
     from .lease import LeaseHolder  # noqa: PLC0415
 
-    holder = LeaseHolder(
+    assert config.name is not None
+    return LeaseHolder(
         namespace=_namespace(env),
         name=config.name,
         identity=env.get("STATOR_POD_NAME") or socket.gethostname(),
@@ -74,11 +94,6 @@ def hold(
         create=False,  # the operator creates it; the driver may only read and update it
         give_up_unrenewed=False,
     )
-    if not holder.acquire(stop):
-        return False
-    holder.keep_renewing(_replaced)
-    _holder = holder
-    return True
 
 
 def took_over() -> bool:

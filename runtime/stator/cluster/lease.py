@@ -39,6 +39,7 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from urllib3.exceptions import HTTPError
 
 log = logging.getLogger("stator.lease")
 # Set by whoever releases a Lease on behalf of its holder (to the holder's identity): the
@@ -105,9 +106,12 @@ class LeaseHolder:
             lease = self.api.read_namespaced_lease(self.name, self.namespace)
         except ApiException as exc:
             if exc.status != 404 or not self.create:
-                log.warning("reading lease %s failed: %s", self.name, exc.reason)
+                log.warning("reading lease %s failed: %s", self.name, _short(exc))
                 return False
             return self._create()
+        except (OSError, HTTPError) as exc:  # the API server is not reachable (yet): look again
+            log.warning("reading lease %s failed: %s", self.name, exc)
+            return False
         spec = lease.spec
         holder = spec.holder_identity
         renewed = spec.renew_time.isoformat() if spec.renew_time else None
