@@ -1,15 +1,20 @@
 """Exactly-once file sink to object storage (``file://`` or ``s3://``).
 
-Each task stages its epoch's records as one object ``_staging/epoch=<E>/<part>.jsonl``. When
-the checkpoint covering epoch E completes, the driver moves each staged part to
+Each task attempt stages its epoch's records as one object of its own,
+``_staging/epoch=<E>/<part>.<attempt token>.jsonl``, and reports that key. When the checkpoint
+covering epoch E completes, the driver moves each *reported* staged object to
 ``epoch=<E>/part-<part>.jsonl`` and then writes ``_commits/<E>.json``. Readers that skip
 ``_``-prefixed paths (Spark, Hive, :func:`read_committed`) never see staged output, and since
-part names are deterministic a replayed epoch rewrites the same objects: no duplicates.
+committed part names are deterministic a replayed epoch rewrites the same objects: no
+duplicates. An attempt nobody reported (a failed Spark attempt that still finished writing, or
+a task of a driver that was replaced and cut off: ``cluster/fencing.py``) writes an object no
+commit moves, so it can never replace the output that is committed.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -40,9 +45,14 @@ class _FileWriter(SinkWriter):
         if not self.lines:
             return {"part": self.part, "records": 0}, None
         body = b"\n".join(self.lines) + b"\n"
-        key = f"{STAGING}/{_epoch_dir(self.epoch)}/{self.part}.jsonl"
+        key = f"{STAGING}/{_epoch_dir(self.epoch)}/{self.part}.{uuid.uuid4().hex[:12]}.jsonl"
         self.sink.store.put(key, body)
-        return {"part": self.part, "records": len(self.lines), "bytes": len(body)}, None
+        return {
+            "part": self.part,
+            "records": len(self.lines),
+            "bytes": len(body),
+            "staged": key,
+        }, None
 
 
 class FileSink(Sink):
@@ -76,12 +86,12 @@ class FileSink(Sink):
     def commit(
         self, uid: str, epoch: int, parts: list[dict[str, Any]], payloads: list[Any]
     ) -> None:
-        names = sorted(p["part"] for p in parts if p.get("records"))
+        staged = {p["part"]: p.get("staged") for p in parts if p.get("records")}
+        names = sorted(staged)
         for name in names:
-            self.store.move(
-                f"{STAGING}/{_epoch_dir(epoch)}/{name}.jsonl",
-                f"{_epoch_dir(epoch)}/part-{name}.jsonl",
-            )
+            # Checkpoints of earlier versions list parts without their staged key.
+            source = staged[name] or f"{STAGING}/{_epoch_dir(epoch)}/{name}.jsonl"
+            self.store.move(source, f"{_epoch_dir(epoch)}/part-{name}.jsonl")
         marker = {"epoch": epoch, "parts": [f"{_epoch_dir(epoch)}/part-{n}.jsonl" for n in names]}
         self.store.put(f"{COMMITS}/{epoch:010d}.json", json.dumps(marker).encode())
 
