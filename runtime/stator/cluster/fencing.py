@@ -14,12 +14,12 @@ no new epoch. Every such write passes :func:`guard` first:
    (go on) or shows the lease taken (3). An API server outage pauses the job's writes; it
    does not fail the job.
 
-What a lapse cannot cover: a write already sent when the lease lapsed and delayed past it
-(the object store applies it late), and a task an old driver had already started that is
-still writing when it is replaced. Against the latter, a driver that took its lease over from
-a holder that had not released it itself (or that the operator released for it) skips
-``TAKEOVER_ID_GAP`` checkpoint ids, so files such a task uploads never land in a checkpoint of
-the new driver.
+Tasks an old driver had already started may still write when it is replaced: a driver that
+took its lease over from a holder that had not released it itself (or that the operator
+released for it) skips ``TAKEOVER_ID_GAP`` checkpoint ids, so files such a task uploads never
+land in a checkpoint of the new driver, and their sink output goes to staged objects no commit
+moves (``sinks/files.py``). Not covered: a write already sent when the lease lapsed and delayed
+past it (the object store applies it late).
 """
 
 from __future__ import annotations
