@@ -87,26 +87,28 @@ class Kube:
 
     def driver_lease(self, namespace: str, lease: str) -> tuple[str | None, str | None, int] | None:
         """(holder, renewTime, leaseDurationSeconds) of a driver's Lease; None if missing."""
+        obj = self._read_lease(namespace, lease)
+        if obj is None:
+            return None
+        spec = obj.spec
+        renewed = spec.renew_time.isoformat() if spec.renew_time else None
+        return spec.holder_identity, renewed, int(spec.lease_duration_seconds or 0)
+
+    def _read_lease(self, namespace: str, lease: str) -> Any:
         try:
-            obj = self.coordination.read_namespaced_lease(lease, namespace)
+            return self.coordination.read_namespaced_lease(lease, namespace)
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
-        spec = obj.spec
-        renewed = spec.renew_time.isoformat() if spec.renew_time else None
-        return spec.holder_identity, renewed, int(spec.lease_duration_seconds or 0)
 
     def clear_driver_lease(self, namespace: str, lease: str, keep: str | None = None) -> str | None:
         """Release a driver's Lease on behalf of a holder whose pod is gone (so that the
         next driver takes it at once instead of waiting out its duration), unless ``keep``
         holds it; the holder released."""
-        try:
-            obj = self.coordination.read_namespaced_lease(lease, namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        obj = self._read_lease(namespace, lease)
+        if obj is None:
+            return None
         holder = obj.spec.holder_identity
         if not holder or holder == keep:
             return None
