@@ -63,17 +63,16 @@ class Kube:
         lost = self.unreachable_nodes() if pods else set()
         for pod in pods:
             if pod.get("spec", {}).get("nodeName") in lost:
-                self.delete_driver(namespace, pod["metadata"]["name"], grace_s=0)
+                self.delete_pod(namespace, pod["metadata"]["name"], grace_s=0)
             elif not pod["metadata"].get("deletionTimestamp"):
-                self.delete_driver(namespace, pod["metadata"]["name"])
+                self.delete_pod(namespace, pod["metadata"]["name"])
         return bool(pods)
 
-    def delete_driver(self, namespace: str, pod: str, grace_s: int = 30) -> None:
-        try:
-            self.core.delete_namespaced_pod(pod, namespace, grace_period_seconds=grace_s)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+    def delete_pod(self, namespace: str, pod: str, grace_s: int = 30) -> None:
+        """Delete a pod unless it is gone (``grace_s`` 0: at once, for a pod on a lost node)."""
+        _ignore_missing(
+            lambda: self.core.delete_namespaced_pod(pod, namespace, grace_period_seconds=grace_s)
+        )
 
     def unreachable_nodes(self) -> set[str]:
         """Nodes the node lifecycle controller tainted unreachable."""
@@ -85,14 +84,13 @@ class Kube:
 
     # ------------------------------------------------------------------ the driver's Lease
 
-    def driver_lease(self, namespace: str, lease: str) -> tuple[str | None, str | None, int] | None:
+    def driver_lease(self, namespace: str, lease: str) -> tuple[str | None, object, int] | None:
         """(holder, renewTime, leaseDurationSeconds) of a driver's Lease; None if missing."""
         obj = self._read_lease(namespace, lease)
         if obj is None:
             return None
         spec = obj.spec
-        renewed = spec.renew_time.isoformat() if spec.renew_time else None
-        return spec.holder_identity, renewed, int(spec.lease_duration_seconds or 0)
+        return spec.holder_identity, spec.renew_time, int(spec.lease_duration_seconds or 0)
 
     def _read_lease(self, namespace: str, lease: str) -> Any:
         try:
@@ -179,7 +177,7 @@ class Kube:
         lost = self.unreachable_nodes() if stuck else set()
         for pod in stuck:
             if pod.spec.node_name in lost:
-                self.delete_driver(namespace, pod.metadata.name, grace_s=0)
+                self.delete_pod(namespace, pod.metadata.name, grace_s=0)
         return bool(pods)
 
     def delete_claims(self, namespace: str, app_id: str, keep: int) -> list[str]:
@@ -216,11 +214,7 @@ class Kube:
             _ignore_missing(
                 lambda c=claim: self.core.delete_namespaced_persistent_volume_claim(c, namespace)
             )
-            _ignore_missing(
-                lambda p=pod: self.core.delete_namespaced_pod(
-                    p.metadata.name, namespace, grace_period_seconds=0
-                )
-            )
+            self.delete_pod(namespace, pod.metadata.name, grace_s=0)
             released.append(pod.metadata.name)
         return released
 

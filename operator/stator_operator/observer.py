@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from stator.cluster.lease import Silence
 from stator.control.client import (
     ControlClient,
     ControlHTTPError,
@@ -31,11 +32,10 @@ from .storage import SavepointStorage
 
 ENDED = ("Succeeded", "Failed")
 
-# When each driver Lease's (holder, renewTime) was first seen, on this operator's clock: a
-# holder is silent for as long as that value has not changed (clocks of other machines never
-# enter). An operator that restarts starts counting afresh, which only delays a verdict.
+# How long each driver's Lease has been silent, on this operator's clock. An operator that
+# restarts starts counting afresh, which only delays a verdict.
 clock: Callable[[], float] = time.monotonic
-_SEEN: dict[tuple[str, str], tuple[tuple[str | None, str | None], float]] = {}
+_SILENCE: dict[tuple[str, str], Silence] = {}
 
 
 @dataclass(frozen=True)
@@ -195,11 +195,8 @@ class Observer:
         if found is None:
             return None
         holder, renewed, duration = found
-        key, now = (pipeline.namespace, name), clock()
-        seen = _SEEN.get(key)
-        if seen is None or seen[0] != (holder, renewed):
-            seen = _SEEN[key] = ((holder, renewed), now)
-        return LeaseSilence(holder, now - seen[1], duration)
+        silence = _SILENCE.setdefault((pipeline.namespace, name), Silence())
+        return LeaseSilence(holder, silence.observe(holder, renewed, clock()), duration)
 
     def _readiness(self, base: Observation) -> Observation:
         if base.driver is None or base.phase != "Running":

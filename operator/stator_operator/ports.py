@@ -28,11 +28,11 @@ class KubeApi(StatusApi, SecretApi, Protocol):
         was still there."""
         ...
 
-    def delete_driver(self, namespace: str, pod: str, grace_s: int = 30) -> None:
-        """Delete one driver pod (``grace_s`` 0: at once, for a pod on a lost node)."""
+    def delete_pod(self, namespace: str, pod: str, grace_s: int = 30) -> None:
+        """Delete a pod unless it is gone (``grace_s`` 0: at once, for a pod on a lost node)."""
         ...
 
-    def driver_lease(self, namespace: str, lease: str) -> tuple[str | None, str | None, int] | None:
+    def driver_lease(self, namespace: str, lease: str) -> tuple[str | None, object, int] | None:
         """(holder, renewTime, leaseDurationSeconds) of a driver's Lease; None if missing."""
         ...
 

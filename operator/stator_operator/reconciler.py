@@ -270,7 +270,7 @@ class Reconciler:
             f"lost or it hangs"
         )
         self.event("Warning", "DriverLost", f"{reason}; removing it")
-        self.kube.delete_driver(self.pipeline.namespace, pod, grace_s=0)
+        self.kube.delete_pod(self.pipeline.namespace, pod, grace_s=0)
         avoid = None if node == "?" else node
         return self._driver_failed(OpKind.RESTART, running, None, reason, avoid_node=avoid)
 

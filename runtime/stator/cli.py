@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import os
 import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, StatorError
+from .errors import ConfigError, StatorError, report_error
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,25 +101,6 @@ def main(argv: list[str] | None = None) -> int:
     except StatorError as exc:
         report_error(exc)
         return 2
-
-
-# Where Kubernetes takes a container's termination message from (the file exists only in a
-# container; the operator can read it from the pod status once the driver has ended).
-TERMINATION_LOG = "/dev/termination-log"
-
-
-def report_error(exc: StatorError) -> None:
-    """One ``stator: error:`` line a user or a script can find (the message's whitespace,
-    newlines included, collapsed), and the detail (e.g. the user's traceback) below it. In a
-    container, the line is also the termination message."""
-    line = f"stator: error: {' '.join(str(exc).split())}"
-    print(line, file=sys.stderr)
-    if exc.detail:
-        print(exc.detail, file=sys.stderr)
-    termination_log = Path(os.environ.get("STATOR_TERMINATION_LOG", TERMINATION_LOG))
-    if termination_log.is_file():  # never created here: only written where it exists
-        with contextlib.suppress(OSError):
-            termination_log.write_text(line[:4096])  # Kubernetes keeps at most 4096 bytes
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -1,6 +1,12 @@
-"""Errors a user can act on. Each message names the thing that is wrong and how to fix it."""
+"""Errors a user can act on, and the one way a command reports one. Each message names the
+thing that is wrong and how to fix it."""
 
 from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from pathlib import Path
 
 
 class StatorError(Exception):
@@ -49,3 +55,22 @@ class SinkCommitError(StatorError):
 class JobFailed(StatorError):
     """The job ended because of a failure: the restart strategy gave up, or the failure is
     one that restarting cannot fix (bad configuration, incompatible state)."""
+
+
+# Where Kubernetes takes a container's termination message from (the file exists only in a
+# container; the operator can read it from the pod status once the driver has ended).
+TERMINATION_LOG = "/dev/termination-log"
+
+
+def report_error(exc: StatorError) -> None:
+    """One ``stator: error:`` line a user or a script can find (the message's whitespace,
+    newlines included, collapsed), and the detail (e.g. the user's traceback) below it. In a
+    container, the line is also the termination message."""
+    line = f"stator: error: {' '.join(str(exc).split())}"
+    print(line, file=sys.stderr)
+    if exc.detail:
+        print(exc.detail, file=sys.stderr)
+    termination_log = Path(os.environ.get("STATOR_TERMINATION_LOG", TERMINATION_LOG))
+    if termination_log.is_file():  # never created here: only written where it exists
+        with contextlib.suppress(OSError):
+            termination_log.write_text(line[:4096])  # Kubernetes keeps at most 4096 bytes

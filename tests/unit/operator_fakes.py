@@ -56,7 +56,7 @@ class FakeKube:
         # Calls that fail (as the API server or the network would) the next N times.
         self.failing: dict[str, int] = {}
         # The driver's Lease: (holder, renewTime, leaseDurationSeconds); force-deleted pods.
-        self.lease: tuple[str | None, str | None, int] | None = None
+        self.lease: tuple[str | None, object, int] | None = None
         self.force_deleted: list[str] = []
 
     def _call(self, method: str) -> None:
@@ -93,14 +93,14 @@ class FakeKube:
                 self.deleted.append(pod_name)
         return bool(left)
 
-    def delete_driver(self, namespace: str, pod: str, grace_s: int = 30) -> None:
+    def delete_pod(self, namespace: str, pod: str, grace_s: int = 30) -> None:
         if grace_s == 0:
             self.pods.pop(pod, None)
             self.force_deleted.append(pod)
         elif pod in self.pods:
             self.pods[pod]["metadata"]["deleting"] = True
 
-    def driver_lease(self, namespace: str, lease: str) -> tuple[str | None, str | None, int] | None:
+    def driver_lease(self, namespace: str, lease: str) -> tuple[str | None, object, int] | None:
         return self.lease
 
     def clear_driver_lease(self, namespace: str, lease: str, keep: str | None = None) -> str | None:

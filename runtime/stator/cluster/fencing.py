@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..config import LeaseConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, StatorError, report_error
 from .kubernetes import SERVICE_ACCOUNT_DIR
 
 if TYPE_CHECKING:  # the Kubernetes client loads only in a driver that holds a lease
@@ -127,7 +127,7 @@ def release() -> None:
 
 def _replaced(reason: str, what: str = "the job") -> None:
     log.error("this driver was replaced (%s): %s is not written; exiting", reason, what)
-    print(f"stator: error: this driver was replaced ({reason}); exiting", file=sys.stderr)
+    report_error(StatorError(f"this driver was replaced ({reason}); exiting"))
     sys.stderr.flush()
     logging.shutdown()
     os._exit(LEASE_LOST_EXIT)

@@ -52,6 +52,22 @@ def micro_time() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+class Silence:
+    """How long a Lease's (holder, renewTime) has not changed, on this process's clock: how
+    a contender, or the operator, measures a holder's silence (no other machine's clock
+    enters, only the rates of both)."""
+
+    def __init__(self) -> None:
+        self._seen: tuple[object, object] | None = None
+        self._since = 0.0
+
+    def observe(self, holder: object, renewed: object, now: float) -> float:
+        """Seconds since (holder, renewed) was first seen as it is now."""
+        if self._seen != (holder, renewed):
+            self._seen, self._since = (holder, renewed), now
+        return now - self._since
+
+
 @dataclass
 class LeaseHolder:
     namespace: str
@@ -75,8 +91,7 @@ class LeaseHolder:
                 f"{self.duration_s}s"
             )
         self.api = self.api or client.CoordinationV1Api()
-        self._seen: tuple[str | None, str | None] | None = None  # (holder, renewTime)
-        self._seen_at = 0.0
+        self._silence = Silence()
         self._stop = threading.Event()
         self._renewed_at: float | None = None  # monotonic time the last renewal was sent
         self.lost: str | None = None  # why the Lease is no longer ours
@@ -114,12 +129,9 @@ class LeaseHolder:
             return False
         spec = lease.spec
         holder = spec.holder_identity
-        renewed = spec.renew_time.isoformat() if spec.renew_time else None
-        now = time.monotonic()
-        if self._seen != (holder, renewed):  # the holder renewed (or changed) since we looked
-            self._seen, self._seen_at = (holder, renewed), now
+        silent = self._silence.observe(holder, spec.renew_time, time.monotonic())
         duration = spec.lease_duration_seconds or self.duration_s
-        if holder and holder != self.identity and now - self._seen_at < duration:
+        if holder and holder != self.identity and silent < duration:
             return False
         transitions = (spec.lease_transitions or 0) + (1 if holder != self.identity else 0)
         released_for = (lease.metadata.annotations or {}).get(RELEASED_FOR)
