@@ -341,6 +341,21 @@ def nodes(request: pytest.FixtureRequest) -> NodeControl:
     return cast(NodeControl, _AgentNodes(agent))
 
 
+RUNNING_AGAIN_S = 60  # issue 9: a lost node costs the job less than this
+
+
+def wait_running_again(
+    space: Space, name: str, what: str, check: Any, lost_at: float, timeout: float
+) -> dict[str, Any]:
+    """After a node loss at ``lost_at`` (monotonic): the status once ``check`` holds, which
+    must be within ``RUNNING_AGAIN_S``."""
+    status = space.wait(name, what, check, timeout=timeout)
+    seconds = time.monotonic() - lost_at
+    print(f"{what}: {seconds:.1f} s after the node loss")
+    assert seconds < RUNNING_AGAIN_S, seconds
+    return status
+
+
 @dataclass
 class _AgentNodes:
     agent: NodeAgent

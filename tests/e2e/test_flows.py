@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 
 from stator.cluster.fencing import LEASE_LOST_EXIT, TAKEOVER_ID_GAP
-from tests.e2e.conftest import EXTERNAL, LEASE_SECONDS, OperatorControl, Space, launch_operator
+from tests.e2e.conftest import (
+    EXTERNAL,
+    LEASE_SECONDS,
+    OperatorControl,
+    Space,
+    launch_operator,
+    wait_running_again,
+)
 from tests.e2e.test_operator import assert_exact, committed
 
 COUNT = 30_000
@@ -132,19 +139,18 @@ def test_a_driver_on_a_lost_node_is_replaced_and_fenced(space: Space, nodes: Any
     lost_at = time.monotonic()
     nodes.lose(node)
     try:
-        s = space.wait(
+        s = wait_running_again(
+            space,
             name,
-            "a new driver processing",
+            f"a new driver processing (driver node {node} lost)",
             lambda s: (
                 running(s)
                 and s["deployment"]["driverPod"] != pod
                 and (s.get("epoch") or 0) > before
             ),
+            lost_at,
             timeout=180,
         )
-        recovered_s = time.monotonic() - lost_at
-        print(f"driver node {node} lost: processing again after {recovered_s:.1f} s")
-        assert recovered_s < 60, recovered_s
         new = space.driver_pods(name)[-1]
         assert new["spec"]["nodeName"] != node
         assert "DriverLost" in space.events()
