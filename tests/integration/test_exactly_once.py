@@ -34,6 +34,7 @@ from tests.testbed.minio import MinioServer, S3Endpoint
 ROOT = Path(__file__).resolve().parents[2]
 EVENTS, USERS, PARTITIONS = 24_000, 300, 4
 SEED = int(os.environ.get("STATOR_EO_SEED", str(random.SystemRandom().randrange(10**6))))
+DAEMON = "stator.cluster.pydaemon"  # the module Spark starts its Python workers from
 
 
 @pytest.fixture(scope="module")
@@ -149,14 +150,13 @@ class Run:
         raise TimeoutError(f"fewer than {n} checkpoints after {timeout}s\n{self.log_tail()}")
 
     def workers(self) -> list[psutil.Process]:
-        """PySpark's forked Python workers (children of the pyspark.daemon process)."""
+        """PySpark's forked Python workers: children of the daemon process (Stator's,
+        ``stator.cluster.pydaemon``), with its command line."""
         assert self.proc is not None
         found = []
         for p in psutil.Process(self.proc.pid).children(recursive=True):
             try:
-                if "pyspark.daemon" in " ".join(p.cmdline()) and "pyspark.daemon" in " ".join(
-                    p.parent().cmdline()
-                ):
+                if DAEMON in " ".join(p.cmdline()) and DAEMON in " ".join(p.parent().cmdline()):
                     found.append(p)
             except psutil.NoSuchProcess:
                 continue

@@ -26,6 +26,14 @@ REQUIRED = {
 }
 
 
+# Defaults a user's ``spark.conf`` may override: Python workers forked by a daemon that
+# drops Spark's zipped copies of pyspark and py4j where they are also installed
+# (``pydaemon.py``: they cost every task a re-read of a 3 MB zip's directory).
+DEFAULTS = {
+    "spark.python.daemon.module": "stator.cluster.pydaemon",
+}
+
+
 def effective_master(cfg: SparkConfig) -> str:
     """``local[N]`` never retries a failed task; add the configured attempts."""
     m = re.fullmatch(r"local\[(\*|\d+)\]", cfg.master.strip())
@@ -93,7 +101,7 @@ def create_session(cfg: SparkConfig, app_name: str) -> Any:
         )
     if master.startswith("local"):
         builder = builder.config("spark.task.maxFailures", str(cfg.task_attempts))
-    conf = {**cluster, **cfg.conf}
+    conf = {**DEFAULTS, **cluster, **cfg.conf}
     conf.update(placement_conf(master, conf))
     for key, value in conf.items():
         builder = builder.config(key, value)

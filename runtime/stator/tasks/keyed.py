@@ -26,6 +26,7 @@ from ..errors import StateCompatibilityError
 from ..keygroups import range_for_subtask
 from ..savepoint.transfer import export_key_groups, state_catalog
 from ..state.backend import KeyedBackend
+from .gc_pause import gc_paused
 from .local_state import open_state, take_snapshot
 from .operators import ProcessRunner, ReduceRunner
 from .routing import Header, Router, Shuffled
@@ -33,6 +34,7 @@ from .source import part_name
 from .user_errors import user_code
 
 
+@gc_paused
 def keyed_task(
     spec: EpochSpec, node_id: int, reports: Any, subtask: int, items: Iterable[tuple[int, Header]]
 ) -> Iterator[Shuffled]:

@@ -11,6 +11,7 @@ from ..api.pipeline import SourceNode
 from ..api.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 from ..epoch.reports import Report, SplitFailure, SplitReport
 from ..epoch.spec import EpochSpec
+from .gc_pause import gc_paused
 from .routing import Batch, Router, Shuffled
 from .user_errors import USER_ERROR_MARKER, user_code
 
@@ -20,6 +21,7 @@ def part_name(*parts: object) -> str:
     return re.sub(r"[^A-Za-z0-9._=-]", "_", "-".join(str(p) for p in parts))
 
 
+@gc_paused
 def source_task(
     spec: EpochSpec, node_id: int, reports: Any, index: int, items: Iterable[Any]
 ) -> Iterator[Shuffled]:

@@ -1,0 +1,80 @@
+"""The Python workers' process setup: the daemon's path trimming and the paused collector."""
+
+from __future__ import annotations
+
+import gc
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from stator.cluster.pydaemon import redundant_archives
+from stator.tasks.gc_pause import gc_paused
+
+
+def _package(root: Path, name: str, version: str) -> str:
+    (root / name).mkdir(parents=True)
+    (root / name / "__init__.py").write_text("")
+    (root / name / "version.py").write_text(f"__version__ = {version!r}\n")
+    return str(root)
+
+
+def _zipped(path: Path, files: dict[str, str]) -> str:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, text in files.items():
+            zf.writestr(name, text)
+    return str(path)
+
+
+def test_the_daemon_drops_only_archives_no_import_needs(tmp_path: Path) -> None:
+    site = _package(tmp_path / "site", "pyspark", "4.0.0")
+    _package(tmp_path / "site", "py4j", "0.10.9.9")
+    same = _zipped(
+        tmp_path / "pyspark.zip",
+        {"pyspark/__init__.py": "", "pyspark/version.py": "__version__ = '4.0.0'\n"},
+    )
+    py4j = _zipped(
+        tmp_path / "py4j-0.10.9.9-src.zip",
+        {"py4j/__init__.py": "", "py4j/version.py": "__version__ = '0.10.9.9'\n"},
+    )
+    jar = _zipped(tmp_path / "spark-core.jar", {"org/apache/spark/A.class": "x"})
+    pyjar = _zipped(tmp_path / "with-python.jar", {"pkg/__init__.py": ""})
+    path = [same, py4j, jar, pyjar, site]
+    assert redundant_archives(path) == [same, py4j, jar]
+
+
+@pytest.mark.parametrize("installed", [None, "3.5.1"])
+def test_the_daemon_keeps_a_zip_that_is_the_only_or_another_version(
+    tmp_path: Path, installed: str | None
+) -> None:
+    zipped = _zipped(
+        tmp_path / "pyspark.zip",
+        {"pyspark/__init__.py": "", "pyspark/version.py": "__version__ = '4.0.0'\n"},
+    )
+    path = [zipped]
+    if installed is not None:
+        path.append(_package(tmp_path / "site", "pyspark", installed))
+    assert redundant_archives(path) == []
+
+
+def test_a_task_runs_with_the_collector_paused_and_restores_it() -> None:
+    seen: list[bool] = []
+
+    @gc_paused
+    def task(fail: bool) -> int:
+        seen.append(gc.isenabled())
+        if fail:
+            raise RuntimeError("user code failed")
+        return 7
+
+    assert gc.isenabled()
+    assert task(False) == 7
+    with pytest.raises(RuntimeError):
+        task(True)
+    assert seen == [False, False] and gc.isenabled()
+    gc.disable()
+    try:
+        task(False)  # someone else switched it off: it stays off
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
