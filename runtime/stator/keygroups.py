@@ -32,6 +32,11 @@ def encode_key(key: Any) -> bytes:
     return _PICKLE + pickle.dumps(key, protocol=4)
 
 
+def encode_keys(keys: list[Any]) -> list[bytes]:
+    """``encode_key`` of each key; string keys (the common case) without a call each."""
+    return [_STR + k.encode() if type(k) is str else encode_key(k) for k in keys]
+
+
 def decode_key(data: bytes) -> Any:
     tag, body = data[:1], data[1:]
     if tag == _STR:

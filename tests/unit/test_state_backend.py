@@ -17,8 +17,9 @@ from stator.api.state import (
 from stator.errors import StateCompatibilityError
 from stator.keygroups import KeyGroupRange
 from stator.state.backend import KeyedBackend
-from stator.state.layout import EVENT_TIME, keyed_key
+from stator.state.layout import EVENT_TIME, META_COMMIT, keyed_key
 from stator.state.options import RocksDBOptions
+from stator.state.tables import MISSING
 
 MP = 16
 
@@ -174,3 +175,71 @@ def test_snapshot_is_an_openable_copy(tmp_path: Path) -> None:
         assert v.value() == 2
         h.key(4999)
         assert v.value() == 9998
+
+
+def _warm_backend(path: Path, warm: int) -> KeyedBackend:
+    return KeyedBackend(path, RocksDBOptions(), KeyGroupRange(0, MP), MP, "op", warm_entries=warm)
+
+
+def test_a_scan_that_fits_the_warm_cache_loads_the_whole_state(tmp_path: Path) -> None:
+    """A prefetch that scans a state small enough for the warm cache keeps every entry, so
+    keys the epoch did not ask for are served without RocksDB, and unknown keys are known
+    to be absent; the next epoch in the process inherits that, and a stale cache is never
+    used. Every value must equal what a fresh backend reads from RocksDB."""
+    from stator.state import warm
+
+    warm.clear()
+    keys = [keyed_key(f"k{i}", MP) for i in range(200)]
+    with _warm_backend(tmp_path / "db", 1000) as b:
+        v = b.table(ValueStateDescriptor("v", INT64))
+        lst = b.table(ListStateDescriptor("l", UTF8))
+        b.prefetch([v, lst], keys)
+        for i, kk in enumerate(keys):
+            v.store(kk, i)
+            lst.store(kk, [f"x{i}"])
+        b.timers.register(keys[0], EVENT_TIME, 5)  # a timer entry must not be read as state
+        b.commit(1, 0)
+    warm.clear()  # the next epoch runs in another process
+    with _warm_backend(tmp_path / "db", 1000) as b:
+        assert not b.warm_hit
+        v = b.table(ValueStateDescriptor("v", INT64))
+        lst = b.table(ListStateDescriptor("l", UTF8))
+        new = keyed_key("new", MP)
+        b.prefetch([v, lst], [*keys[:50], new])  # 50 of 200 wanted: a scan
+        assert v.complete and lst.complete
+        assert v.cache[new] is MISSING and lst.cache[new] is MISSING
+        assert {kk: v.cache[kk] for kk in keys} == {kk: i for i, kk in enumerate(keys)}
+        assert lst.cache[keys[7]] == ["x7"]
+        v.store(keys[3], 1003)
+        b.commit(2, 0)
+    with _warm_backend(tmp_path / "db", 1000) as b:  # the same process, next epoch
+        assert b.warm_hit
+        v = b.table(ValueStateDescriptor("v", INT64))
+        assert v.complete
+        b.prefetch([v], [keyed_key("newer", MP)])
+        assert v.load(keyed_key("newer", MP)) is MISSING and v.load(keys[3]) == 1003
+        v.store(keys[4], 1004)
+        b.commit(3, 0)
+        fresh_token = b.db.get(META_COMMIT)
+    warm.give(str(tmp_path / "db"), b"stale", {0: ({keys[5]: -1}, True)}, 1000)
+    with _warm_backend(tmp_path / "db", 1000) as b:  # a cache of another commit: unused
+        assert not b.warm_hit and b.db.get(META_COMMIT) == fresh_token
+        v = b.table(ValueStateDescriptor("v", INT64))
+        assert not v.complete
+        assert [v.load(k) for k in keys[3:6]] == [1003, 1004, 5]
+
+
+def test_a_scan_of_a_state_larger_than_the_warm_cache_keeps_only_what_was_asked(
+    tmp_path: Path,
+) -> None:
+    keys = [keyed_key(f"k{i}", MP) for i in range(200)]
+    with _warm_backend(tmp_path / "db", 0) as b:
+        v = b.table(ValueStateDescriptor("v", INT64))
+        for i, kk in enumerate(keys):
+            v.store(kk, i)
+        b.commit(1, 0)
+    with _warm_backend(tmp_path / "db", 100) as b:
+        v = b.table(ValueStateDescriptor("v", INT64))
+        b.prefetch([v], keys[:50])
+        assert not v.complete and len(v.cache) == 50
+        assert v.load(keys[150]) == 150  # read on demand

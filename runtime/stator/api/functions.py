@@ -38,25 +38,30 @@ def _missing() -> Any:
 
 
 class ValueState:
-    __slots__ = ("_cur", "_missing", "_t")
+    # The table's cache and dirty set are held directly: value() and update() run once per
+    # record, and each attribute hop shows.
+    __slots__ = ("_cache", "_cur", "_dirty", "_missing", "_t")
 
     def __init__(self, table: Table, cursor: KeyCursor) -> None:
         self._t, self._cur, self._missing = table, cursor, _missing()
+        self._cache, self._dirty = table.cache, table.dirty
 
     def value(self, default: Any = None) -> Any:
-        cur = self._cur
-        v = self._t.load(cur.kkey + self._t.sid_byte)
+        kk = self._cur.kkey
+        v = self._cache.get(kk, self._missing)
+        if v is self._missing and kk not in self._cache:
+            v = self._t.load(kk)
         return default if v is self._missing else v
 
     def update(self, value: Any) -> None:
         if value is None:
             raise ValueError("ValueState.update(None): use clear() to remove the value")
-        cur = self._cur
-        self._t.store(cur.kkey + self._t.sid_byte, value)
+        kk = self._cur.kkey
+        self._cache[kk] = value
+        self._dirty.add(kk)
 
     def clear(self) -> None:
-        cur = self._cur
-        self._t.delete(cur.kkey + self._t.sid_byte)
+        self._t.delete(self._cur.kkey)
 
 
 class ReducingState:
@@ -66,17 +71,14 @@ class ReducingState:
         self._t, self._cur, self._missing = table, cursor, _missing()
 
     def get(self, default: Any = None) -> Any:
-        cur = self._cur
-        v = self._t.load(cur.kkey + self._t.sid_byte)
+        v = self._t.load(self._cur.kkey)
         return default if v is self._missing else v
 
     def add(self, value: Any) -> None:
-        cur = self._cur
-        self._t.add(cur.kkey + self._t.sid_byte, value)
+        self._t.add(self._cur.kkey, value)
 
     def clear(self) -> None:
-        cur = self._cur
-        self._t.delete(cur.kkey + self._t.sid_byte)
+        self._t.delete(self._cur.kkey)
 
 
 class ListState:
@@ -85,16 +87,13 @@ class ListState:
     def __init__(self, table: ListTable, cursor: KeyCursor) -> None:
         self._t, self._cur, self._missing = table, cursor, _missing()
 
-    def _key(self) -> bytes:
-        return self._cur.kkey + self._t.sid_byte
-
     def get(self) -> list[Any]:
         """A copy of the list (empty if the key has none)."""
-        v = self._t.load(self._key())
+        v = self._t.load(self._cur.kkey)
         return [] if v is self._missing else list(v)
 
     def add(self, value: Any) -> None:
-        key = self._key()
+        key = self._cur.kkey
         v = self._t.load(key)
         if v is self._missing:
             self._t.store(key, [value])
@@ -109,12 +108,12 @@ class ListState:
     def update(self, values: Iterable[Any]) -> None:
         items = list(values)
         if items:
-            self._t.store(self._key(), items)
+            self._t.store(self._cur.kkey, items)
         else:
-            self._t.delete(self._key())
+            self._t.delete(self._cur.kkey)
 
     def clear(self) -> None:
-        self._t.delete(self._key())
+        self._t.delete(self._cur.kkey)
 
 
 class MapState:

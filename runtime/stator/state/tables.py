@@ -4,6 +4,11 @@ A task reads each key's state from RocksDB at most once per epoch (batched with 
 where the keys are known up front), works on Python objects, and writes every changed entry
 in the epoch's single write batch. That makes the epoch atomic and keeps serialization off the
 per-record path: a key updated a thousand times in an epoch is serialized once.
+
+Caches of one-value-per-key states are keyed by the kkey alone (a table is one state id), so
+a state access on the per-record path is one dict operation, with no key bytes built; the
+state id byte is appended once per key and epoch, when a key is read from or written to
+RocksDB.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ _LEN = struct.Struct(">I")
 
 
 class Table:
-    """Cache of one state's entries, keyed by their full RocksDB key."""
+    """Cache of one state's entries, keyed by kkey (their RocksDB key is kkey + the state id)."""
 
     def __init__(self, db: rocksdict.Rdict, sid: int, desc: StateDescriptor) -> None:
         self.db, self.sid, self.desc = db, sid, desc
@@ -38,6 +43,8 @@ class Table:
         self.sid_byte = bytes((sid,))  # a key's entry is its kkey + this
         self.cache: dict[bytes, Any] = {}
         self.dirty: set[bytes] = set()
+        # The cache holds every stored entry of this state: a key not in it is absent.
+        self.complete = False
 
     # -- (de)serialization of one stored value; lists override
     def decode(self, raw: bytes) -> Any:
@@ -46,46 +53,50 @@ class Table:
     def encode(self, value: Any) -> bytes:
         return self.serializer.dumps(value)
 
-    def load(self, key: bytes) -> Any:
-        value = self.cache.get(key, _UNLOADED)
+    def load(self, kkey: bytes) -> Any:
+        value = self.cache.get(kkey, _UNLOADED)
         if value is _UNLOADED:
-            raw = self.db.get(key)
+            raw = None if self.complete else self.db.get(kkey + self.sid_byte)
             value = MISSING if raw is None else self.decode(raw)
-            self.cache[key] = value
+            self.cache[kkey] = value
         return value
 
-    def prefetch(self, keys: Iterable[bytes]) -> None:
+    def prefetch(self, kkeys: Iterable[bytes]) -> None:
         """Read every not-yet-cached key with one multi-get."""
-        cache = self.cache
-        wanted = [k for k in keys if k not in cache]
+        cache, sid = self.cache, self.sid_byte
+        wanted = [k for k in kkeys if k not in cache]
         if not wanted:
             return
+        if self.complete:
+            cache.update([(k, MISSING) for k in wanted])
+            return
         decode = self.decode
-        values = cast(list[bytes | None], self.db.get(cast(list[Any], wanted)))
-        for key, raw in zip(wanted, values, strict=True):
-            cache[key] = MISSING if raw is None else decode(raw)
+        values = cast(list[bytes | None], self.db.get([k + sid for k in wanted]))
+        for kkey, raw in zip(wanted, values, strict=True):
+            cache[kkey] = MISSING if raw is None else decode(raw)
 
-    def store(self, key: bytes, value: Any) -> None:
-        self.cache[key] = value
-        self.dirty.add(key)
+    def store(self, kkey: bytes, value: Any) -> None:
+        self.cache[kkey] = value
+        self.dirty.add(kkey)
 
-    def delete(self, key: bytes) -> None:
-        self.cache[key] = MISSING
-        self.dirty.add(key)
+    def delete(self, kkey: bytes) -> None:
+        self.cache[kkey] = MISSING
+        self.dirty.add(kkey)
 
     def write_to(self, batch: rocksdict.WriteBatch) -> int:
-        cache, encode = self.cache, self.encode
-        for key in self.dirty:
-            value = cache[key]
+        cache, encode, sid = self.cache, self.encode, self.sid_byte
+        for kkey in self.dirty:
+            value = cache[kkey]
             if value is MISSING:
-                batch.delete(key)
+                batch.delete(kkey + sid)
             else:
-                batch.put(key, encode(value))
+                batch.put(kkey + sid, encode(value))
         return len(self.dirty)
 
     def reset(self) -> None:
         self.cache.clear()
         self.dirty.clear()
+        self.complete = False
 
 
 class ValueTable(Table):
@@ -131,8 +142,9 @@ class ListTable(Table):
 
 
 class MapTable(Table):
-    """Each user key is its own entry (``state key | user key``); iteration merges a RocksDB
-    prefix scan with this epoch's uncommitted changes."""
+    """Each user key is its own entry (``state key | user key``, the state key being kkey +
+    state id); its cache is keyed by that whole entry key. Iteration merges a RocksDB prefix
+    scan with this epoch's uncommitted changes."""
 
     def __init__(self, db: rocksdict.Rdict, sid: int, desc: StateDescriptor) -> None:
         super().__init__(db, sid, desc)
@@ -147,7 +159,12 @@ class MapTable(Table):
             return changed[ukey]
         if skey in self.cleared:
             return MISSING
-        return self.load(skey + ukey)
+        key = skey + ukey
+        value = self.cache.get(key, _UNLOADED)
+        if value is _UNLOADED:
+            raw = self.db.get(key)
+            value = self.cache[key] = MISSING if raw is None else self.decode(raw)
+        return value
 
     def put(self, skey: bytes, ukey: bytes, value: Any) -> None:
         self.changes.setdefault(skey, {})[ukey] = value

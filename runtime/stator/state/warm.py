@@ -14,11 +14,13 @@ import threading
 from typing import Any
 
 _lock = threading.Lock()
-_caches: dict[str, tuple[bytes, dict[int, dict[bytes, Any]]]] = {}
+# state id -> (kkey -> value, whether that holds every stored entry of the state)
+Tables = dict[int, tuple[dict[bytes, Any], bool]]
+_caches: dict[str, tuple[bytes, Tables]] = {}
 
 
-def take(path: str, token: bytes | None) -> dict[int, dict[bytes, Any]]:
-    """The cached tables (state id -> key -> value) for ``path`` at commit ``token``."""
+def take(path: str, token: bytes | None) -> Tables:
+    """The cached tables for ``path`` at commit ``token``."""
     with _lock:
         entry = _caches.pop(path, None)
     if entry is None or token is None or entry[0] != token:
@@ -26,8 +28,8 @@ def take(path: str, token: bytes | None) -> dict[int, dict[bytes, Any]]:
     return entry[1]
 
 
-def give(path: str, token: bytes, tables: dict[int, dict[bytes, Any]], limit: int) -> None:
-    if sum(len(t) for t in tables.values()) > limit:
+def give(path: str, token: bytes, tables: Tables, limit: int) -> None:
+    if sum(len(cache) for cache, _ in tables.values()) > limit:
         return  # too large to keep: the next epoch reads from RocksDB
     with _lock:
         _caches[path] = (token, tables)

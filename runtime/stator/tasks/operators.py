@@ -52,19 +52,18 @@ class _Timers:
 
 
 class _Context:
-    __slots__ = ("_key", "_r", "timer_service", "timestamp")
+    __slots__ = ("_cursor", "timer_service", "timestamp")
 
     def __init__(self, runner: ProcessRunner) -> None:
-        self._r = runner
-        self._key: Any = MISSING
+        self._cursor = runner.cursor
         self.timestamp: int | None = None
         self.timer_service = _Timers(runner)
 
     @property
     def current_key(self) -> Any:
-        if self._key is MISSING:
-            self._key = decoded(self._r.cursor.kkey)
-        return self._key
+        kk = self._cursor.kkey
+        key = _DECODED.get(kk, MISSING)
+        return decoded(kk) if key is MISSING else key
 
 
 class ProcessRunner:
@@ -100,7 +99,6 @@ class ProcessRunner:
         for kkeys, values, stamps in batches:
             for kk, value, ts in zip(kkeys, values, stamps, strict=True):
                 cursor.kkey = kk
-                ctx._key = MISSING
                 ctx.timestamp = ts
                 result = fn.process_element(value, ctx)
                 if result is not None:
@@ -138,7 +136,6 @@ class ProcessRunner:
                 return
             for ts, kk in due:
                 cursor.kkey = kk
-                ctx._key = MISSING
                 ctx.timestamp = ts
                 result = fn.on_timer(ts, ctx)
                 if result is not None:
@@ -191,19 +188,17 @@ class ReduceRunner:
         kks = list(sums)
         vals = list(sums.values())
         table = self.table
-        sid = table.sid_byte
-        keys = [kk + sid for kk in kks]
         self.backend.prefetch([table], kks)
         cache = table.cache
-        currents = [cache[k] for k in keys]
+        currents = [cache[k] for k in kks]
         if adding:
             totals = [v if c is MISSING else c + v for c, v in zip(currents, vals, strict=True)]
         else:
             totals = [
                 v if c is MISSING else reduce_fn(c, v) for c, v in zip(currents, vals, strict=True)
             ]
-        cache.update(zip(keys, totals, strict=True))
-        table.dirty.update(keys)
+        cache.update(zip(kks, totals, strict=True))
+        table.dirty.update(kks)
         # Keys are mostly strings (tag "s" after the 4-byte header): decode those inline.
         user_keys = [kk[5:].decode() if kk[4] == 0x73 else decoded(kk) for kk in kks]
         return list(zip(user_keys, totals, strict=True)), [last_ts[kk] for kk in kks]

@@ -10,11 +10,12 @@ carries one entry per key and map task.
 from __future__ import annotations
 
 from collections import Counter
+from itertools import compress
 from typing import Any
 
 from ..api.pipeline import KeyedNode, Pipeline, ReduceNode, SinkNode, TransformNode, _add, _one
 from ..epoch.reports import SinkReport
-from ..keygroups import encode_key, stable_hash
+from ..keygroups import encode_keys, stable_hash
 from ..sinks.base import SinkWriter
 from ..state.layout import HEADER, MAX_KEY_BYTES
 from .user_errors import user_code
@@ -127,23 +128,19 @@ class Router:
         return buckets
 
     def _bucket(self, node: KeyedNode, batch: Batch) -> None:
-        mp, p = self.max_parallelism, self.parallelism[node.uid]
-        buckets = self._buckets(node)
-        key_fn = node.key_fn
+        """Key and route each record (comprehensions: a Python loop per record showed)."""
+        mp = self.max_parallelism
         values, stamps = batch
-        for value, ts in zip(values, stamps, strict=True):
-            kk = _kkey(encode_key(key_fn(value)), mp)
-            cols = buckets[((kk[0] << 8) | kk[1]) * p // mp]
-            cols[0].append(kk)
-            cols[1].append(value)
-            cols[2].append(ts)
+        kbs = encode_keys(list(map(node.key_fn, values)))
+        known = _KKEY_MEMO.get(mp, {}).get
+        self._spread(node.id, [known(kb) or _kkey(kb, mp) for kb in kbs], values, stamps)
 
     def _combine(self, node: ReduceNode, batch: Batch) -> None:
         """Pre-combine per key; an entry's timestamp is its key's last one in input order."""
         acc = self.combined.setdefault(node.id, {})
         key_fn = node.key_fn
         values, stamps = batch
-        kbs = list(map(encode_key, map(key_fn, values)))
+        kbs = encode_keys(list(map(key_fn, values)))
         last_ts = dict(zip(kbs, stamps, strict=True))
         if node.value_fn is _one and node.reduce_fn is _add:  # count: C-speed counting
             earlier = self.counted.pop(node.id, None)
@@ -202,11 +199,12 @@ class Router:
         mp, p = self.max_parallelism, self.parallelism[node.uid]
         buckets = self._buckets(node)
         subs = [((kk[0] << 8) | kk[1]) * p // mp for kk in kks]
-        if p <= 8:  # a few C-speed passes beat one Python loop
+        if p <= 8:  # a mask per subtask and C-speed selection beat one Python loop
             for sub, cols in buckets.items():
-                cols[0].extend([k for k, s in zip(kks, subs, strict=True) if s == sub])
-                cols[1].extend([v for v, s in zip(vals, subs, strict=True) if s == sub])
-                cols[2].extend([t for t, s in zip(tss, subs, strict=True) if s == sub])
+                mask = [s == sub for s in subs]
+                cols[0].extend(compress(kks, mask))
+                cols[1].extend(compress(vals, mask))
+                cols[2].extend(compress(tss, mask))
             return
         for kk, v, t, sub in zip(kks, vals, tss, subs, strict=True):
             cols = buckets[sub]
