@@ -243,3 +243,72 @@ def test_a_scan_of_a_state_larger_than_the_warm_cache_keeps_only_what_was_asked(
         b.prefetch([v], keys[:50])
         assert not v.complete and len(v.cache) == 50
         assert v.load(keys[150]) == 150  # read on demand
+
+
+def test_a_worker_that_sees_subtasks_move_leaves_its_cache_for_the_next_worker(
+    tmp_path: Path,
+) -> None:
+    """Workers are processes: ``warm.clear()`` stands for a task in another worker. Once a
+    worker found one of its caches outdated by another worker's commit, it writes its cache
+    beside the database at each commit; a worker without a current cache reads it, and only
+    at the commit that wrote it."""
+    from stator.state import warm
+
+    db = tmp_path / "sub" / "db"
+    snapshot = tmp_path / "sub" / warm.SNAPSHOT
+    keys = [keyed_key(f"k{i}", MP) for i in range(100)]
+    warm.clear()
+    with _warm_backend(db, 1000) as b:
+        v = b.table(ValueStateDescriptor("v", INT64))
+        b.prefetch([v], keys)
+        for i, kk in enumerate(keys):
+            v.store(kk, i)
+        b.commit(1, 0)
+    assert not snapshot.exists()  # nothing moved yet: nothing written
+    warm.give(str(db), b"\x00" * 16, {}, 1000)  # this worker's cache of an older commit
+    with _warm_backend(db, 1000) as b:
+        assert not b.warm_hit  # outdated: the subtask moved, and moved back
+        v = b.table(ValueStateDescriptor("v", INT64))
+        b.prefetch([v], keys)
+        v.store(keys[1], 101)
+        b.commit(2, 0)
+        token = b.db.get(META_COMMIT)
+    assert snapshot.read_bytes()[:16] == token
+    warm.clear()  # the next epoch in another worker
+    with _warm_backend(db, 1000) as b:
+        assert b.warm_hit
+        v = b.table(ValueStateDescriptor("v", INT64))
+        assert v.complete and v.load(keys[1]) == 101 and v.load(keys[99]) == 99
+        b.commit(3, 0)  # this worker has not seen a move: the file stays at commit 2
+    warm.clear()
+    with _warm_backend(db, 1000) as b:
+        assert not b.warm_hit  # the file is of commit 2, the database at commit 3
+        assert b.table(ValueStateDescriptor("v", INT64)).load(keys[1]) == 101
+        token = b.db.get(META_COMMIT)
+    snapshot.write_bytes(token + b"torn")
+    warm.clear()
+    with _warm_backend(db, 1000) as b:
+        assert not b.warm_hit
+        assert b.table(ValueStateDescriptor("v", INT64)).load(keys[2]) == 2
+    warm.clear()
+
+
+def test_a_worker_holding_several_subtasks_caches_writes_them_beside_each_database(
+    tmp_path: Path,
+) -> None:
+    from stator.state import warm
+
+    warm.clear()
+    one, two = tmp_path / "0-of-2" / "db", tmp_path / "1-of-2" / "db"
+    one.mkdir(parents=True)
+    two.mkdir(parents=True)
+    cache = {0: ({b"k": 1}, True)}
+    warm.give(str(one), b"1" * 16, cache, 10)
+    assert not (one.parent / warm.SNAPSHOT).exists()  # one subtask: it stays here
+    warm.give(str(two), b"2" * 16, cache, 10)
+    assert (two.parent / warm.SNAPSHOT).read_bytes()[:16] == b"2" * 16
+    warm.clear()
+    assert warm.take(str(two), b"2" * 16) == cache and warm.take(str(two), b"3" * 16) == {}
+    warm.give(str(one), b"1" * 16, {0: ({b"k": 1}, True), 1: ({b"j": 2}, False)}, 2)
+    warm.clear()
+    assert warm.take(str(one), b"1" * 16) == {}  # over the limit: nothing kept
