@@ -207,7 +207,7 @@ def test_a_scan_that_fits_the_warm_cache_loads_the_whole_state(tmp_path: Path) -
         new = keyed_key("new", MP)
         b.prefetch([v, lst], [*keys[:50], new])  # 50 of 200 wanted: a scan
         assert v.complete and lst.complete
-        assert v.cache[new] is MISSING and lst.cache[new] is MISSING
+        assert new not in v.cache and v.load(new) is MISSING and lst.load(new) is MISSING
         assert {kk: v.cache[kk] for kk in keys} == {kk: i for i, kk in enumerate(keys)}
         assert lst.cache[keys[7]] == ["x7"]
         v.store(keys[3], 1003)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import pickle
 import struct
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -36,9 +37,8 @@ class IntSerializer:
 
     name, version = "int64", 1
     _s = struct.Struct(">q")
-
-    def dumps(self, value: Any) -> bytes:
-        return self._s.pack(value)
+    # The struct's own packer, not a method wrapping it: one call less per value written.
+    dumps: Callable[[Any], bytes] = staticmethod(_s.pack)
 
     def loads(self, data: bytes) -> Any:
         return self._s.unpack(data)[0]
@@ -47,9 +47,7 @@ class IntSerializer:
 class FloatSerializer:
     name, version = "float64", 1
     _s = struct.Struct(">d")
-
-    def dumps(self, value: Any) -> bytes:
-        return self._s.pack(value)
+    dumps: Callable[[Any], bytes] = staticmethod(_s.pack)
 
     def loads(self, data: bytes) -> Any:
         return self._s.unpack(data)[0]

@@ -218,17 +218,17 @@ class KeyedBackend:
         are wanted, one sequential scan when the epoch touches a large share of the state
         (a scan costs ~0.5 us per stored entry, a random read ~2 us per key). A scan of a
         state small enough for the warm cache keeps every entry it reads: the tables' caches
-        are then complete, and later epochs in this process read nothing from RocksDB (new
-        keys are known to be absent)."""
+        are then complete, and later epochs in this process read nothing from RocksDB (a key
+        missing from a complete cache is absent: read it with ``cache.get(k, MISSING)`` or
+        ``Table.load``)."""
         assert self.db is not None
         # RocksDB key -> (the table whose cache wants it, its kkey there)
         wanted: dict[bytes, tuple[Table, bytes]] = {}
         for table in tables:
+            if table.complete:  # a key not in the cache is absent: nothing to read
+                continue
             sid, cache = table.sid_byte, table.cache
-            if table.complete:
-                cache.update([(kk, MISSING) for kk in kkeys if kk not in cache])
-            else:
-                wanted.update([(kk + sid, (table, kk)) for kk in kkeys if kk not in cache])
+            wanted.update([(kk + sid, (table, kk)) for kk in kkeys if kk not in cache])
         if not wanted:
             return
         stored = self.db.property_int_value("rocksdb.estimate-num-keys") or 0
@@ -238,8 +238,6 @@ class KeyedBackend:
             return
         if stored <= self.warm_entries:
             self._load_all([t for t in tables if not t.complete])
-            for table in tables:
-                table.prefetch(kkeys)  # complete now: marks the new keys absent
             return
         it = self.db.iter()
         it.seek_to_first()
@@ -273,7 +271,7 @@ class KeyedBackend:
                     lists[1].append(raw)
         for sid, (kks, raws) in found.items():
             table = by_sid[sid]
-            cache, decode = table.cache, table.decode  # updated in place: handles hold it
+            cache, decode = table.cache, table.decoder()  # updated in place: handles hold it
             cache.update(
                 [(kk, decode(raw)) for kk, raw in zip(kks, raws, strict=True) if kk not in cache]
             )

@@ -189,8 +189,9 @@ class ReduceRunner:
         vals = list(sums.values())
         table = self.table
         self.backend.prefetch([table], kks)
+        get = table.cache.get  # a complete cache lacks absent keys
+        currents = [get(k, MISSING) for k in kks]
         cache = table.cache
-        currents = [cache[k] for k in kks]
         if adding:
             totals = [v if c is MISSING else c + v for c, v in zip(currents, vals, strict=True)]
         else:

@@ -170,11 +170,12 @@ class Router:
     def shuffle_output(self) -> dict[int, dict[int, Columns]]:
         """Columns per keyed node per subtask (with reduce nodes' combined entries)."""
         mp = self.max_parallelism
+        known = _KKEY_MEMO.get(mp, {}).get
         for node_id, (counts, last_ts) in self.counted.items():
             kbs = list(counts)
             self._spread(
                 node_id,
-                [_kkey(kb, mp) for kb in kbs],
+                [known(kb) or _kkey(kb, mp) for kb in kbs],
                 list(counts.values()),
                 [last_ts[kb] for kb in kbs],
             )
