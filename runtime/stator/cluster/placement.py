@@ -35,6 +35,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -99,6 +100,11 @@ class PlacementTracker:
 
     def __init__(self) -> None:
         self._where: dict[Subtask, Where] = {}
+        # Executor id -> subtasks that moved off it since ``take_left`` was last called: a
+        # lost executor's subtasks run elsewhere an epoch later, and whoever looks for lost
+        # executors must still learn what it held.
+        self._left: dict[str, list[str]] = {}
+        self._left_lock = threading.Lock()
 
     def locations(
         self,
@@ -150,8 +156,24 @@ class PlacementTracker:
             total += 1
             # "none": its database was here at the expected epoch (or it had no state yet).
             local += s.restore.source != "remote"
+            before = self._where.get(key)
+            if before is not None and before.executor != now.executor:
+                with self._left_lock:
+                    self._left.setdefault(before.executor, []).append(f"{s.uid}[{s.subtask}]")
             self._where[key] = now
         return EpochPlacement(local, total)
+
+    def give_back(self, executor: str, subtasks: list[str]) -> None:
+        """Undo ``take_left`` for one executor (its look failed)."""
+        with self._left_lock:
+            self._left.setdefault(executor, []).extend(subtasks)
+
+    def take_left(self) -> dict[str, list[str]]:
+        """Executor id -> the subtasks that moved off it since the last call (their local
+        state was there until then)."""
+        with self._left_lock:
+            left, self._left = self._left, {}
+        return left
 
     def held_on(self) -> dict[str, list[str]]:
         """Executor id -> the subtasks ("uid[subtask]") whose local state it holds."""

@@ -360,6 +360,8 @@ class RegionalJob:
                     self.stop()
                 self._notice_lost_executors()
                 time.sleep(POLL_S)
+            self._next_look = 0.0  # one last look: a loss in the last second still counts
+            self._notice_lost_executors()
         finally:
             self.stop()
             for t in threads:
@@ -390,12 +392,16 @@ class RegionalJob:
         if not trackers or self.spark is None or time.monotonic() < self._next_look:
             return
         self._next_look = time.monotonic() + 1.0
+        left = {r: t.take_left() for r, t in trackers.items()}  # before listing the live ones
         try:
             live = set(live_executors(self.spark.sparkContext))
         except Exception as exc:  # Spark is stopping, or busy: look again later
             log.debug("could not list the live executors: %s", exc)
+            for r, moved in left.items():  # keep them for the next look
+                for executor, subtasks in moved.items():
+                    trackers[r].give_back(executor, subtasks)
             return
-        for executor, regions in lost_state(trackers, live).items():
+        for executor, regions in lost_state(trackers, live, left).items():
             if executor in self._lost:
                 continue
             with self._lock:
@@ -468,15 +474,22 @@ class RegionalJob:
 
 
 def lost_state(
-    trackers: dict[str, PlacementTracker], live: set[str]
+    trackers: dict[str, PlacementTracker],
+    live: set[str],
+    left: dict[str, dict[str, list[str]]] | None = None,
 ) -> dict[str, dict[str, list[str]]]:
     """Executor id -> region -> its subtasks whose local state that executor held, for every
-    executor not in ``live``."""
+    executor not in ``live``: what it holds now, and what moved off it since the last look
+    (``left``: region -> ``PlacementTracker.take_left()``), since a region may already have
+    run its next epoch elsewhere when the loss is looked for."""
     out: dict[str, dict[str, list[str]]] = {}
     for region, tracker in trackers.items():
-        for executor, subtasks in tracker.held_on().items():
+        held = {e: list(s) for e, s in tracker.held_on().items()}
+        for executor, subtasks in (left or {}).get(region, {}).items():
+            held.setdefault(executor, []).extend(subtasks)
+        for executor, subtasks in held.items():
             if executor not in live:
-                out.setdefault(executor, {})[region] = subtasks
+                out.setdefault(executor, {})[region] = sorted(set(subtasks))
     return out
 
 
