@@ -310,7 +310,11 @@ def test_regions_resume_from_a_newer_run_as_one_driver_not_their_own_older_check
     p2, _, a2, b2 = two_regions(tmp_path / "marks", 6000, 5000)
     second = build_job(p2, full, spark)
     assert isinstance(second, JobDriver)
-    second.on_epoch(lambda r: second.stop() if r.epoch >= 8 else None)
+    # Stop once two of its checkpoints completed (uploads are asynchronous: by epoch alone,
+    # a fast run may stop with one complete and the next still uploading).
+    second.on_epoch(
+        lambda r: second.stop() if r.epoch >= 8 and second.status.checkpoints >= 2 else None
+    )
     second.preflight()
     second.run()
     assert second.status.checkpoints >= 2
