@@ -62,21 +62,25 @@ class Table:
         return self.serializer.dumps if type(self).encode is Table.encode else self.encode
 
     def load(self, kkey: bytes) -> Any:
-        value = self.cache.get(kkey, _UNLOADED)
+        return self._cached(kkey, kkey + self.sid_byte)
+
+    def _cached(self, cache_key: bytes, db_key: bytes) -> Any:
+        """The cached value of ``cache_key``, read (once) from RocksDB at ``db_key``."""
+        value = self.cache.get(cache_key, _UNLOADED)
         if value is _UNLOADED:
-            raw = None if self.complete else self.db.get(kkey + self.sid_byte)
+            raw = None if self.complete else self.db.get(db_key)
             value = MISSING if raw is None else self.decode(raw)
-            self.cache[kkey] = value
+            self.cache[cache_key] = value
         return value
 
     def prefetch(self, kkeys: Iterable[bytes]) -> None:
         """Read every not-yet-cached key with one multi-get."""
+        if self.complete:
+            return  # absent: ``load`` says so without reading
         cache, sid = self.cache, self.sid_byte
         wanted = [k for k in kkeys if k not in cache]
         if not wanted:
             return
-        if self.complete:
-            return  # absent: ``load`` says so without reading
         decode = self.decoder()
         values = cast(list[bytes | None], self.db.get([k + sid for k in wanted]))
         for kkey, raw in zip(wanted, values, strict=True):
@@ -166,12 +170,8 @@ class MapTable(Table):
             return changed[ukey]
         if skey in self.cleared:
             return MISSING
-        key = skey + ukey
-        value = self.cache.get(key, _UNLOADED)
-        if value is _UNLOADED:
-            raw = self.db.get(key)
-            value = self.cache[key] = MISSING if raw is None else self.decode(raw)
-        return value
+        key = skey + ukey  # the whole entry key, in the cache and in RocksDB
+        return self._cached(key, key)
 
     def put(self, skey: bytes, ukey: bytes, value: Any) -> None:
         self.changes.setdefault(skey, {})[ukey] = value
