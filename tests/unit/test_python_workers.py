@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from stator.cluster.pydaemon import redundant_archives
-from stator.tasks.gc_pause import gc_paused
+from stator.tasks import gc_pause
+from stator.tasks.gc_pause import gc_paused, resume_after_each_task
 
 
 def _package(root: Path, name: str, version: str) -> str:
@@ -75,6 +76,38 @@ def test_a_task_runs_with_the_collector_paused_and_restores_it() -> None:
     gc.disable()
     try:
         task(False)  # someone else switched it off: it stays off
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_in_a_spark_worker_the_collector_resumes_once_the_pyspark_task_has_ended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The task's output is pickled after it returns: collecting then traverses all of it."""
+    monkeypatch.setattr(gc_pause._PAUSE, "at_task_end", False)
+    seen: list[bool] = []
+
+    @gc_paused
+    def task() -> list[int]:
+        seen.append(gc.isenabled())
+        return [1, 2]
+
+    def pyspark_task(fail: bool) -> None:
+        task()
+        seen.append(gc.isenabled())  # PySpark serializing the output
+        if fail:
+            raise RuntimeError("the worker failed")
+
+    run = resume_after_each_task(pyspark_task)
+    run(False)
+    assert seen == [False, False] and gc.isenabled()
+    with pytest.raises(RuntimeError):
+        run(True)
+    assert seen == [False, False, False, False] and gc.isenabled()
+    gc.disable()  # a task that did not pause it leaves a collector someone else paused
+    try:
+        resume_after_each_task(lambda: None)()
         assert not gc.isenabled()
     finally:
         gc.enable()

@@ -16,6 +16,9 @@ Spark starts this module as its daemon (``spark.python.daemon.module``, set by
 package is installed elsewhere on the path at the same version, then runs PySpark's own
 daemon; the workers it forks inherit the path. A zip that is the only copy, or a different
 version, stays.
+
+It also wraps each worker's per-task entry so a collector a Stator task paused
+(``tasks/gc_pause.py``) resumes only once PySpark has sent that task's output.
 """
 
 from __future__ import annotations
@@ -89,6 +92,9 @@ def main() -> None:
             del sys.path_importer_cache[cached]
     from pyspark import daemon  # noqa: PLC0415 - only after the path is trimmed
 
+    from ..tasks.gc_pause import resume_after_each_task  # noqa: PLC0415 - after the trim too
+
+    daemon.worker_main = resume_after_each_task(daemon.worker_main)
     daemon.manager()  # type: ignore[no-untyped-call]
 
 

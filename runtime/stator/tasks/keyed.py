@@ -29,20 +29,20 @@ from ..state.backend import KeyedBackend
 from .gc_pause import gc_paused
 from .local_state import open_state, take_snapshot
 from .operators import ProcessRunner, ReduceRunner
-from .routing import Header, Router, Shuffled
+from .routing import Router, Shuffled, unpack
 from .source import part_name
 from .user_errors import user_code
 
 
 @gc_paused
 def keyed_task(
-    spec: EpochSpec, node_id: int, reports: Any, subtask: int, items: Iterable[tuple[int, Header]]
+    spec: EpochSpec, node_id: int, reports: Any, subtask: int, items: Iterable[tuple[int, bytes]]
 ) -> Iterator[Shuffled]:
     node = spec.pipeline.node(node_id)
     assert isinstance(node, KeyedNode)
     p = spec.parallelism[node.uid]
     key_groups = range_for_subtask(subtask, p, spec.max_parallelism)
-    headers = sorted((h for _, h in items), key=lambda h: h[0])
+    headers = sorted((unpack(h) for _, h in items), key=lambda h: h[0])
     new_watermark = min((h[1] for h in headers), default=MIN_TIMESTAMP)
     batches = [h[2] for h in headers]
     records_in = sum(len(b[0]) for b in batches)
