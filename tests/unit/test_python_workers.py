@@ -86,6 +86,7 @@ def test_in_a_spark_worker_the_collector_resumes_once_the_pyspark_task_has_ended
 ) -> None:
     """The task's output is pickled after it returns: collecting then traverses all of it."""
     monkeypatch.setattr(gc_pause._PAUSE, "at_task_end", False)
+    monkeypatch.setattr(gc_pause._PAUSE, "frozen", True)  # this test process stays unfrozen
     seen: list[bool] = []
 
     @gc_paused
@@ -111,3 +112,14 @@ def test_in_a_spark_worker_the_collector_resumes_once_the_pyspark_task_has_ended
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_worker_freezes_what_its_first_task_loaded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gc_pause._PAUSE, "at_task_end", False)
+    monkeypatch.setattr(gc_pause._PAUSE, "frozen", False)
+    frozen: list[int] = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(1))  # the test process stays whole
+    run = resume_after_each_task(lambda: None)
+    run()
+    run()
+    assert frozen == [1] and gc_pause._PAUSE.frozen

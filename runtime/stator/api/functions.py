@@ -39,7 +39,7 @@ def _missing() -> Any:
 
 class ValueState:
     # The table's cache and dirty set are held directly: value() and update() run once per
-    # record, and each attribute hop shows.
+    # record, and each attribute hop shows (as does a method call where a subscript will do).
     __slots__ = ("_cache", "_cur", "_dirty", "_missing", "_t")
 
     def __init__(self, table: Table, cursor: KeyCursor) -> None:
@@ -47,10 +47,10 @@ class ValueState:
         self._cache, self._dirty = table.cache, table.dirty
 
     def value(self, default: Any = None) -> Any:
-        kk = self._cur.kkey
-        v = self._cache.get(kk, self._missing)
-        if v is self._missing and kk not in self._cache:
-            v = self._t.load(kk)
+        try:
+            v = self._cache[self._cur.kkey]
+        except KeyError:  # not read yet this epoch (or absent from a complete cache)
+            v = self._t.load(self._cur.kkey)
         return default if v is self._missing else v
 
     def update(self, value: Any) -> None:

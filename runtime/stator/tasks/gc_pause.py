@@ -32,11 +32,12 @@ R = TypeVar("R")
 class _Pause:
     """This process's pause: who switched the collector off, and when it comes back."""
 
-    __slots__ = ("at_task_end", "paused")
+    __slots__ = ("at_task_end", "frozen", "paused")
 
     def __init__(self) -> None:
         self.at_task_end = False  # set in Spark's Python workers: resume once the task ended
         self.paused = False  # switched off here and not switched back on yet
+        self.frozen = False  # this worker's long-lived objects are out of the collector's view
 
 
 _PAUSE = _Pause()
@@ -68,7 +69,14 @@ def resume() -> None:
 
 
 def resume_after_each_task(worker_main: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap PySpark's per-task worker entry so a paused collector resumes when it returns."""
+    """Wrap PySpark's per-task worker entry so a paused collector resumes when it returns.
+
+    PySpark's daemon collects after every task of a reused worker, and a full collection
+    traverses every live container: the modules, classes and functions of PySpark, Stator
+    and the pipeline (profiled: 4% of the keyed count's worker time, ~20 ms a task). Those
+    are all loaded by a worker's first task and live as long as it, so after that task they
+    are collected once and frozen (``gc.freeze``): later collections look only at what later
+    tasks leave behind."""
     _PAUSE.at_task_end = True
 
     @functools.wraps(worker_main)
@@ -77,5 +85,9 @@ def resume_after_each_task(worker_main: Callable[..., Any]) -> Callable[..., Any
             return worker_main(*args, **kwargs)
         finally:
             resume()
+            if not _PAUSE.frozen:
+                _PAUSE.frozen = True
+                gc.collect()
+                gc.freeze()
 
     return run_task

@@ -225,8 +225,8 @@ def pack(header: Header) -> bytes:
     most of the cost (profiled: a tenth of the keyed count's worker time; 26 ms for a
     125k-record header, 7 ms without the memo). So the memo is off (pickle's fast mode),
     with the same cloudpickle PySpark uses for user types; a header with a cycle (a cyclic
-    value, a class pickled by value) is pickled again with the memo on. Repeated objects are then written once per reference, which costs
-    bytes, not correctness.
+    value, a class pickled by value) is pickled again with the memo on. Repeated objects are
+    then written once per reference, which costs bytes, not correctness.
     """
     from pyspark import cloudpickle  # noqa: PLC0415 - pyspark is heavy; tasks have it loaded
 
