@@ -25,8 +25,8 @@ $(UV):
 
 $(VENV)/.installed: requirements.lock pyproject.toml | $(UV)
 	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(VENV)
-	$(UV) pip sync --quiet --python $(PY) requirements.lock
-	$(UV) pip install --quiet --python $(PY) --no-deps -e .
+	$(UV) pip sync --quiet --compile-bytecode --python $(PY) requirements.lock
+	$(UV) pip install --quiet --compile-bytecode --python $(PY) --no-deps -e .
 	touch $@
 
 install: $(VENV)/.installed  ## create .venv from the lock (reuses the uv cache)
