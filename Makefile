@@ -27,6 +27,7 @@ $(VENV)/.installed: requirements.lock pyproject.toml | $(UV)
 	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(VENV)
 	$(UV) pip sync --quiet --compile-bytecode --python $(PY) requirements.lock
 	$(UV) pip install --quiet --compile-bytecode --python $(PY) --no-deps -e .
+	$(PY) -m compileall -q runtime operator
 	touch $@
 
 install: $(VENV)/.installed  ## create .venv from the lock (reuses the uv cache)

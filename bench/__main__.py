@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from bench.harness import Alternating, Comparison, Runs, table
+from bench.harness import Alternating, Comparison, Runs, compile_sources, table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -117,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         help="skip the cases with checkpoints on the test bed's MinIO",
     )
     args = parser.parse_args(argv)
+    compile_sources(ROOT)
     if args.quick:
         args.runs, args.only, args.no_minio = 1, ["count", "tws"], True
         args.events, args.keys, args.epoch = 200_000, 20_000, 50_000

@@ -41,7 +41,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.harness import Alternating, Comparison, WrongOutput, table
+from bench.harness import Alternating, Comparison, WrongOutput, compile_sources, table
 
 ROOT = Path(__file__).resolve().parent.parent
 MULT, SEED = 2654435761, 1
@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=["recovery", "throughput", "rescale"])
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     args = parser.parse_args(argv)
+    compile_sources(ROOT)
     with _Bed() as space:
         rows, results = [], {}
         if "recovery" in args.only:

@@ -1,10 +1,13 @@
-"""What the shuffle carries between a task and a keyed subtask: a header packed by the task."""
+"""What the shuffle carries between a task and a keyed subtask: a header packed by the task
+(and the memo-less pickling beneath it, which the warm cache file uses too)."""
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 from typing import Any
 
+from stator import pickling
 from stator.tasks.routing import Header, pack, unpack
 
 
@@ -49,3 +52,11 @@ def test_a_user_type_of_a_module_workers_cannot_import_travels_by_value() -> Non
     blob = pack(_header([Event("a", 1)]))
     value = unpack(blob)[2][1][0]
     assert (value.key, value.n) == ("a", 1)
+
+
+def test_plain_pickling_without_the_memo_falls_back_for_a_cycle() -> None:
+    cyclic: dict[str, Any] = {"n": 1}
+    cyclic["self"] = cyclic
+    value = pickle.loads(pickling.dumps({7: (cyclic, True)}))  # noqa: S301 - our own bytes
+    assert value[7][0]["self"] is value[7][0] and value[7][1] is True
+    assert pickle.loads(pickling.dumps([b"k", 2**63, None])) == [b"k", 2**63, None]  # noqa: S301

@@ -8,6 +8,7 @@ event-time timers fire up to the epoch's new watermark after all records are pro
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Any
 
 from ..api.functions import KeyCursor, KeyedProcessFunction, RuntimeContext
@@ -119,9 +120,9 @@ class ProcessRunner:
                 t.desc, ValueStateDescriptor | ReducingStateDescriptor | ListStateDescriptor
             )
         ]
-        if not tables:
+        if all(t.complete for t in tables):  # absent keys need no read: nothing to gather
             return
-        distinct = list(dict.fromkeys(kk for kkeys, _, _ in batches for kk in kkeys))
+        distinct = list(dict.fromkeys(chain.from_iterable(kkeys for kkeys, _, _ in batches)))
         self.backend.prefetch(tables, distinct)
 
     def _fire(self, domain: int, bound: int, out_v: list[Any], out_t: list[Any]) -> None:

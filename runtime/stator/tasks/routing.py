@@ -9,12 +9,12 @@ carries one entry per key and map task.
 
 from __future__ import annotations
 
-import io
 import pickle
 from collections import Counter
 from itertools import compress
 from typing import Any
 
+from .. import pickling
 from ..api.pipeline import KeyedNode, Pipeline, ReduceNode, SinkNode, TransformNode, _add, _one
 from ..epoch.reports import SinkReport
 from ..keygroups import encode_keys, stable_hash
@@ -218,28 +218,10 @@ class Router:
 
 
 def pack(header: Header) -> bytes:
-    """A header as the shuffle carries it: pickled here, so PySpark only copies the bytes.
-
-    PySpark's own pickling memoizes every object it writes (each record, key and value), to
-    share repeated objects and survive cycles; records rarely have either, and the memo was
-    most of the cost (profiled: a tenth of the keyed count's worker time; 26 ms for a
-    125k-record header, 7 ms without the memo). So the memo is off (pickle's fast mode),
-    with the same cloudpickle PySpark uses for user types; a header with a cycle (a cyclic
-    value, a class pickled by value) is pickled again with the memo on. Repeated objects are
-    then written once per reference, which costs bytes, not correctness.
-    """
-    from pyspark import cloudpickle  # noqa: PLC0415 - pyspark is heavy; tasks have it loaded
-
-    buf = io.BytesIO()
-    pickler: Any = cloudpickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)  # type: ignore[no-untyped-call]
-    pickler.fast = True
-    try:
-        pickler.dump(header)
-    except (ValueError, pickle.PicklingError):  # a cycle: in a value, or a type sent by value
-        dumps: Any = cloudpickle.dumps
-        blob: bytes = dumps(header, protocol=pickle.HIGHEST_PROTOCOL)
-        return blob
-    return buf.getvalue()
+    """A header as the shuffle carries it: pickled here, without the memo PySpark's own
+    pickling keeps (``pickling.py``: profiled, the memo was a tenth of the keyed count's
+    worker time), so PySpark only copies the bytes. By value, as PySpark pickles records."""
+    return pickling.dumps(header, by_value=True)
 
 
 def unpack(blob: bytes) -> Header:
