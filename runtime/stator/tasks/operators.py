@@ -8,7 +8,8 @@ event-time timers fire up to the epoch's new watermark after all records are pro
 
 from __future__ import annotations
 
-from itertools import chain
+from itertools import chain, repeat
+from operator import is_
 from typing import Any
 
 from ..api.functions import KeyCursor, KeyedProcessFunction, RuntimeContext
@@ -212,7 +213,9 @@ _DECODED: dict[bytes, Any] = {}
 def user_keys(kkeys: list[bytes]) -> list[Any]:
     """The user key of each kkey, looked up at C speed where memoized."""
     keys = list(map(_DECODED.get, kkeys))
-    if None in keys:  # not memoized yet (or a key that is None: decoded again, harmless)
+    # Not memoized yet (or a key that is None: decoded again, harmless). By identity: ``in``
+    # would call each user key's ``__eq__`` with None.
+    if any(map(is_, keys, repeat(None))):
         keys = [decoded(kk) if key is None else key for kk, key in zip(kkeys, keys, strict=True)]
     return keys
 
