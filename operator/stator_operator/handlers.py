@@ -7,7 +7,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, cast
+from typing import Any
 
 import kopf
 from kubernetes.client.rest import ApiException
@@ -54,7 +54,7 @@ def _pipeline(body: Any) -> Pipeline:
     }
 
     def event(etype: str, reason: str, message: str) -> None:
-        kopf.event(cast(Any, raw), type=etype, reason=reason, message=message[:1000])
+        kube().post_event(raw, etype, reason, message)
 
     return Pipeline.build(kube(), raw, event)
 
