@@ -17,6 +17,8 @@ from stator.control.server import serving
 from stator.driver.epoch_loop import JobDriver
 from stator.driver.handover import Handover, HandoverRequest
 from stator.driver.preflight import preflight
+from stator.savepoint.metadata import SavepointMetadata
+from stator.storage import open_store
 from tests.helpers import with_overrides
 from tests.integration.test_control_api import call, wait_until
 from tests.integration.test_rescale import EPOCH, EVENTS, output, pipeline, run_phase
@@ -80,6 +82,10 @@ def test_a_prestarted_driver_takes_over_at_the_savepoint(
     assert not thread.is_alive()
     finished = result["status"]
     assert finished.finished and finished.restores.remote == 6, "2 keyed operators x 3 subtasks"
+    # Each subtask reports the savepoint's bytes it read: together, all of them.
+    saved = SavepointMetadata.from_json(open_store(savepoint).get("_savepoint.json"))
+    assert finished.restores.remote_bytes == saved.state_bytes > 0
+    assert all(r["savepoint"] for r in finished.last_restores.values())
     marks = finished.startup
     assert marks.spark_ready_ms < marks.handover_ms <= marks.recovered_ms <= marks.first_epoch_ms
 

@@ -538,12 +538,12 @@ class JobDriver:
             if s.restore.restored:
                 r = s.restore
                 log.info(
-                    "epoch %d: operator '%s' subtask %d restored checkpoint %d from %s "
+                    "epoch %d: operator '%s' subtask %d restored %s from %s "
                     "(%d bytes local, %d bytes from the object store, %d ms)%s%s%s",
                     epoch,
                     s.uid,
                     s.subtask,
-                    r.checkpoint_id,
+                    "the savepoint" if r.savepoint else f"checkpoint {r.checkpoint_id}",
                     r.source,
                     r.local_bytes,
                     r.remote_bytes,

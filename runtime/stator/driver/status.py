@@ -134,6 +134,7 @@ class JobStatus:
                 "subtask": s.subtask,
                 "epoch": epoch,
                 "checkpoint_id": r.checkpoint_id,
+                "savepoint": r.savepoint,
                 "source": r.source,
                 "local_bytes": r.local_bytes,
                 "remote_bytes": r.remote_bytes,

@@ -72,12 +72,14 @@ class RestoreReport:
     ``source``: ``none`` (its local database was already at the expected epoch, or it started
     empty), ``local`` (from the executor's copy of the checkpoint) or ``remote`` (from the
     object store: a checkpoint, a rescaled checkpoint or a savepoint). ``remote_bytes`` counts
-    what was read from the object store (0 for a savepoint's key-group files, not measured);
-    ``fallback`` says why a local copy was not used when a remote restore happened.
+    what was read from the object store; ``fallback`` says why a local copy was not used when a
+    remote restore happened. ``savepoint``: the state came from a savepoint (``checkpoint_id``
+    is then 0).
     """
 
     source: str
     checkpoint_id: int = 0
+    savepoint: bool = False
     local_bytes: int = 0
     remote_bytes: int = 0
     duration_ms: int = 0

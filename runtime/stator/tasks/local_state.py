@@ -138,6 +138,7 @@ def open_state(
     return backend, RestoreReport(
         "remote",
         restore.checkpoint_id,
+        savepoint=restore.savepoint is not None,
         remote_bytes=remote_bytes,
         duration_ms=_ms_since(started),
         fallback=fallback,
@@ -223,7 +224,11 @@ def restore_into(
                 op.states,
                 savepoint_entries(restore.store, op.key_groups, key_groups),
             )
-            watermark, read = op.watermark, 0
+            # Every file read was checked against these sizes (savepoint_entries).
+            read = sum(
+                int(f.get("bytes", 0)) for kg, f in op.key_groups.items() if kg in key_groups
+            )
+            watermark = op.watermark
         else:
             watermark, read = _rescale_from(restore, spec, uid, key_groups, path, target)
         target.commit(spec.base_epoch, watermark)
