@@ -354,6 +354,9 @@ class S3Store(ObjectStore):
         self.delete([src])
 
 
+# Threads that call one store at once in a transfer (a checkpoint's or a savepoint's files);
+# each may run a multipart transfer of ``max_concurrency`` parts.
+TRANSFER_CALLERS = 4
 _clients: dict[S3Options, Any] = {}
 _clients_lock = threading.Lock()
 
@@ -372,7 +375,9 @@ def _s3_client(options: S3Options) -> Any:
                 connect_timeout=options.connect_timeout_s,
                 read_timeout=options.read_timeout_s,
                 s3={"addressing_style": "path" if options.path_style else "auto"},
-                max_pool_connections=max(10, options.max_concurrency * 2),
+                # Every caller thread may run a multipart transfer of max_concurrency parts:
+                # a smaller pool discards connections and opens new ones mid-transfer.
+                max_pool_connections=TRANSFER_CALLERS * max(1, options.max_concurrency) + 2,
             )
             client = boto3.session.Session().client(
                 "s3",

@@ -11,10 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..state.backend import LocalFile
-from ..storage import ObjectStore
+from ..storage import TRANSFER_CALLERS, ObjectStore
 from .metadata import RemoteFile, checkpoint_dir
-
-UPLOAD_THREADS = 4
 
 
 def shared_key(uid: str, name: str) -> str:
@@ -91,7 +89,7 @@ def send_files(
         store.put_file(item[1], local_dir / item[0])
 
     if todo:
-        with ThreadPoolExecutor(min(UPLOAD_THREADS, len(todo))) as pool:
+        with ThreadPoolExecutor(min(TRANSFER_CALLERS, len(todo))) as pool:
             list(pool.map(send, todo))
 
 
@@ -113,7 +111,7 @@ def download_snapshot(store: ObjectStore, files: tuple[RemoteFile, ...], target:
                 raise OSError(f"{store.url(f.key)} has {got} bytes, the checkpoint says {f.size}")
             return got
 
-        with ThreadPoolExecutor(max(1, min(UPLOAD_THREADS, len(files)))) as pool:
+        with ThreadPoolExecutor(max(1, min(TRANSFER_CALLERS, len(files)))) as pool:
             total = sum(pool.map(fetch, files))
         if target.exists():
             shutil.rmtree(target)

@@ -23,7 +23,7 @@ from ..state.layout import (
     split_timer,
     timer_key,
 )
-from ..storage import ObjectStore
+from ..storage import TRANSFER_CALLERS, ObjectStore
 from .format import (
     LENGTH,
     STATE_ENTRY,
@@ -119,7 +119,7 @@ def export_key_groups(
         store.put(name, data)
         written[kg] = {"file": name, "bytes": len(data), "entries": entries}
 
-    with ThreadPoolExecutor(4) as pool:
+    with ThreadPoolExecutor(TRANSFER_CALLERS) as pool:
         pending: list[Future[None]] = []
         for kg in backend.key_groups:
             writer = KeyGroupWriter()
@@ -180,7 +180,7 @@ def savepoint_entries(
     files ahead (so memory holds a window of files, not the whole state)."""
     wanted = sorted(kg for kg in key_groups if kg in owned)
     ahead = 8
-    with ThreadPoolExecutor(4) as pool:
+    with ThreadPoolExecutor(TRANSFER_CALLERS) as pool:
         futures = [pool.submit(store.get, key_groups[kg]["file"]) for kg in wanted[:ahead]]
         for i, kg in enumerate(wanted):
             data = futures[i].result()
