@@ -15,7 +15,8 @@ from stator.savepoint.format import (
     TimerEntry,
     read_key_group,
 )
-from stator.savepoint.transfer import savepoint_entries
+from stator.savepoint.transfer import savepoint_rows
+from stator.state.layout import HEADER, timer_key
 from stator.storage import open_store
 
 ENTRIES: list[StateEntry | TimerEntry] = [
@@ -72,10 +73,17 @@ def test_restore_checks_each_file_against_the_metadata(tmp_path: Path) -> None:
     store.put("op/kg-00003.bin", data[:-1])
     files = {3: {"file": "op/kg-00003.bin", "bytes": len(data), "entries": len(ENTRIES)}}
     with pytest.raises(FormatError, match=f"{len(data) - 1} bytes, the savepoint's metadata"):
-        list(savepoint_entries(store, files, KeyGroupRange(0, 8)))
+        list(savepoint_rows(store, files, KeyGroupRange(0, 8)))
     store.put("op/kg-00003.bin", data)
-    assert [e for _, e in savepoint_entries(store, files, KeyGroupRange(0, 8))] == ENTRIES
-    assert list(savepoint_entries(store, files, KeyGroupRange(4, 8))) == []
+    # Rows in the database's layout: key-group, key length, key, state id, user key.
+    rows = [
+        (HEADER.pack(3, len(e.key)) + e.key + bytes((e.state,)) + e.user_key, e.value)
+        if isinstance(e, StateEntry)
+        else (timer_key(HEADER.pack(3, len(e.key)) + e.key, e.domain, e.timestamp), b"")
+        for e in ENTRIES
+    ]
+    assert list(savepoint_rows(store, files, KeyGroupRange(0, 8))) == [(3, rows)]
+    assert list(savepoint_rows(store, files, KeyGroupRange(4, 8))) == []
 
 
 @pytest.mark.parametrize(

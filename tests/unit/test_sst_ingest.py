@@ -19,7 +19,7 @@ def _ingest(path: Path, rows: list[tuple[int, bytes, bytes]]) -> dict[bytes, byt
     try:
         ingest = SstIngest(db, options, path / ".ingest")
         for kg, key, value in rows:
-            ingest.add(kg, key, value)
+            ingest.add(kg, [(key, value)])
         ingest.finish()
         assert not (path / ".ingest").exists(), "the staged files are moved or removed"
         return {bytes(k): bytes(v) for k, v in db.items()}  # type: ignore[arg-type]
@@ -51,18 +51,17 @@ def test_nothing_to_ingest(tmp_path: Path) -> None:
 
 def test_a_restore_that_fails_part_way_leaves_nothing_staged(tmp_path: Path) -> None:
     from stator.keygroups import KeyGroupRange
-    from stator.savepoint.format import StateEntry
-    from stator.savepoint.transfer import import_entries
+    from stator.savepoint.transfer import import_rows
     from stator.state.backend import KeyedBackend
 
     def entries() -> Any:
-        yield 1, StateEntry(0, b"k", b"", b"v")
+        yield 1, [(b"\x00\x01\x00\x01k\x00", b"v")]
         raise OSError("connection reset while reading kg-00002.bin")
 
     backend = KeyedBackend(tmp_path / "db", RocksDBOptions(), KeyGroupRange(0, 4), 4, "op").open()
     try:
         with pytest.raises(OSError, match="kg-00002"):
-            import_entries(backend, ["count"], {"count": {"kind": "value"}}, entries())
+            import_rows(backend, {"count": {"kind": "value"}}, entries())
         assert not (tmp_path / ".ingest-db").exists()
         assert backend.db is not None
         state = [k for k, _ in backend.db.items() if bytes(k)[:2] != b"\xff\xff"]  # type: ignore[arg-type]

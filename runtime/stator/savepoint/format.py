@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterator
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple, TypeVar
 
 MAGIC = b"STKG"
 VERSION = 1
@@ -27,6 +27,7 @@ _STATE = struct.Struct(">BHI")  # tag, state index, key length
 _LEN = struct.Struct(">I")
 _TIMER = struct.Struct(">BBqI")  # tag, domain, timestamp, key length
 STATE_ENTRY, TIMER_ENTRY = 0, 1
+T = TypeVar("T")
 
 
 class StateEntry(NamedTuple):  # named tuples: a savepoint moves millions of these
@@ -110,8 +111,23 @@ def _body(data: bytes, where: str) -> bytes:
     return body
 
 
-def read_key_group(data: bytes, where: str = "") -> Iterator[StateEntry | TimerEntry]:
+def read_key_group(data: bytes, where: str = "") -> list[StateEntry | TimerEntry]:
+    return decode_key_group(data, where, StateEntry, TimerEntry)
+
+
+def decode_key_group(
+    data: bytes,
+    where: str,
+    state: Callable[[int, bytes, bytes, bytes], T],
+    timer: Callable[[int, int, bytes], T],
+) -> list[T]:
+    """Every entry of a key-group file, made by ``state(state, key, user_key, value)`` or
+    ``timer(domain, timestamp, key)``: a restore makes its database rows here, once per entry,
+    without an entry object in between. The whole file is checked before anything is
+    returned: a truncated or corrupt file gives an error naming ``where``, never some entries."""
     body = _body(data, where)
+    out: list[T] = []
+    append = out.append
     pos, end = 0, len(body)
     state_head, timer_head, length = _STATE.unpack_from, _TIMER.unpack_from, _LEN.unpack_from
     state_size, timer_size = _STATE.size, _TIMER.size
@@ -119,28 +135,33 @@ def read_key_group(data: bytes, where: str = "") -> Iterator[StateEntry | TimerE
         while pos < end:
             tag = body[pos]
             if tag == STATE_ENTRY:
-                _, state, n = state_head(body, pos)
-                pos += state_size
-                key = body[pos : pos + n]
-                pos += n
-                n = length(body, pos)[0]
-                user_key = body[pos + 4 : pos + 4 + n]
-                pos += 4 + n
-                n = length(body, pos)[0]
-                value = body[pos + 4 : pos + 4 + n]
-                pos += 4 + n
-                if pos > end:
+                _, index, n = state_head(body, pos)
+                key_at = pos + state_size
+                user_at = key_at + n + 4
+                value_at = user_at + length(body, key_at + n)[0] + 4
+                stop = value_at + length(body, value_at - 4)[0]
+                if stop > end:
                     break
-                yield StateEntry(state, key, user_key, value)
+                append(
+                    state(
+                        index,
+                        body[key_at : key_at + n],
+                        body[user_at : value_at - 4],
+                        body[value_at:stop],
+                    )
+                )
+                pos = stop
             elif tag == TIMER_ENTRY:
                 _, domain, ts, n = timer_head(body, pos)
-                pos += timer_size + n
-                if pos > end:
+                stop = pos + timer_size + n
+                if stop > end:
                     break
-                yield TimerEntry(domain, ts, body[pos - n : pos])
+                append(timer(domain, ts, body[stop - n : stop]))
+                pos = stop
             else:
                 raise FormatError(f"{where}: unknown entry tag {tag} at byte {pos}")
     except struct.error as exc:
         raise FormatError(f"{where}: truncated entry at byte {pos}") from exc
     if pos != end:
         raise FormatError(f"{where}: truncated entry at byte {pos}")
+    return out

@@ -27,13 +27,14 @@ class SstIngest:
         shutil.rmtree(workdir, ignore_errors=True)
         workdir.mkdir(parents=True)
 
-    def add(self, kg: int, key: bytes, value: bytes) -> None:
+    def add(self, kg: int, rows: list[tuple[bytes, bytes]]) -> None:
+        """Rows (key, value) of key-group ``kg``, in any order."""
         if kg != self.kg:
             self._write_rows()
             if kg < self.kg:
                 self._finish_file()
             self.kg = kg
-        self.rows.append((key, value))
+        self.rows += rows
 
     def finish(self) -> None:
         """Ingest what was added (moving the files into the database) and clean up."""

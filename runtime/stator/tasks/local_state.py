@@ -37,7 +37,7 @@ from ..epoch.reports import NO_RESTORE, RestoreReport
 from ..epoch.spec import EpochSpec, RestoreTask
 from ..errors import StateMismatchError, StatorError, StorageError
 from ..keygroups import KeyGroupRange
-from ..savepoint.transfer import database_entries, import_entries, savepoint_entries, state_catalog
+from ..savepoint.transfer import database_rows, import_rows, savepoint_rows, state_catalog
 from ..state.backend import KeyedBackend
 from . import local_copy
 
@@ -217,14 +217,8 @@ def restore_into(
     try:
         if restore.savepoint is not None:
             op = restore.savepoint.operators[uid]
-            names = sorted(op.states)
-            import_entries(
-                target,
-                names,
-                op.states,
-                savepoint_entries(restore.store, op.key_groups, key_groups),
-            )
-            # Every file read was checked against these sizes (savepoint_entries).
+            import_rows(target, op.states, savepoint_rows(restore.store, op.key_groups, key_groups))
+            # Every file read was checked against these sizes (savepoint_rows).
             read = sum(
                 int(f.get("bytes", 0)) for kg, f in op.key_groups.items() if kg in key_groups
             )
@@ -265,14 +259,13 @@ def _rescale_from(
             watermark = min(watermark, probe.watermark)
     names = sorted(catalog)
     try:
-        import_entries(
+        import_rows(
             target,
-            names,
             catalog,
             (
-                entry
+                batch
                 for old, where in staged
-                for entry in database_entries(
+                for batch in database_rows(
                     where, KeyGroupRange(*old.key_groups).intersect(key_groups), names
                 )
             ),
