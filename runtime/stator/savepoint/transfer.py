@@ -42,6 +42,19 @@ Entry = StateEntry | TimerEntry
 UPLOAD_WINDOW = 8  # key-group files built ahead of their upload
 
 
+SCAN_READAHEAD_BYTES = 2 * 1024 * 1024
+
+
+def _scan() -> rocksdict.ReadOptions:
+    """Read options for scanning whole key-groups: read ahead (a savepoint's encoding of
+    500,000 entries from the page cache: 0.70-0.77 s instead of 0.81-0.87 s). The block
+    cache stays filled: without it every key-group's iterator read the tables' index blocks
+    again (1.2 s in a fresh process)."""
+    options = rocksdict.ReadOptions()
+    options.set_readahead_size(SCAN_READAHEAD_BYTES)
+    return options
+
+
 def state_catalog(registry: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """The savepoint's view of an operator's states: everything but the internal state id."""
     return {name: {k: v for k, v in meta.items() if k != "sid"} for name, meta in registry.items()}
@@ -53,7 +66,7 @@ def state_catalog(registry: dict[str, dict[str, Any]]) -> dict[str, dict[str, An
 def iter_key_group(db: rocksdict.Rdict, kg: int, sid_to_index: dict[int, int]) -> Iterator[Entry]:
     """The entries of one key-group of a database, in key order."""
     prefix = key_group_prefix(kg)
-    for raw_key, raw_value in db.items(from_key=prefix):
+    for raw_key, raw_value in db.items(from_key=prefix, read_opt=_scan()):
         key, value = cast(bytes, raw_key), cast(bytes, raw_value)
         if key[:2] != prefix:
             break
@@ -77,7 +90,7 @@ def _encode_key_group(
     encoded: list[bytes] = []
     append = encoded.append
     # Annotated, not cast per entry: typing.cast is a call, 4% of a savepoint's time.
-    items: Iterator[tuple[bytes, bytes]] = db.items(from_key=prefix)  # type: ignore[assignment]
+    items: Iterator[tuple[bytes, bytes]] = db.items(from_key=prefix, read_opt=_scan())  # type: ignore[assignment]
     for key, value in items:
         if key[:2] != prefix:
             break
@@ -227,7 +240,7 @@ def database_rows(path: Path, owned: KeyGroupRange, names: list[str]) -> Iterato
         for kg in owned:
             prefix = key_group_prefix(kg)
             rows: Rows = []
-            items: Iterator[tuple[bytes, bytes]] = db.items(from_key=prefix)  # type: ignore[assignment]
+            items: Iterator[tuple[bytes, bytes]] = db.items(from_key=prefix, read_opt=_scan())  # type: ignore[assignment]
             for key, value in items:
                 if key[:2] != prefix:
                     break
