@@ -424,10 +424,10 @@ def savepoint_rescale(
     storage: str,
     p_from: int = 2,
     p_to: int = 3,
-    compression: str = "none",
 ) -> dict[str, Any]:
     """Build ``keys * value_bytes`` of keyed state, stop it with a savepoint on MinIO, and
-    restore it at another parallelism; time each step."""
+    restore it at another parallelism; time each step. Savepoint settings are the defaults
+    (zlib, which stores the random values raw)."""
     from stator import BYTES, KeyedProcessFunction, ValueStateDescriptor
 
     class Keep(KeyedProcessFunction):
@@ -461,7 +461,6 @@ def savepoint_rescale(
                 f"parallelism={parallelism}",
                 f"restore.source={restore}",
                 f"savepoint.dir={sp_dir}",
-                f"savepoint.compression={compression}",
                 "state.warm_cache_entries=0",
             ],
         )

@@ -3,6 +3,7 @@ that names the file, never a silently shortened key-group."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,16 @@ def test_corrupt_files_are_named(data: bytes, message: str) -> None:
 def test_unknown_compression_is_refused_when_writing() -> None:
     with pytest.raises(ValueError, match="savepoint compression must be one of"):
         KeyGroupWriter().finish("lz4")
+
+
+def test_zlib_stores_data_that_does_not_compress_raw() -> None:
+    random_value, repeated_value = os.urandom(200_000), b"count=1;" * 25_000
+    for value, stored in ((random_value, 0), (repeated_value, 1)):  # header: 0 raw, 1 zlib
+        writer = KeyGroupWriter()
+        writer.state(0, b"k", b"", value)
+        data = writer.finish("zlib")
+        assert data[5] == stored
+        assert list(read_key_group(data, "kg-0")) == [StateEntry(0, b"k", b"", value)]
+    writer = KeyGroupWriter()
+    writer.state(0, b"k", b"", repeated_value)
+    assert writer.finish("none")[5] == 0, "none is never compressed"
