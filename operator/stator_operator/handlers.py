@@ -12,6 +12,7 @@ from typing import Any
 import kopf
 from kubernetes.client.rest import ApiException
 
+from . import resources
 from .flows import QUICK_S
 from .k8s import GROUP, PLURAL, VERSION, Kube
 from .pipeline import Pipeline
@@ -54,7 +55,7 @@ def _pipeline(body: Any) -> Pipeline:
     }
 
     def event(etype: str, reason: str, message: str) -> None:
-        kube().post_event(raw, etype, reason, message)
+        kube().post_event(resources.event(raw, etype, reason, message))
 
     return Pipeline.build(kube(), raw, event)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import logging
-from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
@@ -15,7 +14,6 @@ from kubernetes.client.rest import ApiException
 from stator.cluster.lease import RELEASED_FOR
 
 GROUP, VERSION, PLURAL = "stator.dev", "v1alpha1", "statefulpipelines"
-KIND = "StatefulPipeline"
 UNREACHABLE = "node.kubernetes.io/unreachable"  # the node lifecycle controller's taint
 log = logging.getLogger(__name__)
 
@@ -35,35 +33,18 @@ class Kube:
             GROUP, VERSION, namespace, PLURAL, name, {"status": fields}
         )
 
-    def post_event(self, pipeline: dict[str, Any], etype: str, reason: str, message: str) -> None:
-        """An event on ``pipeline``, posted before the step that follows it is written: kopf's
-        own events wait in a queue that a killed operator loses, and the flow's events are
-        its audit trail (which driver was created, from which savepoint). An event that
-        cannot be posted is logged, never fails the step."""
-        meta = pipeline["metadata"]
-        now = datetime.now(UTC)
-        body = {
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": KIND,
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta.get("uid"),
-            },
-            "type": etype,
-            "reason": reason,
-            "message": message[:1000],
-            "source": {"component": "stator-operator"},
-            "reportingComponent": "stator-operator",
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+    def post_event(self, event: dict[str, Any]) -> None:
+        """Post ``event`` (``resources.event``) now, before the step that follows it is
+        written: kopf's own events wait in a queue that a killed operator loses, and the
+        flow's events are its audit trail (which driver was created, from which savepoint).
+        An event that cannot be posted is logged, never fails the step."""
+        meta = event["metadata"]
         try:
-            self.core.create_namespaced_event(meta["namespace"], body)
+            self.core.create_namespaced_event(meta["namespace"], event)
         except ApiException as exc:
-            log.warning("event %s on %s not posted: %s", reason, meta["name"], exc.reason)
+            log.warning(
+                "event %s (%s) not posted: %s", event["reason"], meta["generateName"], exc.reason
+            )
 
     def get_pipeline(self, namespace: str, name: str) -> dict[str, Any]:
         obj: dict[str, Any] = self.custom.get_namespaced_custom_object(

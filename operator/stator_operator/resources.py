@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from datetime import UTC, datetime
 from typing import Any
 
 import yaml
@@ -76,6 +77,25 @@ def owner(body: dict[str, Any]) -> dict[str, Any]:
         "uid": meta["uid"],
         "controller": True,
         "blockOwnerDeletion": True,
+    }
+
+
+def event(body: dict[str, Any], etype: str, reason: str, message: str) -> dict[str, Any]:
+    """A Kubernetes event on the pipeline (posted by ``Kube.post_event``)."""
+    meta = body["metadata"]
+    now = datetime.now(UTC)
+    ref = {k: v for k, v in owner(body).items() if k not in ("controller", "blockOwnerDeletion")}
+    return {
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        "involvedObject": {**ref, "namespace": meta["namespace"]},
+        "type": etype,
+        "reason": reason,
+        "message": message[:1000],
+        "source": {"component": "stator-operator"},
+        "reportingComponent": "stator-operator",
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
     }
 
 

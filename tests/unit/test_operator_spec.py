@@ -13,6 +13,7 @@ from stator.config import JobConfig
 from stator_operator.resources import (
     check_job_config,
     driver_pod,
+    event,
     executor_claim,
     job_config,
     spark_app_id,
@@ -224,3 +225,17 @@ def test_driver_pod_is_non_root_with_argument_lists_and_secret_references() -> N
     assert env["COUNT"]["value"] == "5"
     assert "stolen" not in json.dumps(pod)
     assert pod["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+
+
+def test_an_event_names_the_pipeline_it_is_about() -> None:
+    body = {"metadata": {"name": "p", "namespace": "ns", "uid": "u-1"}}
+    e = event(body, "Normal", "DriverCreated", "x" * 2000)
+    assert e["involvedObject"] == {
+        "apiVersion": "stator.dev/v1alpha1",
+        "kind": "StatefulPipeline",
+        "name": "p",
+        "namespace": "ns",
+        "uid": "u-1",
+    }
+    assert e["metadata"] == {"generateName": "p.", "namespace": "ns"}
+    assert (e["type"], e["reason"], len(e["message"])) == ("Normal", "DriverCreated", 1000)

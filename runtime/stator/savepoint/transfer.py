@@ -18,7 +18,6 @@ from ..state.backend import KeyedBackend
 from ..state.layout import (
     HEADER,
     META_STATES,
-    TIMER_MARK,
     is_timer_key,
     key_group_prefix,
     kkey_bytes,
@@ -94,7 +93,7 @@ def _encode_key_group(
     for key, value in items:
         if key[:2] != prefix:
             break
-        if key[2:4] == TIMER_MARK:  # after every state entry of the key-group
+        if is_timer_key(key):  # after every state entry of the key-group
             writer.encoded(encoded)
             encoded.clear()
             ts, domain, kkey = split_timer(key)
@@ -244,7 +243,7 @@ def database_rows(path: Path, owned: KeyGroupRange, names: list[str]) -> Iterato
             for key, value in items:
                 if key[:2] != prefix:
                     break
-                if key[2:4] == TIMER_MARK:
+                if is_timer_key(key):
                     rows.append((key, value))
                     continue
                 at = 4 + ((key[2] << 8) | key[3])
