@@ -486,6 +486,9 @@ def savepoint_rescale(
 
     meta = SavepointMetadata.from_json(open_store(location).get("_savepoint.json"))
     state_bytes = meta.state_bytes
+    saved = sum(int(k["entries"]) for op in meta.operators.values() for k in op.key_groups.values())
+    if saved != keys:  # every key was written once before the savepoint
+        raise AssertionError(f"the savepoint holds {saved} entries, the job wrote {keys} keys")
 
     # Restore time is until the job processes again: the restored job's first checkpoint (a
     # full upload of the new subtasks' files, as after any restore) is not part of it.
@@ -498,8 +501,13 @@ def savepoint_rescale(
 
     restore.on_epoch(first_epoch)
     t0 = time.perf_counter()
-    restore.run()
+    restored = restore.run().restores
     timings["restored_job_s"] = time.perf_counter() - t0
+    if (restored.remote, restored.remote_bytes) != (p_to, state_bytes):  # every file, checked
+        raise AssertionError(
+            f"the restore read {restored.remote_bytes} bytes in {restored.remote} subtasks, "
+            f"the savepoint has {state_bytes} bytes for {p_to}"
+        )
     spark.stop()
     shutil.rmtree(work, ignore_errors=True)
     restore_s = first["restore_epoch_s"]
