@@ -14,8 +14,8 @@ from stator.state.options import RocksDBOptions
 
 
 def _ingest(path: Path, rows: list[tuple[int, bytes, bytes]]) -> dict[bytes, bytes]:
-    options = RocksDBOptions().build()
-    db = rocksdict.Rdict(str(path / "db"), options)
+    options = RocksDBOptions()
+    db = rocksdict.Rdict(str(path / "db"), options.build())
     try:
         ingest = SstIngest(db, options, path / ".ingest")
         for kg, key, value in rows:
@@ -68,3 +68,24 @@ def test_a_restore_that_fails_part_way_leaves_nothing_staged(tmp_path: Path) -> 
         assert state == [], "nothing reached the database"
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize(
+    ("value", "written"),
+    [(lambda i: random.Random(i).randbytes(1000), "none"), (lambda i: b"abc" * 300, "lz4")],
+    ids=["random", "repetitive"],
+)
+def test_rows_that_do_not_compress_are_written_raw(
+    tmp_path: Path, value: Any, written: str
+) -> None:
+    options = RocksDBOptions(compression="lz4")
+    rows = {(7).to_bytes(2, "big") + f"key-{i:05d}".encode(): value(i) for i in range(200)}
+    db = rocksdict.Rdict(str(tmp_path / "db"), options.build())
+    try:
+        ingest = SstIngest(db, options, tmp_path / ".ingest")
+        ingest.add(7, list(rows.items()))
+        ingest.finish()
+        assert ingest.compression == written
+        assert {bytes(k): bytes(v) for k, v in db.items()} == rows  # type: ignore[arg-type]
+    finally:
+        db.close()

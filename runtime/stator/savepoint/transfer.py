@@ -165,7 +165,7 @@ def import_rows(
     owned = backend.key_groups
     registry = {name: {**catalog[name], "sid": i} for i, name in enumerate(sorted(catalog))}
     ingest = SstIngest(
-        backend.db, backend.options.build(), backend.path.parent / f".ingest-{backend.path.name}"
+        backend.db, backend.options, backend.path.parent / f".ingest-{backend.path.name}"
     )
     count = 0
     try:
