@@ -42,9 +42,12 @@ class CheckpointConfig:
     enabled: bool = True
     # Checkpoint every N epochs...
     every_epochs: int = 1
-    # ...or, if > 0, when this much time has passed since the last one (then every_epochs is
-    # ignored), but never sooner than min_pause_ms after the previous checkpoint completed.
+    # ...or, if > 0, this long after the previous checkpoint was triggered (Flink's interval;
+    # setting both is refused).
     interval_ms: int = 0
+    # Either way, never sooner than this after the previous checkpoint ended (completed or
+    # failed), and while > 0 one checkpoint at a time (Flink's minimum pause): processing
+    # gets this much time between checkpoints however long they take.
     min_pause_ms: int = 0
     retained: int = 3
     incremental: bool = True
@@ -161,6 +164,18 @@ class FailoverConfig:
     strategy: Literal["region", "full"] = "region"
 
 
+# Spark settings Stator runs with whatever the user configures (``spark.conf`` may not
+# change them), and why.
+SPARK_REQUIRED = {
+    "spark.speculation": "false",
+    "spark.python.worker.reuse": "true",
+}
+SPARK_WHY = {
+    "spark.speculation": "a speculative copy of a keyed task would open the same RocksDB twice",
+    "spark.python.worker.reuse": "Python workers keep their uploader and caches across epochs",
+}
+
+
 @dataclass(frozen=True)
 class SparkConfig:
     # local[N], local-cluster[...], a Spark master URL, or "kubernetes": executors as pods,
@@ -214,6 +229,7 @@ class JobConfig:
         _positive(self, "parallelism", self.parallelism)
         _positive(self, "epoch.max_records", self.epoch.max_records)
         _positive(self, "checkpoint.every_epochs", self.checkpoint.every_epochs)
+        _check_schedule(self.checkpoint)
         _positive(self, "checkpoint.retained", self.checkpoint.retained)
         _positive(self, "checkpoint.max_concurrent", self.checkpoint.max_concurrent)
         _positive(self, "checkpoint.timeout_ms", self.checkpoint.timeout_ms)
@@ -228,12 +244,31 @@ class JobConfig:
             )
         if self.local_recovery.executor_wait_ms < 0:
             raise ConfigError("local_recovery.executor_wait_ms must be >= 0")
+        for key, value in self.spark.conf.items():
+            needed = SPARK_REQUIRED.get(key)
+            if needed is not None and str(value).strip().lower() != needed:
+                raise ConfigError(
+                    f"spark.conf.{key}: Stator runs with {key}={needed} ({SPARK_WHY[key]}); "
+                    f"remove the setting"
+                )
         storage = self.checkpoint.storage
         if not (storage.startswith(("file:///", "s3://", "s3a://")) or storage.startswith("/")):
             raise ConfigError(
                 f"checkpoint.storage: unsupported storage URI {storage!r}; use "
                 f"file:///absolute/path or s3://bucket/prefix"
             )
+
+
+def _check_schedule(ck: CheckpointConfig) -> None:
+    for key in ("interval_ms", "min_pause_ms"):
+        if getattr(ck, key) < 0:
+            raise ConfigError(f"checkpoint.{key} must be >= 0")
+    if ck.interval_ms > 0 and ck.every_epochs != 1:
+        raise ConfigError(
+            f"checkpoint.every_epochs ({ck.every_epochs}) and checkpoint.interval_ms "
+            f"({ck.interval_ms}) are two schedules: set one (every_epochs counts epochs, "
+            f"interval_ms time)"
+        )
 
 
 def _check_restart(r: RestartConfig) -> None:
@@ -281,6 +316,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         key, raw = item.split("=", 1)
         node = data
         parts = key.strip().split(".")
+        if parts[:2] == ["spark", "conf"] and len(parts) > 2:  # Spark's keys hold dots
+            parts = [*parts[:2], ".".join(parts[2:])]
         for part in parts[:-1]:
             nxt = node.setdefault(part, {})
             if not isinstance(nxt, dict):

@@ -47,11 +47,30 @@ def test_unknown_key_suggests_the_right_one() -> None:
         ("state.rocksdb.compression=brotli", "state.rocksdb.compression must be"),
         ("checkpoint=5", "checkpoint must be a mapping"),
         ("nonsense", "expected KEY=VALUE"),
+        ("checkpoint.min_pause_ms=-1", "checkpoint.min_pause_ms must be >= 0"),
+        ("spark.conf.spark.speculation=true", "spark.conf.spark.speculation: Stator runs with"),
+        ("spark.conf.spark.python.worker.reuse=false", "remove the setting"),
     ],
 )
 def test_ill_typed_values_name_the_key(override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         load_config(None, [override])
+
+
+def test_spark_conf_keys_keep_their_dots(tmp_path: Path) -> None:
+    """``--set spark.conf.<Spark key>=v`` sets that Spark key, as the YAML form does."""
+    cfg = load_config(None, ["spark.conf.spark.sql.shuffle.partitions=4", "spark.master=local[2]"])
+    assert cfg.spark.conf == {"spark.sql.shuffle.partitions": "4"}
+    assert cfg.spark.master == "local[2]"
+    cfg_file = tmp_path / "job.yaml"
+    cfg_file.write_text("spark:\n  conf:\n    spark.sql.shuffle.partitions: 4\n")
+    assert load_config(cfg_file).spark.conf == cfg.spark.conf
+
+
+def test_two_checkpoint_schedules_are_refused() -> None:
+    with pytest.raises(ConfigError, match="are two schedules: set one"):
+        load_config(None, ["checkpoint.every_epochs=5", "checkpoint.interval_ms=30000"])
+    assert load_config(None, ["checkpoint.interval_ms=30000"]).checkpoint.interval_ms == 30000
 
 
 def test_missing_or_broken_config_file(tmp_path: Path) -> None:

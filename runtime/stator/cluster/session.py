@@ -10,20 +10,13 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from ..config import SparkConfig
+from ..config import SPARK_REQUIRED, SparkConfig
 from ..errors import ConfigError
 from .jvm import ensure_jar
 from .kubernetes import MASTER, in_cluster_conf
 from .placement import uses_placement
 
 log = logging.getLogger("stator.cluster")
-
-# Settings Stator needs whatever the user configures: a speculative duplicate of a keyed
-# task would open the same RocksDB twice; workers are reused across epochs.
-REQUIRED = {
-    "spark.speculation": "false",
-    "spark.python.worker.reuse": "true",
-}
 
 
 # Defaults a user's ``spark.conf`` may override: Python workers forked by a daemon that
@@ -105,7 +98,7 @@ def create_session(cfg: SparkConfig, app_name: str) -> Any:
     conf.update(placement_conf(master, conf))
     for key, value in conf.items():
         builder = builder.config(key, value)
-    for key, value in REQUIRED.items():
+    for key, value in SPARK_REQUIRED.items():  # the config refuses other values
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")

@@ -433,7 +433,7 @@ class JobDriver:
         position = self.recovery.position
         checkpoint = None
         ck = self.config.checkpoint
-        due = self.schedule.due(self.planner.is_last(plan))
+        due = self.schedule.due(self.planner.is_last(plan), len(self.in_flight.ids()))
         if due or (savepoint is not None and ck.enabled):
             self._settle(self.in_flight.wait(ck.max_concurrent - 1))
             self.schedule.triggered()

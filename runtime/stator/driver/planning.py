@@ -136,22 +136,29 @@ class EpochPlanner:
 
 
 class CheckpointSchedule:
-    """Whether an epoch takes a checkpoint: every N epochs, or on an interval with a minimum
-    pause, and always the last epoch of a bounded job (so every sink commits before the end)."""
+    """Whether an epoch takes a checkpoint, with Flink's semantics: every N epochs, or
+    ``interval_ms`` after the previous trigger; either way not sooner than ``min_pause_ms``
+    after the previous checkpoint ended (completed or failed) and, while that pause is set,
+    one at a time. The last epoch of a bounded job always takes one (so every sink commits
+    before the end)."""
 
     def __init__(self, config: CheckpointConfig) -> None:
         self.config = config
-        self.last_ms = 0
+        self.triggered_ms = 0  # the previous trigger: the first epoch's checkpoint is due
+        self.ended_ms = 0  # the previous checkpoint's completion or failure
         self.epochs_since = 0
 
-    def due(self, last_epoch: bool) -> bool:
+    def due(self, last_epoch: bool, in_flight: int = 0) -> bool:
+        """``in_flight``: checkpoints triggered and not yet completed or failed."""
         cfg = self.config
         if not cfg.enabled:
             return False
         if last_epoch:
             return True
+        if cfg.min_pause_ms > 0 and (in_flight or now_ms() - self.ended_ms < cfg.min_pause_ms):
+            return False
         if cfg.interval_ms > 0:
-            return now_ms() - self.last_ms >= max(cfg.interval_ms, cfg.min_pause_ms)
+            return now_ms() - self.triggered_ms >= cfg.interval_ms
         return self.epochs_since + 1 >= cfg.every_epochs
 
     def epoch_done(self) -> None:
@@ -160,10 +167,13 @@ class CheckpointSchedule:
     def triggered(self) -> None:
         """An epoch took a checkpoint (it may complete epochs later)."""
         self.epochs_since = -1  # the triggering epoch's epoch_done() brings it to 0
+        self.triggered_ms = now_ms()
 
     def checkpoint_done(self) -> None:
-        self.last_ms = now_ms()
+        self.ended_ms = now_ms()
 
     def checkpoint_failed(self) -> None:
-        """The next epoch takes a checkpoint again."""
+        """The next epoch takes a checkpoint again (after the pause, if any)."""
+        self.ended_ms = now_ms()
         self.epochs_since = max(self.epochs_since, self.config.every_epochs - 1)
+        self.triggered_ms = 0
