@@ -90,6 +90,22 @@ HOSTILE: dict[str, tuple[dict[str, Any], str]] = {
         ),
         "ports.hostPort: host ports are not allowed",
     ),
+    "driver container replaced": (
+        _pod(containers=[{"name": "driver", "image": "busybox", "command": ["sh"]}]),
+        f"{T}.spec.containers: not allowed, the operator writes the driver container",
+    ),
+    "operator volume shadowed": (
+        _pod(volumes=[{"name": "control", "emptyDir": {}}]),
+        f"{T}.spec.volumes[control]: the name is one of the operator's volumes",
+    ),
+    "credentials in driver env": (
+        {"driver": {"env": [{"name": "AWS_ACCESS_KEY_ID", "value": "AKIA"}]}},
+        "spec.driver.env[AWS_ACCESS_KEY_ID]: set by the operator (credentials come from",
+    ),
+    "savepoint dir in config": (
+        {"config": {"savepoint.dir": "file:///tmp/elsewhere"}},
+        "spec.config.savepoint.dir is set by the operator; use spec.savepoints.directory",
+    ),
     "plain-text secret key": (
         {"config": {"s3.secret_access_key": "hunter2"}},
         "spec.config.s3.secret_access_key: credentials are not accepted in plain text",

@@ -11,7 +11,8 @@ ephemeral ones too) unprivileged, without privilege escalation, as non-root, wit
 capabilities dropped (only NET_BIND_SERVICE may be added), a RuntimeDefault or Localhost
 seccomp profile, the default proc mount and only safe sysctls; no SELinux user or role, no
 custom AppArmor profile, no Windows host process. Besides the profile: a template may not set
-the pod's namespace, name, owners, ``nodeName``, or the service account.
+the pod's namespace, name, owners, ``nodeName``, the service account, or its containers (the
+driver container is the operator's; init containers may be added).
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ OPERATOR_OWNED = {
     ("spec", "nodeName"): "the scheduler places the pod (use nodeSelector or affinity)",
     ("spec", "serviceAccountName"): "the pipeline's service account runs the pod",
     ("spec", "serviceAccount"): "the pipeline's service account runs the pod",
+    ("spec", "containers"): (
+        "the operator writes the driver container (set its image in spec.image, its "
+        "environment in spec.driver.env, its resources in spec.driver.resources; "
+        "initContainers may be added)"
+    ),
 }
 
 

@@ -4,8 +4,10 @@ control API, and the driver pod. No spec field reaches a shell: commands are arg
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import secrets
+import typing
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,7 +16,7 @@ import yaml
 from stator.config import JobConfig, RestartConfig, build
 from stator.errors import ConfigError
 
-from .podsecurity import pod_violations, template_violations
+from .podsecurity import OPERATOR_OWNED, pod_violations, template_violations
 from .spec import CONTROL_PORT, Pinning, SpecError, get, pinning, savepoint_dir
 
 RUNTIME_UID = 185
@@ -284,13 +286,25 @@ def job_config(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any
         cfg["max_parallelism"] = int(spec["maxParallelism"])
     if ck.get("endpoint"):
         cfg["s3"] = {"endpoint_url": ck["endpoint"]}
-    for key, value in (spec.get("config") or {}).items():  # dotted keys, YAML values
-        node = cfg
-        parts = key.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = yaml.safe_load(value)
+    for key, value in (spec.get("config") or {}).items():
+        _set_config(cfg, key, value)
     return cfg
+
+
+def _set_config(cfg: dict[str, Any], key: str, value: str) -> None:
+    """Puts spec.config ``key`` (dotted, a YAML value) where a job YAML file has it. A
+    mapping section (``spark.conf``) takes the rest of the key as one key, its value as
+    given: Spark's keys have dots of their own and its values are strings."""
+    node, parts = cfg, key.split(".")
+    section: Any = JobConfig  # the dataclass (or type) of the key so far
+    for i, part in enumerate(parts[:-1]):
+        hints = typing.get_type_hints(section) if dataclasses.is_dataclass(section) else {}
+        section = hints.get(part.replace("-", "_"))
+        node = node.setdefault(part, {})
+        if typing.get_origin(section) is dict:
+            node[".".join(parts[i + 1 :])] = value
+            return
+    node[parts[-1]] = yaml.safe_load(value)
 
 
 def _spark(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any]:
@@ -398,12 +412,54 @@ def executor_pod_template(name: str) -> dict[str, Any]:
     }
 
 
-def check_pod_security(spec: dict[str, Any], name: str, namespace: str) -> None:
-    """The driver pod this spec gives, user template merged, against the restricted Pod
-    Security Standard (podsecurity.py); every violation named with its field."""
+_CREDENTIALS = (
+    "credentials come from the Secret named in spec.checkpointing.credentialsSecret "
+    "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)"
+)
+# The driver's environment variables that the operator sets, and what it needs them for.
+RESERVED_ENV = {
+    "POD_IP": "the control API listens on the pod's IP",
+    "HOME": "the runtime's home is on the state volume",
+    "STATOR_POD_NAME": "the driver finds its own pod by it",
+    "STATOR_POD_NAMESPACE": "the driver finds its pod and Lease by it",
+    "STATOR_POD_IP": "executors reach the driver at it",
+    "STATOR_SERVICE_ACCOUNT_DIR": "the driver reads its API token there",
+    "STATOR_EXECUTOR_POD_TEMPLATE": "executor pods are made from the operator's template",
+    "AWS_ACCESS_KEY_ID": _CREDENTIALS,
+    "AWS_SECRET_ACCESS_KEY": _CREDENTIALS,
+}
+
+
+def env_violations(spec: dict[str, Any]) -> list[str]:
+    """``spec.driver.env`` entries the operator sets itself, each named with why."""
+    return [
+        f"spec.driver.env[{e['name']}]: set by the operator ({RESERVED_ENV[e['name']]}); remove it"
+        for e in get(spec, "driver", "env", default=None) or []
+        if e.get("name") in RESERVED_ENV
+    ]
+
+
+def volume_violations(template: dict[str, Any], where: str) -> list[str]:
+    """Volumes of a pod template named like one of the driver's own: they are added to the
+    driver's volumes, and a name may be used once."""
+    owned = [v["name"] for v in driver_volumes("-")]
+    return [
+        f"{where}.spec.volumes[{v.get('name')}]: the name is one of the operator's volumes "
+        f"({', '.join(owned)}); rename it"
+        for v in get(template, "spec", "volumes", default=None) or []
+        if v.get("name") in owned
+    ]
+
+
+def check_driver_pod(spec: dict[str, Any], name: str, namespace: str) -> None:
+    """The driver pod this spec gives: what the spec may not set (operator-owned template
+    fields, volume names, environment variables), then the pod, user template merged,
+    against the restricted Pod Security Standard (podsecurity.py); every problem named with
+    its field."""
     where = "spec.driver.podTemplate"
     template = get(spec, "driver", "podTemplate", default=None) or {}
-    problems = template_violations(template, where)
+    problems = template_violations(template, where) + volume_violations(template, where)
+    problems += env_violations(spec)
     body = {"metadata": {"name": name, "namespace": namespace, "uid": "-"}}
     problems += pod_violations(driver_pod(body, spec, "check", "none", False), where)
     if problems:
@@ -526,9 +582,11 @@ def driver_pod(
             {"name": k, "valueFrom": {"secretKeyRef": {"name": secret, "key": k}}}
             for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
         ]
-    reserved = {e["name"] for e in env}
+    # Refused by check_driver_pod; kept out here too for a spec accepted before that check.
     env += [
-        e for e in (get(spec, "driver", "env", default=None) or []) if e.get("name") not in reserved
+        e
+        for e in (get(spec, "driver", "env", default=None) or [])
+        if e.get("name") not in RESERVED_ENV
     ]
     # No "command": the image's entrypoint (tini -> entrypoint.sh) stays PID 1, reaps Spark's
     # children and passes these arguments through.
@@ -602,15 +660,7 @@ def driver_pod(
                     ],
                 }
             ],
-            "volumes": [
-                {"name": "config", "configMap": {"name": f"{name}-config"}},
-                {
-                    "name": "control",
-                    "secret": {"secretName": control_secret_name(name), "defaultMode": 0o440},
-                },
-                {"name": "state", "emptyDir": {}},
-                {"name": "tmp", "emptyDir": {}},
-            ],
+            "volumes": driver_volumes(name),
         },
     }
     if avoid_node:
@@ -628,13 +678,30 @@ def driver_pod(
     return pod
 
 
-def _merge(base: dict[str, Any], overlay: dict[str, Any]) -> None:
-    """Strategic enough merge of a pod template: dicts merge, other values replace; the
-    command, args and service account stay the operator's."""
+def driver_volumes(name: str) -> list[dict[str, Any]]:
+    """The driver pod's own volumes; a pod template's are added after them."""
+    return [
+        {"name": "config", "configMap": {"name": f"{name}-config"}},
+        {
+            "name": "control",
+            "secret": {"secretName": control_secret_name(name), "defaultMode": 0o440},
+        },
+        {"name": "state", "emptyDir": {}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+
+
+def _merge(base: dict[str, Any], overlay: dict[str, Any], path: tuple[str, ...] = ()) -> None:
+    """Strategic enough merge of a pod template: dicts merge, volumes are added, other values
+    replace. The operator's own fields (``OPERATOR_OWNED``: containers, service account, ...)
+    are refused by check_driver_pod, and kept out here too for a spec accepted before."""
     for key, value in overlay.items():
-        if key in ("command", "args", "serviceAccountName", "ownerReferences", "containers"):
+        at = (*path, key)
+        if at in OPERATOR_OWNED:
             continue
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            _merge(base[key], value)
+        if at == ("spec", "volumes"):
+            base[key] = [*base.get(key, []), *value]
+        elif isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value, at)
         else:
             base[key] = value

@@ -13,9 +13,14 @@ from stator.config import JobConfig
 from stator.lineage import default_savepoint_root
 
 # Fields whose change needs no redeploy: handled by their own flows or read when needed.
+# Not savepoints.directory: the driver's job config has it (savepoint.dir).
 NO_REDEPLOY = (
     ("state",),
-    ("savepoints",),
+    ("savepoints", "triggerNonce"),
+    ("savepoints", "periodicSeconds"),
+    ("savepoints", "historyMaxCount"),
+    ("savepoints", "historyMaxAgeSeconds"),
+    ("savepoints", "disposeOnDelete"),
     ("deletion",),
     ("restore", "initialSavepoint"),
     ("failover", "readinessTimeoutSeconds"),
@@ -91,9 +96,11 @@ def savepoint_dir(spec: dict[str, Any]) -> str:
 
 def comparable(spec: dict[str, Any]) -> dict[str, Any]:
     """The spec without the fields whose change needs no redeploy, with an absent
-    ``replicas`` at its effective value (leaving it out is not a rescale)."""
+    ``replicas`` or ``savepoints.directory`` at its effective value (leaving it out is not a
+    change)."""
     out = copy.deepcopy(spec)
     out["replicas"] = replicas(spec)
+    out["savepoints"] = {**(spec.get("savepoints") or {}), "directory": savepoint_dir(spec)}
     for path in NO_REDEPLOY:
         node = out
         for part in path[:-1]:
@@ -127,6 +134,31 @@ def classify(running: dict[str, Any] | None, desired: dict[str, Any]) -> Change:
 
 
 PLAIN_TEXT_CREDENTIALS = frozenset({"s3.access_key_id", "s3.secret_access_key"})
+# spec.config keys (or sections) the operator sets from its own fields, and what to do
+# instead: a value in spec.config would reach the driver alone, while the operator goes on
+# using the field (finding and disposing savepoints, reaching storage, its Lease, mounts).
+OPERATOR_CONFIG = {
+    "name": "remove it (the job is named <namespace>.<name> after the pipeline)",
+    "parallelism": "use spec.replicas instead",
+    "max_parallelism": "use spec.maxParallelism instead",
+    "control": "remove it (the operator sets up the driver's control API)",
+    "restore": "use spec.restore or spec.upgradeMode instead",
+    "checkpoint.storage": "use spec.checkpointing.storage instead",
+    "s3.endpoint_url": "use spec.checkpointing.endpoint instead",
+    "savepoint.dir": "use spec.savepoints.directory instead",
+    "spark.master": "use spec.executor for executor pods, or leave it out",
+    "lease.name": "remove it (the driver takes the Lease the operator creates for it)",
+    "state.local_dir": "remove it (state is kept on the pod's state volume)",
+}
+
+
+def _operator_config(key: str) -> str | None:
+    """What to do instead of setting spec.config ``key`` (``_`` for ``-``), if the operator
+    sets it."""
+    for owned, instead in OPERATOR_CONFIG.items():
+        if key == owned or key.startswith(f"{owned}."):
+            return instead
+    return None
 
 
 def validate(spec: dict[str, Any]) -> None:
@@ -140,21 +172,16 @@ def validate(spec: dict[str, Any]) -> None:
         )
     _check_local_recovery(spec)
     for key in get(spec, "config", default={}) or {}:
-        if key in PLAIN_TEXT_CREDENTIALS:
+        name = key.replace("-", "_")  # as the runtime reads it
+        if name in PLAIN_TEXT_CREDENTIALS:
             raise SpecError(
                 f"spec.config.{key}: credentials are not accepted in plain text (they would "
                 f"be stored in a ConfigMap); put them in a Secret with AWS_ACCESS_KEY_ID and "
                 f"AWS_SECRET_ACCESS_KEY and name it in spec.checkpointing.credentialsSecret"
             )
-        if key.split(".")[0] in ("control", "restore") or key in (
-            "parallelism",
-            "max_parallelism",
-            "name",
-        ):
-            raise SpecError(
-                f"spec.config.{key} is set by the operator; use the dedicated field "
-                f"(replicas, maxParallelism, restore, ...) instead"
-            )
+        instead = _operator_config(name)
+        if instead:
+            raise SpecError(f"spec.config.{key} is set by the operator; {instead}")
 
 
 class Pinning(StrEnum):

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from stator.config import JobConfig
+from stator.config import JobConfig, load_config
 from stator_operator.resources import (
+    RESERVED_ENV,
+    check_driver_pod,
     check_job_config,
+    config_map,
     driver_pod,
     event,
     executor_claim,
@@ -41,8 +45,29 @@ def changed(**fields: Any) -> dict[str, Any]:
 
 def test_classify_ignores_fields_with_their_own_flows() -> None:
     assert classify(SPEC, changed(state="suspended")).diff is SpecDiff.IGNORE
-    assert classify(SPEC, changed(savepoints={"triggerNonce": 3})).diff is SpecDiff.IGNORE
+    nonce = {**SPEC["savepoints"], "triggerNonce": 3}
+    assert classify(SPEC, changed(savepoints=nonce)).diff is SpecDiff.IGNORE
     assert classify(SPEC, changed(restore={"initialSavepoint": "s3://b/x"})).diff is SpecDiff.IGNORE
+
+
+def test_a_new_savepoint_directory_redeploys_the_other_savepoint_fields_do_not() -> None:
+    """The driver writes savepoints to its job config's savepoint.dir: a new directory reaches
+    it only by a redeploy. History, period and disposal are the operator's alone."""
+    moved = classify(SPEC, changed(savepoints={"directory": "s3://bucket/sp2"}))
+    assert (moved.diff, moved.fields) == (SpecDiff.UPGRADE, ("savepoints.directory",))
+    unnamed = classify(SPEC, changed(savepoints={}))
+    assert unnamed.diff is SpecDiff.UPGRADE, "back to the default, beside the checkpoints"
+    default = changed(savepoints={"directory": "s3://bucket/ck/savepoints"})
+    assert classify(changed(savepoints={}), default).diff is SpecDiff.IGNORE, "the same place"
+    tuned = {
+        "directory": "s3://bucket/sp",
+        "triggerNonce": 2,
+        "periodicSeconds": 600,
+        "historyMaxCount": 9,
+        "historyMaxAgeSeconds": 3600,
+        "disposeOnDelete": True,
+    }
+    assert classify(SPEC, changed(savepoints=tuned)).diff is SpecDiff.IGNORE
 
 
 def test_classify_rescale_and_upgrade() -> None:
@@ -90,6 +115,33 @@ def test_job_config_passes_only_what_the_spec_sets() -> None:
     assert job_config(unnamed, "counts", "team")["savepoint"]["dir"] == "s3://bucket/ck/savepoints"
 
 
+def test_spark_settings_in_spec_config_keep_their_dots(tmp_path: Path) -> None:
+    """``spark.conf.<Spark key>`` is one key of the runtime's spark.conf mapping, as in a job
+    YAML file, with its value as written; other keys are still split at every dot."""
+    spec = changed(
+        config={
+            "spark.conf.spark.sql.shuffle.partitions": "4",
+            "spark.conf.spark.sql.adaptive.enabled": "yes",
+            "epoch.max_records": "3000",
+        },
+        sparkConf={"spark.ui.port": "4050"},
+    )
+    cfg = job_config(spec, "counts", "team")
+    assert cfg["spark"]["conf"] == {
+        "spark.ui.port": "4050",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.sql.adaptive.enabled": "yes",
+    }
+    assert cfg["epoch"] == {"max_records": 3000}
+    job = tmp_path / "job.yaml"
+    job.write_text(config_map(BODY, spec)["data"]["job.yaml"])
+    conf = load_config(job).spark.conf
+    assert (conf["spark.sql.shuffle.partitions"], conf["spark.sql.adaptive.enabled"]) == (
+        "4",
+        "yes",
+    )
+
+
 def test_fingerprint_recognises_a_spec_but_not_its_flow_fields() -> None:
     assert fingerprint(SPEC) == fingerprint(changed(state="suspended"))
     assert fingerprint(SPEC) != fingerprint(changed(image="stator-runtime:2"))
@@ -104,6 +156,35 @@ def test_fingerprint_recognises_a_spec_but_not_its_flow_fields() -> None:
             "spec.checkpointing.credentialsSecret is required for s3:// storage",
         ),
         (changed(config={"control.port": "1"}), "spec.config.control.port is set by the operator"),
+        (
+            changed(config={"savepoint.dir": "s3://b/other"}),
+            "spec.config.savepoint.dir is set by the operator; use spec.savepoints.directory",
+        ),
+        (
+            changed(config={"s3.endpoint_url": "http://minio:9000"}),
+            "spec.config.s3.endpoint_url is set by the operator; use spec.checkpointing.endpoint",
+        ),
+        (
+            changed(config={"s3.endpoint-url": "http://minio:9000"}),
+            "spec.config.s3.endpoint-url is set by the operator; use spec.checkpointing.endpoint",
+        ),
+        (
+            changed(config={"checkpoint.storage": "s3://b/other"}),
+            "spec.config.checkpoint.storage is set by the operator; use spec.checkpointing.storage",
+        ),
+        (
+            changed(config={"spark.master": "local[2]"}),
+            "spec.config.spark.master is set by the operator; use spec.executor",
+        ),
+        (changed(config={"lease.name": "x"}), "spec.config.lease.name is set by the operator"),
+        (
+            changed(config={"state.local_dir": "/data"}),
+            "spec.config.state.local_dir is set by the operator",
+        ),
+        (
+            changed(config={"s3.secret-access-key": "hunter2"}),
+            "credentials are not accepted in plain text",
+        ),
         (changed(config={"parallelism": "3"}), "spec.config.parallelism is set by the operator"),
         (
             changed(config={"max_parallelism": "3"}),
@@ -190,6 +271,8 @@ def test_job_config_is_checked_by_the_runtime_rules() -> None:
 
 
 def test_driver_pod_is_non_root_with_argument_lists_and_secret_references() -> None:
+    """A hostile spec is refused (check_driver_pod); the pod is safe even so, for a spec
+    accepted before those checks."""
     hostile = changed(
         entrypoint="pipelines.counts:build; rm -rf /",  # the CRD refuses this; never a shell
         driver={
@@ -207,6 +290,10 @@ def test_driver_pod_is_non_root_with_argument_lists_and_secret_references() -> N
             },
         },
     )
+    with pytest.raises(SpecError) as info:
+        check_driver_pod(hostile, "counts", "team")
+    assert "spec.driver.podTemplate.spec.containers: not allowed" in str(info.value)
+    assert "spec.driver.env[AWS_ACCESS_KEY_ID]: set by the operator" in str(info.value)
     pod = driver_pod(BODY, hostile, "d1", "latest", allow_non_restored=False)
     spec = pod["spec"]
     (container,) = spec["containers"]
@@ -225,6 +312,39 @@ def test_driver_pod_is_non_root_with_argument_lists_and_secret_references() -> N
     assert env["COUNT"]["value"] == "5"
     assert "stolen" not in json.dumps(pod)
     assert pod["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+
+
+def test_a_template_adds_volumes_to_the_drivers_own() -> None:
+    scratch = {"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}}
+    spec = changed(driver={"podTemplate": {"spec": {"volumes": [scratch]}}})
+    check_driver_pod(spec, "counts", "team")
+    volumes = driver_pod(BODY, spec, "d1", "latest", False)["spec"]["volumes"]
+    assert [v["name"] for v in volumes] == ["config", "control", "state", "tmp", "scratch"]
+    clash = changed(
+        driver={"podTemplate": {"spec": {"volumes": [{"name": "tmp", "emptyDir": {}}]}}}
+    )
+    with pytest.raises(SpecError) as info:
+        check_driver_pod(clash, "counts", "team")
+    assert "spec.driver.podTemplate.spec.volumes[tmp]: the name is one of the operator's" in str(
+        info.value
+    )
+
+
+def test_the_operators_driver_env_is_reserved_and_refused_by_name() -> None:
+    """Every variable the operator sets on the driver (with executors and a Secret: all of
+    them) is reserved, and a spec that sets one is refused with the name and the reason."""
+    spec = changed(executor={})
+    env = driver_pod(BODY, spec, "d1", "latest", False)["spec"]["containers"][0]["env"]
+    assert {e["name"] for e in env} == set(RESERVED_ENV)
+    for name, why in (
+        ("HOME", "the runtime's home is on the state volume"),
+        ("POD_IP", "the control API listens on the pod's IP"),
+        ("AWS_SECRET_ACCESS_KEY", "credentials come from the Secret named in spec.checkpointing"),
+    ):
+        with pytest.raises(SpecError) as info:
+            check_driver_pod(changed(driver={"env": [{"name": name, "value": "x"}]}), "c", "t")
+        assert f"spec.driver.env[{name}]: set by the operator ({why}" in str(info.value)
+    check_driver_pod(changed(driver={"env": [{"name": "COUNT", "value": "5"}]}), "counts", "team")
 
 
 def test_an_event_names_the_pipeline_it_is_about() -> None:

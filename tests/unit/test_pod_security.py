@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from stator_operator.podsecurity import pod_violations
-from stator_operator.resources import check_pod_security, driver_pod, executor_pod_template
+from stator_operator.resources import check_driver_pod, driver_pod, executor_pod_template
 from stator_operator.spec import SpecError, validate
 from tests.hostile_specs import HOSTILE
 
@@ -25,7 +25,7 @@ def test_hostile_spec_is_refused_with_field_and_rule(case: str) -> None:
     spec = {**GOOD, **change}
     with pytest.raises(SpecError) as info:
         validate(spec)
-        check_pod_security(spec, "counts", "team")
+        check_driver_pod(spec, "counts", "team")
     assert message in str(info.value)
 
 
@@ -37,4 +37,4 @@ def test_the_operators_own_pods_are_restricted() -> None:
         **GOOD,
         "driver": {"podTemplate": {"spec": {"nodeSelector": {"disk": "ssd"}}}},
     }
-    check_pod_security(harmless, "counts", "team")
+    check_driver_pod(harmless, "counts", "team")
