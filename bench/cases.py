@@ -424,6 +424,7 @@ def savepoint_rescale(
     storage: str,
     p_from: int = 2,
     p_to: int = 3,
+    restore_epoch: int = 1_000,
 ) -> dict[str, Any]:
     """Build ``keys * value_bytes`` of keyed state, stop it with a savepoint on MinIO, and
     restore it at another parallelism; time each step. Savepoint settings are the defaults
@@ -442,7 +443,9 @@ def savepoint_rescale(
     spark = _spark()
     sp_dir = f"{storage}/savepoints-{work.name}"
 
-    def job(parallelism: int, restore: str, count: int, checkpoint_every: int = 1) -> JobDriver:
+    def job(
+        parallelism: int, restore: str, count: int, checkpoint_every: int = 1, epoch: int = 50_000
+    ) -> JobDriver:
         p = Pipeline("bench-savepoint")
         (
             p.source(GeneratorSource(_Payloads(value_bytes), count=count, splits=2), uid="gen")
@@ -456,7 +459,7 @@ def savepoint_rescale(
             [
                 f"checkpoint.storage={storage}/{work.name}",
                 f"state.local_dir={work}/state",
-                "epoch.max_records=50000",
+                f"epoch.max_records={epoch}",
                 f"checkpoint.every_epochs={checkpoint_every}",
                 f"parallelism={parallelism}",
                 f"restore.source={restore}",
@@ -490,9 +493,11 @@ def savepoint_rescale(
     if saved != keys:  # every key was written once before the savepoint
         raise AssertionError(f"the savepoint holds {saved} entries, the job wrote {keys} keys")
 
-    # Restore time is until the job processes again: the restored job's first checkpoint (a
-    # full upload of the new subtasks' files, as after any restore) is not part of it.
-    restore = job(p_to, location, 2 * keys, checkpoint_every=1_000_000)
+    # Restore time is until the job processes again: its first epoch, of ``restore_epoch``
+    # records (with the build's 50,000 it also wrote 50 MB of new state, which is not restoring).
+    # The restored job's first checkpoint (a full upload of the new subtasks' files, as after
+    # any restore) is not part of it.
+    restore = job(p_to, location, 2 * keys, checkpoint_every=1_000_000, epoch=restore_epoch)
     first: dict[str, float] = {}
 
     def first_epoch(result: EpochResult) -> None:
