@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import replace
+from itertools import chain
 from pathlib import Path
 
 import rocksdict
 
 from ..state.options import RocksDBOptions
-from .format import compresses
-
-SAMPLE_BYTES = 64 * 1024
+from .format import COMPRESSION_SAMPLE, compresses, leading_bytes
 
 
 class SstIngest:
@@ -81,9 +80,12 @@ class SstIngest:
 
     def _options_for(self, rows: list[tuple[bytes, bytes]]) -> rocksdict.Options:
         if self._writer_options is None:
-            options, sample = self.options, _sample(rows)
+            options, sample = (
+                self.options,
+                leading_bytes(chain.from_iterable(rows), COMPRESSION_SAMPLE),
+            )
             # A small first key-group says little, and then the restore is cheap anyway.
-            if len(sample) == SAMPLE_BYTES and not compresses(sample):
+            if len(sample) == COMPRESSION_SAMPLE and not compresses(sample):
                 options = replace(options, compression="none")
             self.compression = options.compression
             self._writer_options = options.build()
@@ -95,15 +97,3 @@ class SstIngest:
             self.writer.finish()
             self.files.append(self.writing)
             self.writer = None
-
-
-def _sample(rows: list[tuple[bytes, bytes]]) -> bytes:
-    """The first rows, up to ``SAMPLE_BYTES``."""
-    parts: list[bytes] = []
-    size = 0
-    for key, value in rows:
-        parts += (key, value)
-        size += len(key) + len(value)
-        if size >= SAMPLE_BYTES:
-            break
-    return b"".join(parts)[:SAMPLE_BYTES]
