@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
 import tempfile
 import types
 import typing
@@ -22,6 +23,11 @@ from .storage import S3Options
 
 # Not "<tmp>/stator": a directory of that name would shadow the package for scripts in /tmp.
 DEFAULT_ROOT = Path(os.environ.get("STATOR_HOME") or Path(tempfile.gettempdir()) / "stator-data")
+# Config keys whose values are never shown (errors, logs, status).
+CREDENTIAL_KEYS = ("s3.access_key_id", "s3.secret_access_key")
+# A job's name is one path segment of its checkpoint and savepoint roots (the operator's is
+# <namespace>.<name>).
+JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
 
 @dataclass(frozen=True)
@@ -226,6 +232,17 @@ class JobConfig:
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     def __post_init__(self) -> None:
+        if self.name is not None and not JOB_NAME.match(self.name):
+            raise ConfigError(
+                f"name {self.name!r}: a job name is letters, digits, '.', '_' and '-' (at most "
+                f"253, starting with a letter or digit): it names the job's directory under "
+                f"checkpoint.storage and savepoint.dir"
+            )
+        if not -1 <= self.control.port <= 65535:
+            raise ConfigError(
+                f"control.port must be -1 (off), 0 (any free port) or 1-65535, "
+                f"got {self.control.port}"
+            )
         _positive(self, "parallelism", self.parallelism)
         _positive(self, "epoch.max_records", self.epoch.max_records)
         _positive(self, "checkpoint.every_epochs", self.checkpoint.every_epochs)
@@ -353,6 +370,7 @@ def build(cls: type[Any], data: Any, where: str) -> Any:
 
 
 def _coerce(tp: Any, value: Any, where: str) -> Any:  # noqa: PLR0911, PLR0912
+    shown = "***" if where in CREDENTIAL_KEYS else repr(value)  # never echo a secret
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if dataclasses.is_dataclass(tp):
@@ -368,31 +386,31 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:  # noqa: PLR0911, PLR0912
                 return _coerce(arg, value, where)
             except ConfigError as exc:
                 errors.append(str(exc))
-        raise ConfigError(errors[0] if errors else f"{where}: unexpected value {value!r}")
+        raise ConfigError(errors[0] if errors else f"{where}: unexpected value {shown}")
     if origin is Literal:
         if value not in args:
             choices = ", ".join(repr(a) for a in args)
-            raise ConfigError(f"{where} must be one of {choices}, got {value!r}")
+            raise ConfigError(f"{where} must be one of {choices}, got {shown}")
         return value
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{where} must be a mapping, got {value!r}")
+            raise ConfigError(f"{where} must be a mapping, got {shown}")
         return {str(k): str(v) for k, v in value.items()}
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{where} must be true or false, got {value!r}")
+            raise ConfigError(f"{where} must be true or false, got {shown}")
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where} must be an integer, got {value!r}")
+            raise ConfigError(f"{where} must be an integer, got {shown}")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{where} must be a number, got {value!r}")
+            raise ConfigError(f"{where} must be a number, got {shown}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{where} must be a string, got {value!r}")
+            raise ConfigError(f"{where} must be a string, got {shown}")
         return value
     raise ConfigError(f"{where}: unsupported config type {tp}")
 
@@ -400,8 +418,8 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:  # noqa: PLR0911, PLR0912
 def to_dict(cfg: Any) -> dict[str, Any]:
     """The effective config, with credentials removed (for logs and status)."""
     out: dict[str, Any] = dataclasses.asdict(cfg)
-    s3 = out.get("s3", {})
-    for secret in ("access_key_id", "secret_access_key"):
-        if s3.get(secret):
-            s3[secret] = "***"
+    for key in CREDENTIAL_KEYS:
+        section, name = key.split(".")
+        if out.get(section, {}).get(name):
+            out[section][name] = "***"
     return out

@@ -93,9 +93,24 @@ def dispose_savepoint(uri: str, s3: S3Options | None = None) -> int:
     keys = [k for k, _ in store.listing()]
     if METADATA_NAME not in keys:
         raise StatorError(f"{uri} is not a savepoint: it has no {METADATA_NAME}")
+    others = sorted({k.split("/", 1)[0] for k in keys if _marks_another(k)})
+    if others:  # a savepoint never holds these: this is a root that also holds a savepoint
+        raise StatorError(
+            f"{uri} also holds other savepoints or checkpoints ({', '.join(others[:3])}): "
+            f"nothing was deleted; dispose of a savepoint by its own directory"
+        )
     store.delete([METADATA_NAME])
     store.delete([k for k in keys if k != METADATA_NAME])
     return len(keys)
+
+
+def _marks_another(key: str) -> bool:
+    """Whether a file under a savepoint's directory is another savepoint's or checkpoint's
+    metadata (an operator's directory holds only key-group files, whatever its uid)."""
+    if key.endswith(f"/{METADATA_NAME}"):
+        return True
+    cid = parse_checkpoint_dir(key.split("/", 1)[0])
+    return cid is not None and key == checkpoint_metadata_key(cid)
 
 
 def list_checkpoints(root: str, s3: S3Options | None = None) -> list[CheckpointEntry]:

@@ -214,9 +214,29 @@ def test_every_endpoint(running_job: Any, tmp_path: Path) -> None:
     code, listed = call(base, "/v1/savepoints")
     assert code == 200 and [r["id"] for r in listed["savepoints"]] == [created["id"]]
 
+    # Targets outside the savepoint directory, climbing out of it, or the directory itself.
+    for bad, why in (
+        ("elsewhere", "under the savepoint directory"),
+        ("savepoints/../elsewhere", "has '.' or '..' in its path"),
+        ("savepoints", "under the savepoint directory"),
+    ):
+        code, err = call(base, "/v1/savepoints", "POST", {"target": f"file://{tmp_path}/{bad}"})
+        assert code == 400 and why in err["error"], (bad, err)
+    # A target that already holds a savepoint fails the request, not the job.
+    restarts = driver.status.restarts
+    code, taken = call(base, "/v1/savepoints", "POST", {"stop": True, "target": location})
+    assert code == 202
+
+    def taken_done() -> dict[str, Any] | None:
+        got: dict[str, Any] = call(base, f"/v1/savepoints/{taken['id']}")[1]
+        return got if got["status"] in ("COMPLETED", "FAILED") else None
+
+    refused = wait_until("refused savepoint", taken_done)
+    assert refused["status"] == "FAILED" and "already holds a savepoint" in refused["error"]
+    assert driver.status.restarts == restarts, "a refused savepoint is no failure of the job"
+    assert driver.status.state.value not in ("FAILED", "STOPPED")
+
     # Stop with savepoint: only one at a time.
-    code, err = call(base, "/v1/savepoints", "POST", {"target": f"file://{tmp_path}/elsewhere"})
-    assert code == 400 and "outside the savepoint directory" in err["error"], err
     target = f"file://{tmp_path}/savepoints/final"
     code, stopping = call(base, "/v1/savepoints", "POST", {"stop": True, "target": target})
     assert code == 202
@@ -232,4 +252,4 @@ def test_every_endpoint(running_job: Any, tmp_path: Path) -> None:
     assert final.state == "STOPPED" and final.stopped_with_savepoint == target
     assert driver.savepoints.find(stopping["id"]).status == "COMPLETED"
     assert open_store(target).exists("_savepoint.json")
-    assert [r.id for r in driver.savepoints.all()] == [created["id"], stopping["id"]]
+    assert [r.id for r in driver.savepoints.all()] == [created["id"], taken["id"], stopping["id"]]

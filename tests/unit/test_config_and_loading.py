@@ -48,6 +48,9 @@ def test_unknown_key_suggests_the_right_one() -> None:
         ("checkpoint=5", "checkpoint must be a mapping"),
         ("nonsense", "expected KEY=VALUE"),
         ("checkpoint.min_pause_ms=-1", "checkpoint.min_pause_ms must be >= 0"),
+        ("name=../victim", "name '../victim': a job name is letters"),
+        ("name=team/counts", "it names the job's directory"),
+        ("control.port=99999999", "got 99999999"),
         ("spark.conf.spark.speculation=true", "spark.conf.spark.speculation: Stator runs with"),
         ("spark.conf.spark.python.worker.reuse=false", "remove the setting"),
     ],
@@ -80,6 +83,13 @@ def test_missing_or_broken_config_file(tmp_path: Path) -> None:
     bad.write_text("a: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(bad)
+
+
+def test_a_credential_of_the_wrong_type_is_not_echoed() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["s3.secret_access_key=123456789"])
+    assert "s3.secret_access_key must be a string, got ***" in str(err.value)
+    assert "123456789" not in str(err.value)
 
 
 def test_credentials_never_printed() -> None:

@@ -78,3 +78,23 @@ def test_check_restorable(tmp_path: Path) -> None:
     check_restorable(location)
     with pytest.raises(StatorError, match="neither a savepoint"):
         check_restorable(f"file://{tmp_path}/nothing")
+
+
+def test_dispose_refuses_a_root_that_also_holds_other_savepoints_or_checkpoints(
+    tmp_path: Path,
+) -> None:
+    """A savepoint written at a root (``any_target``) must not take the root's other
+    savepoints and checkpoints with it when disposed of."""
+    root = f"file://{tmp_path}/data"
+    write_savepoint(root, epoch=1)
+    other = savepoint_location(root, "team.counts", 3, "r1")
+    write_savepoint(other, epoch=3)
+    meta = CheckpointMetadata(2, 5, "team.counts", 1_700_000_000_000, 128, True, {}, {}, {}, 0)
+    open_store(root).put("chk-0000000002/_metadata", meta.to_json())
+    before = sorted(p for p in (tmp_path / "data").rglob("*") if p.is_file())
+    with pytest.raises(StatorError, match="also holds other savepoints or checkpoints"):
+        dispose_savepoint(root)
+    assert sorted(p for p in (tmp_path / "data").rglob("*") if p.is_file()) == before
+    write_savepoint(f"{root}/only", epoch=4)
+    open_store(f"{root}/only").put("chk-5/kg-00001.bin", b"an operator named chk-5")
+    assert dispose_savepoint(f"{root}/only") >= 2

@@ -28,6 +28,7 @@ from ..driver.savepoints import (
     SavepointTargetError,
 )
 from ..driver.status import JobState, JobStatus
+from ..errors import ConfigError
 from ..keygroups import range_for_subtask
 from .metrics import render_metrics
 from .token import read_token
@@ -67,6 +68,12 @@ class ControlServer:
         self._thread = threading.Thread(target=self._serve, name="stator-control", daemon=True)
         self._thread.start()
         self._ready.wait(30)
+        if isinstance(self._error, OSError | OverflowError):  # host unknown, port taken, ...
+            raise ConfigError(
+                f"the control API cannot listen on {self.host}:{self.port} ({self._error}); "
+                f"set control.host and control.port to an address of this machine and a free "
+                f"port (0 picks one)"
+            ) from self._error
         if self._error is not None:
             raise self._error
         log.info("control API listening on http://%s:%d%s", self.host, self.port, API)

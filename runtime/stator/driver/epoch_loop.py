@@ -60,7 +60,13 @@ from .planning import CheckpointSchedule, EpochPlanner, Plan
 from .preflight import check_restore_source, check_storage
 from .recovery import Recovery
 from .restore import Target, restore_task
-from .savepoints import SavepointEpoch, SavepointRequest, SavepointRequests, take_savepoint
+from .savepoints import (
+    SavepointEpoch,
+    SavepointRefused,
+    SavepointRequest,
+    SavepointRequests,
+    take_savepoint,
+)
 from .sparkjob import run_epoch_job
 from .split_failover import SplitFailover
 from .status import CheckpointHistory, JobState, JobStatus
@@ -385,7 +391,14 @@ class JobDriver:
 
     def _take_savepoint(self, request: SavepointRequest) -> None:
         cfg = self.config
-        meta = take_savepoint(request, self, cfg.savepoint.dir, cfg.savepoint.compression, cfg.s3)
+        try:
+            meta = take_savepoint(
+                request, self, cfg.savepoint.dir, cfg.savepoint.compression, cfg.s3
+            )
+        except SavepointRefused:  # logged, and the request says why: the job goes on
+            if request.part is not None:
+                request.part.give(False)
+            return
         if request.stop and request.part is not None and not request.part.wait(self._stopping):
             log.info("region '%s' goes on: the job's savepoint failed", self.region)
             return

@@ -8,8 +8,10 @@ Taking savepoint S, step by step:
 2. An epoch with no new input runs: every keyed task commits (nothing new) and writes its
    key-groups in the canonical savepoint format into S's directory. A checkpoint is taken in
    the same epoch (if checkpointing is on), so sinks commit everything up to it.
-   Failure -> the request fails with the reason, the job fails over as for any failed epoch;
-   S's directory has no metadata and does not count as a savepoint.
+   Before it, S's target is checked (reachable, no savepoint there yet): failure -> the
+   request fails with the reason and the job goes on (:class:`SavepointRefused`). Failure of
+   the epoch -> the request fails with the reason, the job fails over as for any failed
+   epoch; S's directory has no metadata and does not count as a savepoint.
 3. ``_savepoint.json`` is written last: S exists from here on. It references only files in
    S's directory, and checkpoint retention never deletes it.
 4. Stop (if asked): the loop ends after S, with every sink committed up to S's epoch.
@@ -31,6 +33,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+from urllib.parse import urlparse
 
 from ..api.time import MAX_TIMESTAMP
 from ..checkpoint.coordinator import now_ms
@@ -40,7 +43,7 @@ from ..epoch.spec import SavepointTask
 from ..errors import StatorError
 from ..lineage import savepoint_location
 from ..savepoint.metadata import METADATA_NAME, OperatorSavepoint, SavepointMetadata
-from ..storage import S3Options, open_store
+from ..storage import ObjectStore, S3Options, open_store
 from .parallelism import Parallelism
 
 log = logging.getLogger("stator.savepoint")
@@ -56,6 +59,29 @@ class SavepointBusy(StatorError):
 
 class SavepointTargetError(StatorError):
     """A trigger's target lies outside the job's savepoint directory."""
+
+
+class SavepointRefused(StatorError):
+    """The savepoint could not start (its target is unusable): the request failed, and the
+    job goes on as it was."""
+
+
+def check_target(target: str, root: str, any_target: bool) -> None:
+    """A requested target must name a directory strictly under ``root`` (unless
+    ``any_target``) and never climb out of one: disposing a savepoint deletes its directory."""
+    segments = urlparse(target).path.split("/")
+    if ".." in segments or "." in segments:
+        raise SavepointTargetError(
+            f"target {target!r} has '.' or '..' in its path: name the directory itself"
+        )
+    if any_target:
+        return
+    if not target.startswith(root) or not target[len(root) :].strip("/"):
+        raise SavepointTargetError(
+            f"target {target!r} is not a directory under the savepoint directory {root}: "
+            f"leave the target out, name a directory under it, or set "
+            f"savepoint.any_target=true"
+        )
 
 
 class PartVerdict:
@@ -142,12 +168,8 @@ class SavepointRequests:
                     f"savepoint {active[0].id} is {active[0].status}; one at a time: "
                     f"retry when it has finished"
                 )
-            if target is not None and not self.any_target and not target.startswith(self.root):
-                raise SavepointTargetError(
-                    f"target {target!r} is outside the savepoint directory {self.root}: "
-                    f"leave the target out, name a directory under it, or set "
-                    f"savepoint.any_target=true"
-                )
+            if target is not None:
+                check_target(target, self.root, self.any_target)
             request = SavepointRequest(target, stop)
             finished = [r for r in self._all if r.status in ("COMPLETED", "FAILED")]
             for old in finished[: max(0, len(finished) - self.KEEP + 1)]:
@@ -229,9 +251,7 @@ def take_savepoint(
     )
     request.location = location
     try:
-        store = open_store(location, s3)
-        if store.exists(METADATA_NAME):
-            raise StatorError(f"{location} already holds a savepoint; choose another target")
+        store = _open_target(location, s3)
         done = runner.run_savepoint_epoch(SavepointTask(store, "", compression))
         if done.checkpoint_failed:
             raise StatorError(
@@ -259,6 +279,18 @@ def take_savepoint(
         meta.duration_ms,
     )
     return meta
+
+
+def _open_target(location: str, s3: S3Options) -> ObjectStore:
+    """Step 2's check of S's target; an unusable one refuses the savepoint, not the job."""
+    try:
+        store = open_store(location, s3)
+        taken = store.exists(METADATA_NAME)
+    except (StatorError, OSError) as exc:  # unreachable, not a directory, no bucket, ...
+        raise SavepointRefused(f"savepoint target {location}: {exc}") from exc
+    if taken:
+        raise SavepointRefused(f"{location} already holds a savepoint; choose another target")
+    return store
 
 
 def _metadata(
