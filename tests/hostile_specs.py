@@ -102,6 +102,27 @@ HOSTILE: dict[str, tuple[dict[str, Any], str]] = {
         {"driver": {"env": [{"name": "AWS_ACCESS_KEY_ID", "value": "AKIA"}]}},
         "spec.driver.env[AWS_ACCESS_KEY_ID]: set by the operator (credentials come from",
     ),
+    "reserved executor env": (
+        {"executor": {"env": [{"name": "STATOR_STATE_DIR", "value": "/tmp"}]}},
+        "spec.executor.env[STATOR_STATE_DIR]: set by the operator (executors keep their state",
+    ),
+    "executor pod template in sparkConf": (
+        {"sparkConf": {"spark.kubernetes.executor.podTemplateFile": "/tmp/pod.yaml"}},
+        "spec.sparkConf.spark.kubernetes.executor.podTemplateFile: set by the operator (its",
+    ),
+    "speculation in sparkConf": (
+        {"sparkConf": {"spark.speculation": "true"}},
+        "spec.sparkConf: spark.conf.spark.speculation: Stator runs with spark.speculation=false",
+    ),
+    "spark settings in config": (
+        {"config": {"spark.conf.spark.sql.shuffle.partitions": "4"}},
+        "spec.config.spark.conf.spark.sql.shuffle.partitions is set by the operator; use "
+        "spec.sparkConf",
+    ),
+    "checkpoint section in config": (
+        {"config": {"checkpoint": "{storage: 'file:///tmp/elsewhere'}"}},
+        "spec.config.checkpoint: a whole section would replace checkpoint.storage",
+    ),
     "savepoint dir in config": (
         {"config": {"savepoint.dir": "file:///tmp/elsewhere"}},
         "spec.config.savepoint.dir is set by the operator; use spec.savepoints.directory",

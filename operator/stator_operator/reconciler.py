@@ -19,8 +19,8 @@ from .resources import (
     JOB_FAILED_EXIT_CODE,
     STATE_VOLUME,
     STOPPED_EXIT_CODE,
-    check_driver_pod,
     check_job_config,
+    check_pods,
     restart_config,
     spark_app_id,
 )
@@ -373,7 +373,7 @@ class Reconciler:
         try:
             validate(p.spec)
             check_job_config(p.spec, p.name, p.namespace)
-            check_driver_pod(p.spec, p.name, p.namespace)
+            check_pods(p.spec, p.name, p.namespace)
         except ValueError as exc:
             self._spec_invalid("InvalidSpec", str(exc))
             return False

@@ -4,11 +4,10 @@ control API, and the driver pod. No spec field reaches a shell: commands are arg
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import secrets
-import typing
 from datetime import UTC, datetime
+from fnmatch import fnmatchcase
 from typing import Any
 
 import yaml
@@ -42,6 +41,14 @@ FAILURE_DETECTION = {
     "spark.storage.blockManagerHeartbeatTimeoutMs": "15000",
     "spark.network.timeoutInterval": "3s",
     "spark.shuffle.io.connectionTimeout": "10s",
+}
+# What the operator sets for executor pods that spec.sparkConf may change: timings, not how the
+# pods are made (those keys are refused, SPARK_CONF_OWNED).
+EXECUTOR_DEFAULTS = {
+    **FAILURE_DETECTION,
+    # Every executor before the first epoch, so keyed tasks spread over all of them.
+    "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+    "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s",
 }
 
 
@@ -286,25 +293,13 @@ def job_config(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any
         cfg["max_parallelism"] = int(spec["maxParallelism"])
     if ck.get("endpoint"):
         cfg["s3"] = {"endpoint_url": ck["endpoint"]}
-    for key, value in (spec.get("config") or {}).items():
-        _set_config(cfg, key, value)
+    for key, value in (spec.get("config") or {}).items():  # dotted keys, YAML values
+        node = cfg
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = yaml.safe_load(value)
     return cfg
-
-
-def _set_config(cfg: dict[str, Any], key: str, value: str) -> None:
-    """Puts spec.config ``key`` (dotted, a YAML value) where a job YAML file has it. A
-    mapping section (``spark.conf``) takes the rest of the key as one key, its value as
-    given: Spark's keys have dots of their own and its values are strings."""
-    node, parts = cfg, key.split(".")
-    section: Any = JobConfig  # the dataclass (or type) of the key so far
-    for i, part in enumerate(parts[:-1]):
-        hints = typing.get_type_hints(section) if dataclasses.is_dataclass(section) else {}
-        section = hints.get(part.replace("-", "_"))
-        node = node.setdefault(part, {})
-        if typing.get_origin(section) is dict:
-            node[".".join(parts[i + 1 :])] = value
-            return
-    node[parts[-1]] = yaml.safe_load(value)
 
 
 def _spark(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any]:
@@ -317,7 +312,7 @@ def _spark(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any]:
     volume, and a new driver's executors get the same pods and claims back. Their state
     lives on ``/var/lib/stator``: a claim on a local volume (``localRecovery.volume``), or the
     pod's emptyDir."""
-    conf = dict(spec.get("sparkConf") or {})
+    conf = dict(spec.get("sparkConf") or {})  # no key the operator or driver sets (checked)
     executor = spec.get("executor")
     if executor is None:
         return {"master": "local[*]", "conf": conf}
@@ -330,9 +325,6 @@ def _spark(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any]:
         "spark.executor.memory": str(executor.get("memory", "1g")),
         "spark.kubernetes.container.image": spec["image"],
         "spark.kubernetes.container.image.pullPolicy": spec.get("imagePullPolicy", "IfNotPresent"),
-        # Every executor before the first epoch, so keyed tasks spread over all of them.
-        "spark.scheduler.minRegisteredResourcesRatio": "1.0",
-        "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s",
         "spark.executorEnv.STATOR_STATE_DIR": f"{STATE_MOUNT}/state",
         # The claims outlive every driver (the operator deletes them): a stopping driver
         # must not delete them by the application's label (Spark's default since 3.4), nor
@@ -340,7 +332,6 @@ def _spark(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any]:
         "spark.kubernetes.driver.ownPersistentVolumeClaim": "false",
         "spark.kubernetes.driver.reusePersistentVolumeClaim": "false",
         "spark.kubernetes.driver.service.deleteOnTermination": "false",
-        **FAILURE_DETECTION,
     }
     volume = f"spark.kubernetes.executor.volumes.%s.{STATE_VOLUME}"
     claim = get(spec, "localRecovery", "volume")
@@ -361,9 +352,11 @@ def _spark(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any]:
     if secret:  # executors read and write checkpoints and sink output too
         for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
             pods[f"spark.kubernetes.executor.secretKeyRef.{key}"] = f"{secret}:{key}"
+    # Reserved names are refused by check_pods; kept out here too for a spec accepted before.
     for item in executor.get("env") or []:
-        pods[f"spark.executorEnv.{item['name']}"] = str(item["value"])
-    return {"master": "kubernetes", "conf": {**pods, **conf}}
+        if reserved_env("executor", item["name"]) is None:
+            pods[f"spark.executorEnv.{item['name']}"] = str(item["value"])
+    return {"master": "kubernetes", "conf": {**EXECUTOR_DEFAULTS, **conf, **pods}}
 
 
 def executor_pod_template(name: str) -> dict[str, Any]:
@@ -413,29 +406,72 @@ def executor_pod_template(name: str) -> dict[str, Any]:
 
 
 _CREDENTIALS = (
-    "credentials come from the Secret named in spec.checkpointing.credentialsSecret "
-    "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)"
+    "the operator (credentials come from the Secret named in "
+    "spec.checkpointing.credentialsSecret: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)"
 )
-# The driver's environment variables that the operator sets, and what it needs them for.
-RESERVED_ENV = {
-    "POD_IP": "the control API listens on the pod's IP",
-    "HOME": "the runtime's home is on the state volume",
-    "STATOR_POD_NAME": "the driver finds its own pod by it",
-    "STATOR_POD_NAMESPACE": "the driver finds its pod and Lease by it",
-    "STATOR_POD_IP": "executors reach the driver at it",
-    "STATOR_SERVICE_ACCOUNT_DIR": "the driver reads its API token there",
-    "STATOR_EXECUTOR_POD_TEMPLATE": "executor pods are made from the operator's template",
-    "AWS_ACCESS_KEY_ID": _CREDENTIALS,
-    "AWS_SECRET_ACCESS_KEY": _CREDENTIALS,
+_SPARK_ENV = "Spark's Kubernetes backend, on every executor it starts"
+# Environment variables of each pod kind (``spec.<kind>.env``) that the operator, or Spark for
+# executors, sets: who sets them, and why. A name may be a pattern (``*``).
+RESERVED_ENV: dict[str, dict[str, str]] = {
+    "driver": {
+        "POD_IP": "the operator (the control API listens on the pod's IP)",
+        "HOME": "the operator (the runtime's home is on the state volume)",
+        "STATOR_POD_NAME": "the operator (the driver finds its own pod by it)",
+        "STATOR_POD_NAMESPACE": "the operator (the driver finds its pod and Lease by it)",
+        "STATOR_POD_IP": "the operator (executors reach the driver at it)",
+        "STATOR_SERVICE_ACCOUNT_DIR": "the operator (the driver reads its API token there)",
+        "STATOR_EXECUTOR_POD_TEMPLATE": (
+            "the operator (executor pods are made from the operator's template)"
+        ),
+        "AWS_ACCESS_KEY_ID": _CREDENTIALS,
+        "AWS_SECRET_ACCESS_KEY": _CREDENTIALS,
+    },
+    "executor": {
+        "STATOR_STATE_DIR": "the operator (executors keep their state on the state volume)",
+        "STATOR_NODE_NAME": "the operator (tasks report their node for status.placement)",
+        "AWS_ACCESS_KEY_ID": _CREDENTIALS,
+        "AWS_SECRET_ACCESS_KEY": _CREDENTIALS,
+        **dict.fromkeys(
+            (
+                "SPARK_DRIVER_URL",
+                "SPARK_EXECUTOR_ID",
+                "SPARK_EXECUTOR_CORES",
+                "SPARK_EXECUTOR_MEMORY",
+                "SPARK_APPLICATION_ID",
+                "SPARK_RESOURCE_PROFILE_ID",
+                "SPARK_EXECUTOR_POD_IP",
+                "SPARK_EXECUTOR_POD_NAME",
+                "SPARK_CONF_DIR",
+                "SPARK_USER",
+                "_SPARK_AUTH_SECRET",
+            ),
+            _SPARK_ENV,
+        ),
+        "SPARK_JAVA_OPT_*": f"{_SPARK_ENV} (use spark.executor.extraJavaOptions)",
+        "SPARK_CLASSPATH": f"{_SPARK_ENV} (use spark.executor.extraClassPath)",
+        "SPARK_LOCAL_DIRS": f"{_SPARK_ENV} (use spark.local.dir)",
+    },
 }
 
 
+def _owned(table: dict[str, str], key: str) -> str | None:
+    """What ``table`` says of ``key``: its entry, or that of the first pattern it matches."""
+    return next((why for owned, why in table.items() if fnmatchcase(key, owned)), None)
+
+
+def reserved_env(kind: str, name: str) -> str | None:
+    """Who sets environment variable ``name`` of ``kind`` pods, if it is not the spec's."""
+    return _owned(RESERVED_ENV[kind], name)
+
+
 def env_violations(spec: dict[str, Any]) -> list[str]:
-    """``spec.driver.env`` entries the operator sets itself, each named with why."""
+    """``spec.driver.env`` and ``spec.executor.env`` entries set by the operator or by Spark:
+    theirs would override or be overridden, silently."""
     return [
-        f"spec.driver.env[{e['name']}]: set by the operator ({RESERVED_ENV[e['name']]}); remove it"
-        for e in get(spec, "driver", "env", default=None) or []
-        if e.get("name") in RESERVED_ENV
+        f"spec.{kind}.env[{e['name']}]: set by {why}; remove it"
+        for kind in RESERVED_ENV
+        for e in get(spec, kind, "env", default=None) or []
+        if (why := reserved_env(kind, str(e.get("name")))) is not None
     ]
 
 
@@ -451,17 +487,22 @@ def volume_violations(template: dict[str, Any], where: str) -> list[str]:
     ]
 
 
-def check_driver_pod(spec: dict[str, Any], name: str, namespace: str) -> None:
-    """The driver pod this spec gives: what the spec may not set (operator-owned template
-    fields, volume names, environment variables), then the pod, user template merged,
-    against the restricted Pod Security Standard (podsecurity.py); every problem named with
-    its field."""
+def check_pods(spec: dict[str, Any], name: str, namespace: str) -> None:
+    """The pods this spec gives: what the spec may not set (operator-owned template fields,
+    volume names, driver and executor environment variables), then the driver pod, user
+    template merged, against the restricted Pod Security Standard (podsecurity.py); every
+    problem named with its field."""
     where = "spec.driver.podTemplate"
     template = get(spec, "driver", "podTemplate", default=None) or {}
     problems = template_violations(template, where) + volume_violations(template, where)
     problems += env_violations(spec)
     body = {"metadata": {"name": name, "namespace": namespace, "uid": "-"}}
     problems += pod_violations(driver_pod(body, spec, "check", "none", False), where)
+    _refuse(problems)
+
+
+def _refuse(problems: list[str]) -> None:
+    """One error naming the first three problems (and how many more)."""
     if problems:
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
         raise SpecError("; ".join(problems[:3]) + more)
@@ -500,9 +541,73 @@ def restart_config(spec: dict[str, Any], name: str, namespace: str) -> RestartCo
     return config.restart
 
 
+_DRIVER = "the driver, from its pod"
+_STATE_CLAIMS = "the operator (state claims outlive drivers; the operator deletes them)"
+# Spark settings (patterns) that the operator writes for executor pods, or the driver derives
+# from its pod (stator.cluster.kubernetes), or the runtime from its config: a spec.sparkConf
+# value would silently win over theirs (Spark takes the job's spark.conf last).
+SPARK_CONF_OWNED = {
+    "spark.master": "the operator (executors as pods with spec.executor, else local[*])",
+    "spark.submit.deployMode": f"{_DRIVER} (client mode)",
+    "spark.app.id": "the operator (one id per pipeline: executors keep their pods and claims)",
+    "spark.app.name": "the driver (the job's name, <namespace>.<name>)",
+    "spark.ui.enabled": "the driver (use spec.config spark.ui)",
+    "spark.driver.host": f"{_DRIVER} (its IP)",
+    "spark.driver.bindAddress": f"{_DRIVER} (its IP)",
+    "spark.kubernetes.namespace": f"{_DRIVER} (its namespace)",
+    "spark.kubernetes.driver.pod.name": f"{_DRIVER} (it owns the executor pods)",
+    "spark.kubernetes.authenticate.oauthToken*": f"{_DRIVER} (its service-account token)",
+    "spark.kubernetes.authenticate.caCertFile": f"{_DRIVER} (its service-account CA)",
+    "spark.kubernetes.executor.podTemplateFile": "the operator (its executor pod template)",
+    "spark.kubernetes.allocation.pods.allocator": "the operator (executors in a StatefulSet)",
+    "spark.executor.instances": "the operator from spec.executor.instances",
+    "spark.executor.cores": "the operator from spec.executor.cores",
+    "spark.executor.memory": "the operator from spec.executor.memory",
+    "spark.executorEnv.*": "the operator from spec.executor.env",
+    "spark.kubernetes.container.image": "the operator from spec.image",
+    "spark.kubernetes.executor.container.image": "the operator from spec.image",
+    "spark.kubernetes.container.image.pullPolicy": "the operator from spec.imagePullPolicy",
+    **{
+        f"spark.kubernetes.executor.secretKeyRef.{key}": _CREDENTIALS
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+    },
+    **{
+        f"spark.kubernetes.executor.label.{key}": (
+            "the operator (its NetworkPolicy and the executors' spread select by them)"
+        )
+        for key in labels("-", "executor")
+    },
+    f"spark.kubernetes.executor.volumes.*.{STATE_VOLUME}.*": (
+        "the operator (the executors' state volume: spec.localRecovery.volume)"
+    ),
+    "spark.kubernetes.legacy.useReadWriteOnceAccessMode": "the operator (for local volumes)",
+    "spark.kubernetes.driver.ownPersistentVolumeClaim": _STATE_CLAIMS,
+    "spark.kubernetes.driver.reusePersistentVolumeClaim": _STATE_CLAIMS,
+    "spark.kubernetes.driver.service.deleteOnTermination": (
+        "the operator (a client-mode driver has no Spark service)"
+    ),
+}
+
+
+def spark_conf_violations(spec: dict[str, Any]) -> list[str]:
+    """``spec.sparkConf`` keys the operator, the driver or the runtime sets."""
+    return [
+        f"spec.sparkConf.{key}: set by {why}; remove it"
+        for key in spec.get("sparkConf") or {}
+        if (why := _owned(SPARK_CONF_OWNED, key)) is not None
+    ]
+
+
 def check_job_config(spec: dict[str, Any], name: str, namespace: str) -> None:
-    """The runtime's own config check, before a driver runs with it: an unknown or ill-typed
-    spec.config key is reported with its name, not found later in a crash-looping pod."""
+    """The job config this spec gives, before a driver runs with it: spec.sparkConf keys that
+    are not the spec's, then the runtime's own check (a Spark setting Stator cannot run with,
+    an unknown or ill-typed spec.config key), each reported with its field, not found later
+    in a crash-looping pod."""
+    _refuse(spark_conf_violations(spec))
+    try:
+        build(JobConfig, {"spark": {"conf": dict(spec.get("sparkConf") or {})}}, "")
+    except ConfigError as exc:
+        raise SpecError(f"spec.sparkConf: {exc}") from exc
     try:
         build(JobConfig, job_config(spec, name, namespace), "")
     except (ConfigError, yaml.YAMLError, AttributeError, TypeError) as exc:
@@ -582,11 +687,11 @@ def driver_pod(
             {"name": k, "valueFrom": {"secretKeyRef": {"name": secret, "key": k}}}
             for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
         ]
-    # Refused by check_driver_pod; kept out here too for a spec accepted before that check.
+    # Refused by check_pods; kept out here too for a spec accepted before that check.
     env += [
         e
         for e in (get(spec, "driver", "env", default=None) or [])
-        if e.get("name") not in RESERVED_ENV
+        if reserved_env("driver", str(e.get("name"))) is None
     ]
     # No "command": the image's entrypoint (tini -> entrypoint.sh) stays PID 1, reaps Spark's
     # children and passes these arguments through.
@@ -694,7 +799,7 @@ def driver_volumes(name: str) -> list[dict[str, Any]]:
 def _merge(base: dict[str, Any], overlay: dict[str, Any], path: tuple[str, ...] = ()) -> None:
     """Strategic enough merge of a pod template: dicts merge, volumes are added, other values
     replace. The operator's own fields (``OPERATOR_OWNED``: containers, service account, ...)
-    are refused by check_driver_pod, and kept out here too for a spec accepted before."""
+    are refused by check_pods, and kept out here too for a spec accepted before."""
     for key, value in overlay.items():
         at = (*path, key)
         if at in OPERATOR_OWNED:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Any
 
-from stator.config import JobConfig
+from stator.config import CREDENTIAL_KEYS, JobConfig
 from stator.lineage import default_savepoint_root
 
 # Fields whose change needs no redeploy: handled by their own flows or read when needed.
@@ -133,7 +133,6 @@ def classify(running: dict[str, Any] | None, desired: dict[str, Any]) -> Change:
     return Change(diff, changed)
 
 
-PLAIN_TEXT_CREDENTIALS = frozenset({"s3.access_key_id", "s3.secret_access_key"})
 # spec.config keys (or sections) the operator sets from its own fields, and what to do
 # instead: a value in spec.config would reach the driver alone, while the operator goes on
 # using the field (finding and disposing savepoints, reaching storage, its Lease, mounts).
@@ -147,17 +146,24 @@ OPERATOR_CONFIG = {
     "s3.endpoint_url": "use spec.checkpointing.endpoint instead",
     "savepoint.dir": "use spec.savepoints.directory instead",
     "spark.master": "use spec.executor for executor pods, or leave it out",
+    "spark.conf": "use spec.sparkConf instead",
     "lease.name": "remove it (the driver takes the Lease the operator creates for it)",
     "state.local_dir": "remove it (state is kept on the pod's state volume)",
 }
 
 
 def _operator_config(key: str) -> str | None:
-    """What to do instead of setting spec.config ``key`` (``_`` for ``-``), if the operator
-    sets it."""
+    """Why spec.config ``key`` is refused, if the operator sets it or it is a whole section
+    (a YAML mapping) holding a key the operator sets."""
+    name = key.replace("-", "_")  # as the runtime reads it
     for owned, instead in OPERATOR_CONFIG.items():
-        if key == owned or key.startswith(f"{owned}."):
-            return instead
+        if name == owned or name.startswith(f"{owned}."):
+            return f"spec.config.{key} is set by the operator; {instead}"
+        if owned.startswith(f"{name}."):
+            return (
+                f"spec.config.{key}: a whole section would replace {owned}, which the "
+                f"operator sets; set its keys one by one ({key}.<key>)"
+            )
     return None
 
 
@@ -173,15 +179,15 @@ def validate(spec: dict[str, Any]) -> None:
     _check_local_recovery(spec)
     for key in get(spec, "config", default={}) or {}:
         name = key.replace("-", "_")  # as the runtime reads it
-        if name in PLAIN_TEXT_CREDENTIALS:
+        if name in CREDENTIAL_KEYS:
             raise SpecError(
                 f"spec.config.{key}: credentials are not accepted in plain text (they would "
                 f"be stored in a ConfigMap); put them in a Secret with AWS_ACCESS_KEY_ID and "
                 f"AWS_SECRET_ACCESS_KEY and name it in spec.checkpointing.credentialsSecret"
             )
-        instead = _operator_config(name)
-        if instead:
-            raise SpecError(f"spec.config.{key} is set by the operator; {instead}")
+        refused = _operator_config(key)
+        if refused:
+            raise SpecError(refused)
 
 
 class Pinning(StrEnum):

@@ -10,15 +10,18 @@ from typing import Any
 
 import pytest
 
+from stator.cluster.kubernetes import REQUIRED_ENV, in_cluster_conf
 from stator.config import JobConfig, load_config
 from stator_operator.resources import (
+    EXECUTOR_DEFAULTS,
     RESERVED_ENV,
-    check_driver_pod,
     check_job_config,
+    check_pods,
     config_map,
     driver_pod,
     event,
     executor_claim,
+    executor_pod_template,
     job_config,
     spark_app_id,
 )
@@ -115,31 +118,80 @@ def test_job_config_passes_only_what_the_spec_sets() -> None:
     assert job_config(unnamed, "counts", "team")["savepoint"]["dir"] == "s3://bucket/ck/savepoints"
 
 
-def test_spark_settings_in_spec_config_keep_their_dots(tmp_path: Path) -> None:
-    """``spark.conf.<Spark key>`` is one key of the runtime's spark.conf mapping, as in a job
-    YAML file, with its value as written; other keys are still split at every dot."""
-    spec = changed(
-        config={
-            "spark.conf.spark.sql.shuffle.partitions": "4",
-            "spark.conf.spark.sql.adaptive.enabled": "yes",
-            "epoch.max_records": "3000",
-        },
-        sparkConf={"spark.ui.port": "4050"},
-    )
-    cfg = job_config(spec, "counts", "team")
-    assert cfg["spark"]["conf"] == {
-        "spark.ui.port": "4050",
-        "spark.sql.shuffle.partitions": "4",
-        "spark.sql.adaptive.enabled": "yes",
-    }
-    assert cfg["epoch"] == {"max_records": 3000}
+def test_spark_settings_come_from_spec_spark_conf_alone(tmp_path: Path) -> None:
+    """spec.sparkConf is the job's spark.conf, keys with their dots and values as written;
+    spec.config may not set it (spark.conf.<key>, or the whole spark section): one way."""
+    spec = changed(sparkConf={"spark.sql.shuffle.partitions": "4", "spark.ui.port": "4050"})
+    validate(spec)
+    check_job_config(spec, "counts", "team")
     job = tmp_path / "job.yaml"
     job.write_text(config_map(BODY, spec)["data"]["job.yaml"])
-    conf = load_config(job).spark.conf
-    assert (conf["spark.sql.shuffle.partitions"], conf["spark.sql.adaptive.enabled"]) == (
-        "4",
-        "yes",
+    assert load_config(job).spark.conf == spec["sparkConf"]
+    for key, value in (
+        ("spark.conf.spark.sql.shuffle.partitions", "8"),
+        ("spark.conf", "{spark.sql.shuffle.partitions: '8'}"),
+    ):
+        with pytest.raises(SpecError) as info:
+            validate(changed(config={key: value}))
+        assert f"spec.config.{key} is set by the operator; use spec.sparkConf" in str(info.value)
+    with pytest.raises(SpecError) as info:
+        validate(changed(config={"spark": "{conf: {spark.sql.shuffle.partitions: '8'}}"}))
+    assert "spec.config.spark: a whole section would replace spark.master" in str(info.value)
+    validate(changed(config={"spark.ui": "true", "spark.task_attempts": "2"}))
+
+
+def _in_cluster_keys() -> set[str]:
+    """The Spark settings a driver derives from its pod (stator.cluster.kubernetes)."""
+    env = dict.fromkeys(REQUIRED_ENV, "x") | {"STATOR_EXECUTOR_POD_TEMPLATE": "/t.yaml"}
+    return set(in_cluster_conf(env))
+
+
+def test_spark_conf_may_not_set_what_the_operator_or_the_driver_sets() -> None:
+    """Every Spark setting the operator writes for executor pods (but the timings it only
+    defaults) and every one the driver derives from its pod is refused in spec.sparkConf,
+    naming who sets it: the job's spark.conf is applied last and would silently win."""
+    full = changed(
+        executor={"env": [{"name": "COUNT", "value": "5"}]},
+        localRecovery={"volume": VOLUME},
     )
+    written: set[str] = set()
+    for spec in (full, changed(executor={})):  # a claim, an emptyDir
+        written |= set(job_config(spec, "counts", "team")["spark"]["conf"])
+    for key in sorted((written - set(EXECUTOR_DEFAULTS)) | _in_cluster_keys()):
+        with pytest.raises(SpecError) as info:
+            check_job_config(changed(sparkConf={key: "x"}), "counts", "team")
+        assert f"spec.sparkConf.{key}: set by the " in str(info.value), key
+    for key, by in (
+        ("spark.executor.memory", "set by the operator from spec.executor.memory"),
+        ("spark.executorEnv.STATOR_STATE_DIR", "set by the operator from spec.executor.env"),
+        ("spark.kubernetes.executor.podTemplateFile", "set by the operator (its executor pod"),
+        ("spark.driver.host", "set by the driver, from its pod (its IP)"),
+        ("spark.master", "set by the operator (executors as pods with spec.executor"),
+    ):
+        with pytest.raises(SpecError) as info:
+            check_job_config(changed(sparkConf={key: "x"}), "counts", "team")
+        assert f"spec.sparkConf.{key}: {by}" in str(info.value)
+    tuned = {
+        "spark.executor.heartbeatInterval": "5s",
+        "spark.kubernetes.executor.node.selector.disk": "ssd",
+        "spark.kubernetes.executor.label.team": "a",
+    }
+    check_job_config(changed(executor={}, sparkConf=tuned), "counts", "team")
+    conf = job_config(changed(executor={}, sparkConf=tuned), "counts", "team")["spark"]["conf"]
+    assert {k: conf[k] for k in tuned} == tuned, "the operator's timings are defaults"
+    # A spec accepted before the check: the operator's settings win.
+    old = changed(executor={"memory": "2g"}, sparkConf={"spark.executor.memory": "8g"})
+    assert job_config(old, "counts", "team")["spark"]["conf"]["spark.executor.memory"] == "2g"
+
+
+def test_spark_settings_stator_cannot_run_with_are_refused_at_apply_time() -> None:
+    """The runtime's rule (speculation off, Python workers reused), checked by the operator
+    and reported against spec.sparkConf before a driver exists."""
+    for key, value in (("spark.speculation", "true"), ("spark.python.worker.reuse", "false")):
+        with pytest.raises(SpecError) as info:
+            check_job_config(changed(sparkConf={key: value}), "counts", "team")
+        assert f"spec.sparkConf: spark.conf.{key}: Stator runs with" in str(info.value)
+    check_job_config(changed(sparkConf={"spark.speculation": "false"}), "counts", "team")
 
 
 def test_fingerprint_recognises_a_spec_but_not_its_flow_fields() -> None:
@@ -177,6 +229,14 @@ def test_fingerprint_recognises_a_spec_but_not_its_flow_fields() -> None:
             "spec.config.spark.master is set by the operator; use spec.executor",
         ),
         (changed(config={"lease.name": "x"}), "spec.config.lease.name is set by the operator"),
+        (
+            changed(config={"checkpoint": "{retained: 5}"}),
+            "spec.config.checkpoint: a whole section would replace checkpoint.storage",
+        ),
+        (
+            changed(config={"s3": "{secret_access_key: hunter2}"}),
+            "spec.config.s3: a whole section would replace s3.endpoint_url",
+        ),
         (
             changed(config={"state.local_dir": "/data"}),
             "spec.config.state.local_dir is set by the operator",
@@ -271,7 +331,7 @@ def test_job_config_is_checked_by_the_runtime_rules() -> None:
 
 
 def test_driver_pod_is_non_root_with_argument_lists_and_secret_references() -> None:
-    """A hostile spec is refused (check_driver_pod); the pod is safe even so, for a spec
+    """A hostile spec is refused (check_pods); the pod is safe even so, for a spec
     accepted before those checks."""
     hostile = changed(
         entrypoint="pipelines.counts:build; rm -rf /",  # the CRD refuses this; never a shell
@@ -291,7 +351,7 @@ def test_driver_pod_is_non_root_with_argument_lists_and_secret_references() -> N
         },
     )
     with pytest.raises(SpecError) as info:
-        check_driver_pod(hostile, "counts", "team")
+        check_pods(hostile, "counts", "team")
     assert "spec.driver.podTemplate.spec.containers: not allowed" in str(info.value)
     assert "spec.driver.env[AWS_ACCESS_KEY_ID]: set by the operator" in str(info.value)
     pod = driver_pod(BODY, hostile, "d1", "latest", allow_non_restored=False)
@@ -317,14 +377,14 @@ def test_driver_pod_is_non_root_with_argument_lists_and_secret_references() -> N
 def test_a_template_adds_volumes_to_the_drivers_own() -> None:
     scratch = {"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}}
     spec = changed(driver={"podTemplate": {"spec": {"volumes": [scratch]}}})
-    check_driver_pod(spec, "counts", "team")
+    check_pods(spec, "counts", "team")
     volumes = driver_pod(BODY, spec, "d1", "latest", False)["spec"]["volumes"]
     assert [v["name"] for v in volumes] == ["config", "control", "state", "tmp", "scratch"]
     clash = changed(
         driver={"podTemplate": {"spec": {"volumes": [{"name": "tmp", "emptyDir": {}}]}}}
     )
     with pytest.raises(SpecError) as info:
-        check_driver_pod(clash, "counts", "team")
+        check_pods(clash, "counts", "team")
     assert "spec.driver.podTemplate.spec.volumes[tmp]: the name is one of the operator's" in str(
         info.value
     )
@@ -335,16 +395,51 @@ def test_the_operators_driver_env_is_reserved_and_refused_by_name() -> None:
     them) is reserved, and a spec that sets one is refused with the name and the reason."""
     spec = changed(executor={})
     env = driver_pod(BODY, spec, "d1", "latest", False)["spec"]["containers"][0]["env"]
-    assert {e["name"] for e in env} == set(RESERVED_ENV)
+    assert {e["name"] for e in env} == set(RESERVED_ENV["driver"])
     for name, why in (
         ("HOME", "the runtime's home is on the state volume"),
         ("POD_IP", "the control API listens on the pod's IP"),
         ("AWS_SECRET_ACCESS_KEY", "credentials come from the Secret named in spec.checkpointing"),
     ):
         with pytest.raises(SpecError) as info:
-            check_driver_pod(changed(driver={"env": [{"name": name, "value": "x"}]}), "c", "t")
+            check_pods(changed(driver={"env": [{"name": name, "value": "x"}]}), "c", "t")
         assert f"spec.driver.env[{name}]: set by the operator ({why}" in str(info.value)
-    check_driver_pod(changed(driver={"env": [{"name": "COUNT", "value": "5"}]}), "counts", "team")
+    check_pods(changed(driver={"env": [{"name": "COUNT", "value": "5"}]}), "counts", "team")
+
+
+def test_the_executor_env_the_operator_or_spark_sets_is_refused_by_name() -> None:
+    """spec.executor.env may not set what executors get from the operator (state directory,
+    node name, credentials) or from Spark's backend (driver URL, executor id, ...): it would
+    silently override theirs, or be overridden. Reserved the way the driver's env is."""
+    full = changed(executor={})
+    conf = job_config(full, "counts", "team")["spark"]["conf"]
+    given = {k.split(".")[-1] for k in conf if k.startswith("spark.executorEnv.")}
+    given |= {k.split(".")[-1] for k in conf if "executor.secretKeyRef." in k}
+    (container,) = executor_pod_template("counts")["spec"]["containers"]
+    given |= {e["name"] for e in container["env"]}
+    assert given == {
+        "STATOR_STATE_DIR",
+        "STATOR_NODE_NAME",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+    }
+    assert given <= set(RESERVED_ENV["executor"])
+    for name, by in (
+        ("STATOR_STATE_DIR", "the operator (executors keep their state on the state volume)"),
+        ("AWS_ACCESS_KEY_ID", "the operator (credentials come from the Secret"),
+        ("SPARK_EXECUTOR_ID", "Spark's Kubernetes backend, on every executor it starts"),
+        ("SPARK_JAVA_OPT_0", "Spark's Kubernetes backend, on every executor it starts (use"),
+    ):
+        spec = changed(executor={"env": [{"name": name, "value": "x"}]})
+        with pytest.raises(SpecError) as info:
+            check_pods(spec, "counts", "team")
+        assert f"spec.executor.env[{name}]: set by {by}" in str(info.value)
+        # A spec accepted before the check: the operator's value (or Spark's) stays.
+        executor_env = job_config(spec, "counts", "team")["spark"]["conf"]
+        assert executor_env.get(f"spark.executorEnv.{name}") != "x"
+    fine = changed(executor={"env": [{"name": "COUNT", "value": "5"}]})
+    check_pods(fine, "counts", "team")
+    assert job_config(fine, "counts", "team")["spark"]["conf"]["spark.executorEnv.COUNT"] == "5"
 
 
 def test_an_event_names_the_pipeline_it_is_about() -> None:

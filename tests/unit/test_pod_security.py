@@ -8,7 +8,12 @@ from typing import Any
 import pytest
 
 from stator_operator.podsecurity import pod_violations
-from stator_operator.resources import check_driver_pod, driver_pod, executor_pod_template
+from stator_operator.resources import (
+    check_job_config,
+    check_pods,
+    driver_pod,
+    executor_pod_template,
+)
 from stator_operator.spec import SpecError, validate
 from tests.hostile_specs import HOSTILE
 
@@ -23,9 +28,10 @@ GOOD: dict[str, Any] = {
 def test_hostile_spec_is_refused_with_field_and_rule(case: str) -> None:
     change, message = HOSTILE[case]
     spec = {**GOOD, **change}
-    with pytest.raises(SpecError) as info:
+    with pytest.raises(SpecError) as info:  # the reconciler's checks, in its order
         validate(spec)
-        check_driver_pod(spec, "counts", "team")
+        check_job_config(spec, "counts", "team")
+        check_pods(spec, "counts", "team")
     assert message in str(info.value)
 
 
@@ -37,4 +43,4 @@ def test_the_operators_own_pods_are_restricted() -> None:
         **GOOD,
         "driver": {"podTemplate": {"spec": {"nodeSelector": {"disk": "ssd"}}}},
     }
-    check_driver_pod(harmless, "counts", "team")
+    check_pods(harmless, "counts", "team")
