@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     sp_trigger.add_argument("--target", help="savepoint directory URI (default: savepoint.dir)")
     sp_trigger.add_argument(
-        "--wait", type=float, default=600, help="seconds to wait for the result (0: do not wait)"
+        "--wait", type=_seconds, default=600, help="seconds to wait for the result (0: do not wait)"
     )
     sp_list = sp_sub.add_parser("list", help="savepoints under a directory (e.g. savepoint.dir)")
     sp_list.add_argument("uri")
@@ -101,6 +102,17 @@ def main(argv: list[str] | None = None) -> int:
     except StatorError as exc:
         report_error(exc)
         return 2
+
+
+def _seconds(text: str) -> float:
+    """A duration argument: argparse names the flag when this refuses one."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text!r}")
+    return value
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -209,11 +221,12 @@ def _job(args: argparse.Namespace) -> int:
 
 def _checkpoints(args: argparse.Namespace) -> int:
     from .checkpoint.coordinator import load_checkpoint  # noqa: PLC0415
+    from .driver.restore import snapshot_dir  # noqa: PLC0415
     from .lineage import list_checkpoints  # noqa: PLC0415
     from .storage import open_store  # noqa: PLC0415
 
     if args.action == "show":
-        parent, _, name = args.uri.rstrip("/").rpartition("/")
+        parent, _, name = snapshot_dir(args.uri).rpartition("/")
         meta = load_checkpoint(open_store(parent), name)
         info = _describe(meta)
         info["operators"] = {

@@ -68,7 +68,9 @@ def list_savepoints(root: str, s3: S3Options | None = None) -> list[SavepointEnt
     for prefix in _savepoint_dirs(store):
         location = store.url(prefix)
         try:
-            meta = SavepointMetadata.from_json(store.get(_join(prefix, METADATA_NAME)))
+            meta = SavepointMetadata.from_json(
+                store.get(_join(prefix, METADATA_NAME)), store.url(_join(prefix, METADATA_NAME))
+            )
             entries.append(SavepointEntry(location, meta))
         except StatorError as exc:
             entries.append(SavepointEntry(location, None, str(exc)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import tempfile
 import threading
 from abc import ABC, abstractmethod
@@ -173,31 +174,38 @@ class FileStore(ObjectStore):
     def get(self, key: str) -> bytes:
         try:
             return self._path(key).read_bytes()
-        except FileNotFoundError as exc:
-            raise StorageError(f"{self.url(key)} does not exist") from exc
+        except OSError as exc:
+            raise _file_error("read", self.url(key), exc) from exc
 
     def get_file(self, key: str, path: Path) -> None:
+        source = self._path(key)
         try:
-            shutil.copyfile(self._path(key), path)
-        except FileNotFoundError as exc:
-            raise StorageError(f"{self.url(key)} does not exist") from exc
+            shutil.copyfile(source, path)
+        except OSError as exc:
+            if exc.filename == str(source):
+                raise _file_error("read", self.url(key), exc) from exc
+            raise StorageError(f"cannot copy {self.url(key)} to {path}: {exc}") from exc
 
     def size(self, key: str) -> int | None:
         try:
             st = self._path(key).stat()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # a file on the way: no such object
             return None
-        return st.st_size if not os.path.isdir(self._path(key)) else None
+        except OSError as exc:
+            raise _file_error("inspect", self.url(key), exc) from exc
+        return None if stat.S_ISDIR(st.st_mode) else st.st_size
 
     def listing(self, prefix: str = "") -> list[tuple[str, int]]:
         base = self.root
+        if base.is_file():
+            raise StorageError(f"cannot list {self.uri}: it is a file; a directory is expected")
         # Walk only the directory the prefix names (a poll for one checkpoint's uploads must
         # not walk every shared file).
         start = base / prefix.rsplit("/", 1)[0] if "/" in prefix else base
         if not start.exists():
             return []
         out = []
-        for dirpath, _, files in os.walk(start):
+        for dirpath, _, files in os.walk(start, onerror=self._walk_error):
             for name in files:
                 if name.startswith(".tmp-"):
                     continue
@@ -208,12 +216,23 @@ class FileStore(ObjectStore):
                         out.append((key, full.stat().st_size))
         return sorted(out)
 
+    def _walk_error(self, exc: OSError) -> None:
+        """A directory removed while walked is simply gone; one that cannot be read would
+        leave objects out of the listing unseen, so it fails the listing."""
+        if not isinstance(exc, FileNotFoundError | NotADirectoryError):
+            path = Path(exc.filename).relative_to(self.root).as_posix() if exc.filename else ""
+            raise _file_error("list", self.url(path), exc) from exc
+
     def delete(self, keys: list[str]) -> None:
         root = self.root.resolve()
         for key in keys:
             path = self._path(key)
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 path.unlink()
+            except (FileNotFoundError, NotADirectoryError):
+                pass
+            except OSError as exc:
+                raise _file_error("delete", self.url(key), exc) from exc
             parent = path.parent  # drop directories the deletes emptied, up to the root
             while parent != root and root in parent.parents:
                 try:
@@ -228,8 +247,28 @@ class FileStore(ObjectStore):
             if dest.exists():
                 return
             raise StorageError(f"cannot move {self.url(src)}: it does not exist")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(source, dest)
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(source, dest)
+        except OSError as exc:
+            raise StorageError(f"cannot move {self.url(src)} to {self.url(dst)}: {exc}") from exc
+
+
+def _file_error(action: str, url: str, exc: OSError) -> StorageError:
+    """What went wrong with the object at ``url``, said as a path a user passed, not as an
+    errno: a file where a directory belongs is the usual mistake."""
+    if isinstance(exc, FileNotFoundError | NotADirectoryError):
+        reason = "does not exist" + (
+            " (a path above it is a file, not a directory)"
+            if isinstance(exc, NotADirectoryError)
+            else ""
+        )
+        return StorageError(f"cannot {action} {url}: it {reason}")
+    if isinstance(exc, IsADirectoryError):
+        return StorageError(f"cannot {action} {url}: it is a directory, not a file")
+    if isinstance(exc, PermissionError):
+        return StorageError(f"cannot {action} {url}: permission denied")
+    return StorageError(f"cannot {action} {url}: {exc.strerror or exc}")
 
 
 # ---------------------------------------------------------------------------- s3://
@@ -318,6 +357,7 @@ class S3Store(ObjectStore):
             return int(head["ContentLength"])
 
     def listing(self, prefix: str = "") -> list[tuple[str, int]]:
+        # Under a store's prefix "sp", _key("") is "sp/": a sibling such as "sp-old" is not listed.
         full = self._key(prefix)
         strip = len(self.prefix) + 1 if self.prefix else 0
         out = []

@@ -8,6 +8,7 @@ import os
 import pytest
 from botocore.exceptions import ClientError
 
+from stator.storage import S3Options, open_store
 from tests.testbed.minio import S3Endpoint
 
 PART = 5 * 1024 * 1024  # S3's minimum size for every part but the last
@@ -57,3 +58,24 @@ def test_wrong_credentials_are_refused(s3: S3Endpoint, bucket: str) -> None:
     with pytest.raises(ClientError) as err:
         wrong.client().list_objects_v2(Bucket=bucket)
     assert err.value.response["Error"]["Code"] == "SignatureDoesNotMatch"
+
+
+def test_a_store_lists_its_own_prefix_only(s3: S3Endpoint, bucket: str) -> None:
+    """``s3://b/sp`` never lists ``sp-old/``, and a job ``count`` never sees ``count2``'s
+    checkpoints: a sibling whose name starts the same is another directory."""
+    options = S3Options(
+        endpoint_url=s3.endpoint_url, access_key_id=s3.access_key, secret_access_key=s3.secret_key
+    )
+    for prefix in ("sp", "sp-old", "ck/count", "ck/count2"):
+        open_store(f"s3://{bucket}/{prefix}", options).put("chk-0000000001/_metadata", b"{}")
+    assert open_store(f"s3://{bucket}/sp", options).listing() == [("chk-0000000001/_metadata", 2)]
+    count = open_store(f"s3://{bucket}/ck/count/", options)
+    assert count.listing() == [("chk-0000000001/_metadata", 2)]
+    assert count.listing("chk-0000000001/") == [("chk-0000000001/_metadata", 2)]
+    everything = open_store(f"s3://{bucket}", options).listing()
+    assert [k for k, _ in everything] == [
+        "ck/count/chk-0000000001/_metadata",
+        "ck/count2/chk-0000000001/_metadata",
+        "sp-old/chk-0000000001/_metadata",
+        "sp/chk-0000000001/_metadata",
+    ]

@@ -7,6 +7,7 @@ that fails the test: every refusal here must happen before a SparkSession exists
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -114,6 +115,13 @@ def fixtures(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "sp-corrupt/_savepoint.json").write_text("{not json")
     chk = CheckpointMetadata(1, 4, "good-pipe", 1_700_000_000_000, 64, True, {}, {}, {}, 0)
     open_store(f"file://{root}/ckroot/good-pipe").put(metadata_key(1), chk.to_json())
+    (root / "sp-array").mkdir()
+    (root / "sp-array/_savepoint.json").write_text("[]")
+    _savepoint(root / "sp-bytes-zz", 32, totals=_op("totals", {0: {**kg[0], "bytes": "zz"}}))
+    wrong_shape = json.loads(chk.to_json()) | {"checkpoint_id": 2, "operators": []}
+    newest = open_store(f"file://{root}/ckshape/good-pipe")
+    newest.put(metadata_key(1), chk.to_json())
+    newest.put(metadata_key(2), json.dumps(wrong_shape).encode())
     return root
 
 
@@ -277,6 +285,43 @@ CASES: list[tuple[str, list[str], str, bool]] = [
         "restore-corrupt-metadata",
         [GOOD_REF, "--restore", "file://{f}/sp-corrupt"],
         "savepoint metadata",
+        False,
+    ),
+    (
+        "restore-a-file",
+        [GOOD_REF, "--restore", "file://{f}/plainfile"],
+        "restore.source 'file://{f}/plainfile' is neither a savepoint",
+        False,
+    ),
+    (
+        "restore-checkpoint-metadata-file",
+        [GOOD_REF, "--restore", "file://{f}/ckroot/good-pipe/chk-0000000001/_metadata"],
+        "checkpoint 1 (epoch 4) at file://{f}/ckroot/good-pipe was written with maxParallelism=64",
+        False,
+    ),
+    (
+        "restore-savepoint-metadata-file",
+        [GOOD_REF, "--restore", "file://{f}/sp-maxp64/_savepoint.json"],
+        "savepoint file://{f}/sp-maxp64 (epoch 3) was written with maxParallelism=64",
+        False,
+    ),
+    (
+        "restore-metadata-not-an-object",
+        [GOOD_REF, "--restore", "file://{f}/sp-array"],
+        "savepoint metadata file://{f}/sp-array/_savepoint.json is unusable: the document must "
+        "be a JSON object, got an array",
+        False,
+    ),
+    (
+        "restore-size-not-a-number",
+        [GOOD_REF, "--restore", "file://{f}/sp-bytes-zz"],
+        'operators.totals.key_groups.0.bytes must be an integer, got "zz"',
+        False,
+    ),
+    (
+        "latest-skips-metadata-of-the-wrong-shape",
+        [GOOD_REF, "-s", "checkpoint.storage=file://{f}/ckshape"],
+        "checkpoint 1 (epoch 4) at file://{f}/ckshape/good-pipe was written with maxParallelism=64",
         False,
     ),
     (

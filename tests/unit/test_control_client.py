@@ -90,3 +90,19 @@ def test_nothing_listening_is_unreachable() -> None:
 def test_only_http_urls() -> None:
     with pytest.raises(StatorError, match="must start with http:// or https://"):
         ControlClient("driver:8081")
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("http://[::1", "Invalid IPv6 URL"),
+        ("http://", "it names no host"),
+        ("http://driver:x", "Port could not be cast"),
+        ("http://driver:99999", "Port out of range"),
+        ("http://dri ver:8081", "it contains spaces or control characters"),
+    ],
+)
+def test_a_url_no_request_can_be_made_of_is_refused_at_once(url: str, problem: str) -> None:
+    with pytest.raises(StatorError) as info:
+        ControlClient(url).job()
+    assert str(info.value).startswith(f"{url!r} is not a valid control API URL ({problem}")

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import CheckpointNotFoundError
+from ..jsonfields import Fields
 
 FORMAT_VERSION = 1
 METADATA_NAME = "_metadata"
@@ -102,46 +103,66 @@ class CheckpointMetadata:
     @staticmethod
     def from_json(data: bytes, where: str = "") -> CheckpointMetadata:
         try:
-            raw = json.loads(data)
-            if raw.get("format_version") != FORMAT_VERSION:
-                raise ValueError(f"format version {raw.get('format_version')} is not supported")
-            operators = {
-                uid: OperatorSnapshot(
-                    op["uid"],
-                    op["parallelism"],
-                    tuple(
-                        SubtaskSnapshot(
-                            s["index"],
-                            s["parallelism"],
-                            (int(s["key_groups"][0]), int(s["key_groups"][1])),
-                            s["epoch"],
-                            tuple(RemoteFile(**f) for f in s["files"]),
-                            # "uploaded_bytes": written by Stator before 0.2
-                            s.get("incremental_bytes", s.get("uploaded_bytes", 0)),
-                        )
-                        for s in op["subtasks"]
-                    ),
-                    op.get("states", {}),
-                )
-                for uid, op in raw["operators"].items()
-            }
-            sinks = {
-                uid: tuple(PendingCommit(p["epoch"], tuple(p["parts"])) for p in pending)
-                for uid, pending in raw["sinks"].items()
-            }
+            raw = Fields(json.loads(data))
+            if raw.raw.get("format_version") != FORMAT_VERSION:
+                raise ValueError(f"format version {raw.raw.get('format_version')} is not supported")
             return CheckpointMetadata(
-                raw["checkpoint_id"],
-                raw["epoch"],
-                raw["job"],
-                raw["created_ms"],
-                raw["max_parallelism"],
-                raw["incremental"],
-                operators,
-                raw["sources"],
-                sinks,
-                raw["watermark"],
-                raw.get("duration_ms", 0),
-                raw["format_version"],
+                raw.integer("checkpoint_id"),
+                raw.integer("epoch"),
+                raw.text("job"),
+                raw.timestamp_ms("created_ms"),
+                raw.integer("max_parallelism", low=1),
+                raw.flag("incremental"),
+                {uid: _operator(op) for uid, op in raw.objects("operators").items()},
+                raw.nested_objects("sources"),
+                _sinks(raw.fields("sinks")),
+                raw.integer("watermark"),
+                raw.integer("duration_ms", default=0, low=0),
+                FORMAT_VERSION,
             )
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise CheckpointNotFoundError(f"checkpoint metadata {where} is corrupt: {exc}") from exc
+
+
+def _operator(op: Fields) -> OperatorSnapshot:
+    """One operator's entry, its fields checked (restore and the summaries use them all)."""
+    return OperatorSnapshot(
+        op.text("uid"),
+        op.integer("parallelism", low=1),
+        tuple(_subtask(s) for s in op.items("subtasks")),
+        op.fields("states", optional=True).raw,
+    )
+
+
+def _subtask(s: Fields) -> SubtaskSnapshot:
+    """One subtask's snapshot: its key-group range and every file a restore downloads."""
+    key_groups = s.array("key_groups")
+    if len(key_groups) != 2 or not all(
+        isinstance(k, int) and not isinstance(k, bool) for k in key_groups
+    ):
+        raise ValueError(f"{s.path}.key_groups must be [first, last], got {key_groups}")
+    return SubtaskSnapshot(
+        s.integer("index", low=0),
+        s.integer("parallelism", low=1),
+        (key_groups[0], key_groups[1]),
+        s.integer("epoch"),
+        tuple(_file(f) for f in s.items("files")),
+        # "uploaded_bytes": written by Stator before 0.2
+        s.integer(
+            "incremental_bytes" if "incremental_bytes" in s.raw else "uploaded_bytes", 0, low=0
+        ),
+    )
+
+
+def _sinks(sinks: Fields) -> dict[str, tuple[PendingCommit, ...]]:
+    """Each sink's output staged for epochs this checkpoint covers, to commit on restore."""
+    return {
+        uid: tuple(
+            PendingCommit(p.integer("epoch"), tuple(p.array("parts"))) for p in sinks.items(uid)
+        )
+        for uid in sinks.raw
+    }
+
+
+def _file(f: Fields) -> RemoteFile:
+    return RemoteFile(f.text("name"), f.text("key"), f.integer("size", low=0), f.flag("shared"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any, TypedDict, cast
 
@@ -105,11 +106,7 @@ class ControlClient:
     """The control API of one driver, at ``base_url`` (``http://host:port``)."""
 
     def __init__(self, base_url: str, timeout: float = 5.0, token: str | None = None) -> None:
-        if not base_url.startswith(("http://", "https://")):
-            raise StatorError(
-                f"{base_url!r}: the control API URL must start with http:// or https://"
-            )
-        self.base_url = base_url.rstrip("/")
+        self.base_url = _checked_url(base_url).rstrip("/")
         self.timeout = timeout
         self._headers = {"Content-Type": "application/json"}
         if token:
@@ -170,6 +167,28 @@ class ControlClient:
         except (urllib.error.URLError, OSError, ValueError) as err:
             reason = getattr(err, "reason", err)
             raise ControlUnreachable(f"cannot reach the control API at {url}: {reason}") from err
+
+
+def _checked_url(url: str) -> str:
+    """``url`` if a request can be made of it: urllib's own complaints (a bad IPv6 address, a
+    port that is not a number) come as exceptions of its own, and only at the first call."""
+    if not url.startswith(("http://", "https://")):
+        raise StatorError(f"{url!r}: the control API URL must start with http:// or https://")
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises for a port that is not a number in 0-65535
+    except ValueError as exc:
+        problem: str | None = str(exc)
+    else:
+        problem = None if parts.hostname else "it names no host"
+    if problem is None and any(c.isspace() or not c.isprintable() for c in url):
+        problem = "it contains spaces or control characters"
+    if problem is not None:
+        raise StatorError(
+            f"{url!r} is not a valid control API URL ({problem}); give http://HOST:PORT, "
+            f"e.g. http://driver:8081"
+        )
+    return url
 
 
 def _error_text(err: urllib.error.HTTPError) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..checkpoint.coordinator import load_checkpoint
+from ..checkpoint.metadata import METADATA_NAME as CHECKPOINT_METADATA
 from ..checkpoint.metadata import CheckpointMetadata
 from ..epoch.spec import RestoreTask
 from ..errors import CheckpointNotFoundError, ConfigError, StorageError
@@ -63,9 +64,18 @@ class Target:
         return f"checkpoint {self.meta.checkpoint_id} (epoch {self.meta.epoch}) at {self.store.uri}"
 
 
+def snapshot_dir(uri: str) -> str:
+    """The savepoint or checkpoint directory ``uri`` names: users copy the path of its metadata
+    file (``_savepoint.json``, ``_metadata``) as often as the directory's, and mean the same."""
+    path = uri.rstrip("/")
+    parent, _, name = path.rpartition("/")
+    return parent if parent and name in (SAVEPOINT_METADATA, CHECKPOINT_METADATA) else path
+
+
 def load_target(uri: str, s3: S3Options) -> Target:
-    """A savepoint directory, or a checkpoint directory (chk-N), by URI."""
-    sp_store = open_store(uri.rstrip("/"), s3)
+    """A savepoint directory, or a checkpoint directory (chk-N), by URI (or their metadata's)."""
+    uri = snapshot_dir(uri)
+    sp_store = open_store(uri, s3)
     if sp_store.exists(SAVEPOINT_METADATA):
         meta = SavepointMetadata.from_json(
             sp_store.get(SAVEPOINT_METADATA), sp_store.url(SAVEPOINT_METADATA)

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..control.client import ControlClient, SavepointRequest
 from ..control.token import read_token
+from ..driver.restore import snapshot_dir
 from ..errors import StatorError
 from ..lineage import dispose_savepoint, list_savepoints, load_savepoint
 from .metadata import SavepointMetadata
@@ -20,8 +21,9 @@ def savepoint_command(args: argparse.Namespace) -> int:
     if args.action == "list":
         return _list(args)
     if args.action == "show":
-        meta = load_savepoint(args.uri)
-        info = _summary(args.uri, meta)
+        location = snapshot_dir(args.uri)
+        meta = load_savepoint(location)
+        info = _summary(location, meta)
         info["operators"] = {
             uid: {
                 "parallelism": op.parallelism,
@@ -34,8 +36,9 @@ def savepoint_command(args: argparse.Namespace) -> int:
         info["sources"] = meta.sources
         print(json.dumps(info, indent=2))
         return 0
-    files = dispose_savepoint(args.uri)
-    print(json.dumps({"disposed": args.uri.rstrip("/"), "files": files}))
+    location = snapshot_dir(args.uri)
+    files = dispose_savepoint(location)
+    print(json.dumps({"disposed": location, "files": files}))
     return 0
 
 

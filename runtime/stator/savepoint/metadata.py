@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import CheckpointNotFoundError
+from ..jsonfields import Fields
 
 FORMAT = "stator-savepoint"
 FORMAT_VERSION = 1
@@ -58,38 +59,66 @@ class SavepointMetadata:
     @staticmethod
     def from_json(data: bytes, where: str = "") -> SavepointMetadata:
         try:
-            raw = json.loads(data)
-            if raw.get("format") != FORMAT:
+            raw = Fields(json.loads(data))
+            if raw.raw.get("format") != FORMAT:
                 raise ValueError("not a Stator savepoint")
-            if int(raw.get("format_version", 0)) > FORMAT_VERSION:
+            version = raw.integer("format_version")
+            if version > FORMAT_VERSION:
                 raise ValueError(
-                    f"format version {raw['format_version']} is newer than this "
+                    f"format version {version} is newer than this "
                     f"Stator ({FORMAT_VERSION}); upgrade Stator to restore it"
                 )
-            operators = {
-                uid: OperatorSavepoint(
-                    op["uid"],
-                    op["parallelism"],
-                    op["states"],
-                    {int(k): v for k, v in op["key_groups"].items()},
-                    op["watermark"],
-                )
-                for uid, op in raw["operators"].items()
-            }
+            epochs = raw.fields("region_epochs", optional=True)
+            uids = raw.fields("region_uids", optional=True)
             return SavepointMetadata(
-                raw["job"],
-                raw["epoch"],
-                raw["created_ms"],
-                raw["max_parallelism"],
-                operators,
-                raw["sources"],
-                raw["watermark"],
-                raw["compression"],
-                raw.get("duration_ms", 0),
-                raw["format"],
-                raw["format_version"],
-                {str(k): int(v) for k, v in raw.get("region_epochs", {}).items()},
-                {str(k): [str(u) for u in v] for k, v in raw.get("region_uids", {}).items()},
+                raw.text("job"),
+                raw.integer("epoch"),
+                raw.timestamp_ms("created_ms"),
+                raw.integer("max_parallelism", low=1),
+                {uid: _operator(op) for uid, op in raw.objects("operators").items()},
+                raw.nested_objects("sources"),
+                raw.integer("watermark"),
+                raw.text("compression"),
+                raw.integer("duration_ms", default=0, low=0),
+                FORMAT,
+                version,
+                {region: epochs.integer(region) for region in epochs.raw},
+                {region: uids.texts(region) for region in uids.raw},
             )
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise CheckpointNotFoundError(f"savepoint metadata {where} is unusable: {exc}") from exc
+
+
+def _operator(op: Fields) -> OperatorSavepoint:
+    """One operator's entry, its fields checked (restore and the summaries use them all)."""
+    return OperatorSavepoint(
+        op.text("uid"),
+        op.integer("parallelism", low=1),
+        {name: _state(state) for name, state in op.objects("states").items()},
+        {_key_group(n, kg): _key_group_file(kg) for n, kg in op.objects("key_groups").items()},
+        op.integer("watermark"),
+    )
+
+
+def _state(state: Fields) -> dict[str, Any]:
+    """A state's descriptor, as restore checks it against the code's."""
+    state.text("kind")
+    state.text("serializer")
+    state.integer("version")
+    if "key_serializer" in state.raw:
+        state.text("key_serializer")
+    return state.raw
+
+
+def _key_group(number: str, kg: Fields) -> int:
+    if not (number.isascii() and number.isdigit()):
+        raise ValueError(f"{kg.path}: {number!r} is not a key-group number")
+    return int(number)
+
+
+def _key_group_file(kg: Fields) -> dict[str, Any]:
+    """Where a key-group's data is, and the size a restore checks it has."""
+    kg.text("file")
+    kg.integer("bytes", low=0)
+    kg.integer("entries", default=0, low=0)  # informational: nothing reads it
+    return kg.raw

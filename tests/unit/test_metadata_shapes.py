@@ -1,0 +1,152 @@
+"""Stored metadata that parses as JSON but has the wrong shape (hand-edited, truncated into
+``null``, written by something else) is refused when read, naming the file and the field: it
+never crashes the command or the listing that meets it, nor a later check that uses a field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stator.checkpoint.metadata import CheckpointMetadata, metadata_key
+from stator.errors import CheckpointNotFoundError
+from stator.lineage import list_checkpoints, list_savepoints
+from stator.savepoint.metadata import OperatorSavepoint, SavepointMetadata
+from stator.storage import open_store
+
+KG = {"file": "totals/kg-00000.bin", "bytes": 10, "entries": 1}
+STATE = {"kind": "value", "serializer": "pickle", "version": 1}
+
+
+def _savepoint() -> dict[str, Any]:
+    op = OperatorSavepoint("totals", 2, {"sum": STATE}, {0: KG}, 5)
+    meta = SavepointMetadata("team.counts", 3, 1_700_000_000_000, 32, {"totals": op}, {}, 0, "z")
+    raw: dict[str, Any] = json.loads(meta.to_json())
+    return raw
+
+
+def _checkpoint() -> dict[str, Any]:
+    raw: dict[str, Any] = json.loads(
+        CheckpointMetadata(1, 4, "counts", 1_700_000_000_000, 32, True, {}, {}, {}, 0).to_json()
+    )
+    raw["operators"] = {
+        "totals": {
+            "uid": "totals",
+            "parallelism": 1,
+            "states": {},
+            "subtasks": [
+                {
+                    "index": 0,
+                    "parallelism": 1,
+                    "key_groups": [0, 31],
+                    "epoch": 4,
+                    "files": [{"name": "a.sst", "key": "shared/a.sst", "size": 3, "shared": True}],
+                    "incremental_bytes": 3,
+                }
+            ],
+        }
+    }
+    raw["sinks"] = {"out": [{"epoch": 4, "parts": ["p"]}]}
+    return raw
+
+
+def _edit(raw: dict[str, Any], path: str, value: object) -> bytes:
+    """``raw`` with the field at dotted ``path`` set to ``value`` ("" replaces it all)."""
+    if not path:
+        return json.dumps(value).encode()
+    *parents, last = path.split(".")
+    node: Any = raw
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    node[int(last) if isinstance(node, list) else last] = value
+    return json.dumps(raw).encode()
+
+
+SAVEPOINT_CASES = [
+    ("", [], "the document must be a JSON object, got an array"),
+    ("", None, "the document must be a JSON object, got null"),
+    ("operators", [], "operators must be a JSON object, got an array"),
+    ("operators.totals", "x", 'operators.totals must be a JSON object, got "x"'),
+    ("created_ms", "x", 'created_ms must be an integer, got "x"'),
+    ("created_ms", 1e30, "created_ms must be an integer, got 1e+30"),
+    ("created_ms", 10**30, "created_ms is not a time in epoch milliseconds"),
+    ("epoch", True, "epoch must be an integer, got true"),
+    ("job", 7, "job must be a string, got 7"),
+    ("operators.totals.key_groups.0.bytes", "zz", 'key_groups.0.bytes must be an integer, got "z'),
+    ("operators.totals.key_groups.0.file", None, "key_groups.0.file must be a string, got null"),
+    ("operators.totals.key_groups", {"x": KG}, "'x' is not a key-group number"),
+    ("operators.totals.states.sum", [], "states.sum must be a JSON object"),
+    ("operators.totals.states.sum.version", "1", "states.sum.version must be an integer"),
+    ("sources", {"events": []}, "sources.events must be a JSON object"),
+    ("region_epochs", {"r": "3"}, "region_epochs.r must be an integer"),
+    ("region_uids", {"r": "events"}, "region_uids.r must be a JSON array"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "message"), SAVEPOINT_CASES)
+def test_savepoint_metadata_of_the_wrong_shape_is_unusable(
+    path: str, value: object, message: str
+) -> None:
+    with pytest.raises(CheckpointNotFoundError) as info:
+        SavepointMetadata.from_json(_edit(_savepoint(), path, value), "s3://b/sp/_savepoint.json")
+    assert "savepoint metadata s3://b/sp/_savepoint.json is unusable" in str(info.value)
+    assert message in str(info.value)
+
+
+CHECKPOINT_CASES = [
+    ("", [], "the document must be a JSON object, got an array"),
+    ("", None, "the document must be a JSON object, got null"),
+    ("operators", [], "operators must be a JSON object, got an array"),
+    ("created_ms", "x", 'created_ms must be an integer, got "x"'),
+    ("created_ms", 1e30, "created_ms must be an integer"),
+    ("incremental", "yes", 'incremental must be true or false, got "yes"'),
+    ("operators.totals.subtasks", {}, "subtasks must be a JSON array, got an object"),
+    ("operators.totals.subtasks.0.key_groups", [0], "key_groups must be [first, last]"),
+    ("operators.totals.subtasks.0.files.0.size", "zz", "files[0].size must be an integer"),
+    ("operators.totals.subtasks.0.files.0.size", -1, "files[0].size must be >= 0"),
+    ("operators.totals.subtasks.0.files.0", {"name": "a"}, "files[0].key is missing"),
+    ("sinks.out", {}, "sinks.out must be a JSON array"),
+    ("sinks.out.0.parts", 3, "sinks.out[0].parts must be a JSON array"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "message"), CHECKPOINT_CASES)
+def test_checkpoint_metadata_of_the_wrong_shape_is_corrupt(
+    path: str, value: object, message: str
+) -> None:
+    with pytest.raises(CheckpointNotFoundError) as info:
+        CheckpointMetadata.from_json(_edit(_checkpoint(), path, value), "file:///ck/_metadata")
+    assert "checkpoint metadata file:///ck/_metadata is corrupt" in str(info.value)
+    assert message in str(info.value)
+
+
+def test_well_formed_metadata_still_reads() -> None:
+    sp = SavepointMetadata.from_json(json.dumps(_savepoint()).encode())
+    assert sp.operators["totals"].key_groups == {0: KG} and sp.state_bytes == 10
+    ck = CheckpointMetadata.from_json(json.dumps(_checkpoint()).encode())
+    assert ck.state_bytes == 3 and ck.sinks["out"][0].parts == ("p",)
+    assert CheckpointMetadata.from_json(ck.to_json()) == ck
+    old = _checkpoint()  # "uploaded_bytes": written by Stator before 0.2
+    old["operators"]["totals"]["subtasks"][0].pop("incremental_bytes")
+    old["operators"]["totals"]["subtasks"][0]["uploaded_bytes"] = 2
+    assert CheckpointMetadata.from_json(json.dumps(old).encode()).incremental_bytes == 2
+
+
+def test_listings_report_a_wrong_shape_and_go_on(tmp_path: Path) -> None:
+    sp_root = f"file://{tmp_path}/sp"
+    open_store(f"{sp_root}/good").put("_savepoint.json", json.dumps(_savepoint()).encode())
+    open_store(f"{sp_root}/list").put("_savepoint.json", b"[]")
+    open_store(f"{sp_root}/null").put("_savepoint.json", b"null")
+    entries = {e.location.rpartition("/")[2]: e for e in list_savepoints(sp_root)}
+    assert entries["good"].metadata is not None
+    assert entries["list"].metadata is None and "unusable" in (entries["list"].error or "")
+    assert entries["null"].metadata is None and "got null" in (entries["null"].error or "")
+
+    ck = open_store(f"file://{tmp_path}/ck")
+    ck.put(metadata_key(1), json.dumps(_checkpoint()).encode())
+    ck.put(metadata_key(2), _edit(_checkpoint(), "operators", []))
+    listed = list_checkpoints(ck.uri)
+    assert [e.id for e in listed] == [1, 2] and listed[0].metadata is not None
+    assert "operators must be a JSON object" in (listed[1].problem or "")
