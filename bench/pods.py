@@ -183,7 +183,7 @@ def _poll(what: str, check: Any, timeout: float, every: float = 0.1) -> Any:
 def recovery(space: Any, args: argparse.Namespace) -> Comparison:
     keys = args.state_bytes // args.value_bytes
     env = {"KEYS": keys, "VALUE_BYTES": args.value_bytes, "RATE": 100}
-    config = {"epoch.max_records": str(keys), "restart.delay_ms": "200"}
+    config = {"epoch.max_records": str(keys)}
     contenders = {
         "local": {"volume": {"storageClassName": space.storage_class, "size": "4Gi"}},
         "remote": {"enabled": False},
@@ -197,6 +197,7 @@ def recovery(space: Any, args: argparse.Namespace) -> Comparison:
                 env,
                 replicas=2,
                 config=config,
+                failover={"restartDelaySeconds": 0.2},
                 executor=_executors(space, cores=2, instances=1, memory="1g"),
                 localRecovery=local,
             )

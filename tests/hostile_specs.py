@@ -123,6 +123,11 @@ HOSTILE: dict[str, tuple[dict[str, Any], str]] = {
         {"config": {"checkpoint": "{storage: 'file:///tmp/elsewhere'}"}},
         "spec.config.checkpoint: a whole section would replace checkpoint.storage",
     ),
+    "restart delay in config": (
+        {"config": {"restart.delay_ms": "500"}},
+        "spec.config.restart.delay_ms is set by the operator; use "
+        "spec.failover.restartDelaySeconds",
+    ),
     "savepoint dir in config": (
         {"config": {"savepoint.dir": "file:///tmp/elsewhere"}},
         "spec.config.savepoint.dir is set by the operator; use spec.savepoints.directory",

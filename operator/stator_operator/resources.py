@@ -263,7 +263,8 @@ UPLOAD_FIELDS = (
 
 def job_config(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any]:
     """The Stator job configuration (stator config keys) for this spec. Only what the spec
-    sets: the defaults are the runtime's (``JobConfig``), in one place."""
+    sets: the defaults are the runtime's (``JobConfig``), in one place. spec.config goes
+    last, so every key written before it is refused there (``spec.OPERATOR_CONFIG``)."""
     ck = spec.get("checkpointing", {})
     cfg: dict[str, Any] = {
         "name": f"{namespace}.{name}",
@@ -530,7 +531,8 @@ def _restart(spec: dict[str, Any]) -> dict[str, Any]:
     for field_name, (key, factor) in _RESTART_FIELDS.items():
         if field_name in failover:
             value = failover[field_name] * factor
-            out[key] = int(value) if key.endswith("_ms") else float(value)
+            # round, not int: 1.005 s is 1004.999... ms in floating point
+            out[key] = round(value) if key.endswith("_ms") else float(value)
     return out
 
 

@@ -133,9 +133,11 @@ def classify(running: dict[str, Any] | None, desired: dict[str, Any]) -> Change:
     return Change(diff, changed)
 
 
-# spec.config keys (or sections) the operator sets from its own fields, and what to do
-# instead: a value in spec.config would reach the driver alone, while the operator goes on
-# using the field (finding and disposing savepoints, reaching storage, its Lease, mounts).
+# spec.config keys (or sections) the operator sets itself or from a spec field, and what to
+# do instead. Every key job_config writes is here: spec.config is applied last, so it would
+# silently win over the field (often a default the API server filled in), and a value the
+# operator uses itself (finding savepoints, reaching storage, its Lease, restarting the driver
+# pod) would reach the driver alone.
 OPERATOR_CONFIG = {
     "name": "remove it (the job is named <namespace>.<name> after the pipeline)",
     "parallelism": "use spec.replicas instead",
@@ -149,6 +151,23 @@ OPERATOR_CONFIG = {
     "spark.conf": "use spec.sparkConf instead",
     "lease.name": "remove it (the driver takes the Lease the operator creates for it)",
     "state.local_dir": "remove it (state is kept on the pod's state volume)",
+    "checkpoint.retained": "use spec.checkpointing.retained instead",
+    "checkpoint.incremental": "use spec.checkpointing.incremental instead",
+    "checkpoint.every_epochs": "use spec.checkpointing.intervalEpochs instead",
+    "checkpoint.interval_ms": "use spec.checkpointing.intervalSeconds instead",
+    "checkpoint.async_upload": "use spec.checkpointing.asyncUpload instead",
+    "checkpoint.max_concurrent": "use spec.checkpointing.maxConcurrent instead",
+    "checkpoint.timeout_ms": "use spec.checkpointing.timeoutSeconds instead",
+    "restart.strategy": "use spec.failover.restartStrategy instead",
+    "restart.attempts": "use spec.failover.maxRestarts instead",
+    "restart.delay_ms": "use spec.failover.restartDelaySeconds instead",
+    "restart.max_delay_ms": "use spec.failover.maxRestartDelaySeconds instead",
+    "restart.multiplier": "use spec.failover.backoffMultiplier instead",
+    "restart.jitter": "use spec.failover.backoffJitter instead",
+    "restart.reset_after_ms": "use spec.failover.resetAfterSeconds instead",
+    "restart.interval_ms": "use spec.failover.failureRateIntervalSeconds instead",
+    "failover.strategy": "use spec.failover.strategy instead",
+    "local_recovery.enabled": "use spec.localRecovery.enabled instead",
 }
 
 

@@ -416,7 +416,8 @@ class Space:
                 "credentialsSecret": "s3-credentials",
             },
             "savepoints": {"directory": f"s3://{self.bucket}/{name}/savepoints"},
-            "config": {"epoch.max_records": "3000", "restart.delay_ms": "500"},
+            "config": {"epoch.max_records": "3000"},
+            "failover": {"restartDelaySeconds": 0.5},
             "driver": {"env": env},
         }
         base.update(spec)

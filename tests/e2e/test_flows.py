@@ -49,7 +49,7 @@ def test_upgrade_by_savepoint_then_last_state_then_stateless(space: Space) -> No
     name = "upgrades"
     start(space, name)
     first = space.status(name)["deployment"]["id"]
-    patch(space, name, {"config": {"epoch.max_records": "2500", "restart.delay_ms": "500"}})
+    patch(space, name, {"config": {"epoch.max_records": "2500"}})
     s = space.wait(
         name, "savepoint upgrade", lambda s: running(s) and s["deployment"]["id"] != first
     )
@@ -62,7 +62,7 @@ def test_upgrade_by_savepoint_then_last_state_then_stateless(space: Space) -> No
         name,
         {
             "upgradeMode": "last-state",
-            "config": {"epoch.max_records": "2000", "restart.delay_ms": "500"},
+            "config": {"epoch.max_records": "2000"},
         },
     )
     s = space.wait(
@@ -78,7 +78,7 @@ def test_upgrade_by_savepoint_then_last_state_then_stateless(space: Space) -> No
         name,
         {
             "upgradeMode": "stateless",
-            "config": {"epoch.max_records": "3000", "restart.delay_ms": "500"},
+            "config": {"epoch.max_records": "3000"},
         },
     )
     s = space.wait(

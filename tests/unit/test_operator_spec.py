@@ -23,6 +23,7 @@ from stator_operator.resources import (
     executor_claim,
     executor_pod_template,
     job_config,
+    restart_config,
     spark_app_id,
 )
 from stator_operator.spec import SpecDiff, SpecError, classify, fingerprint, replicas, validate
@@ -116,6 +117,16 @@ def test_job_config_passes_only_what_the_spec_sets() -> None:
     check_job_config(bare, "counts", "team")
     unnamed = {k: v for k, v in bare.items() if k != "savepoints"}
     assert job_config(unnamed, "counts", "team")["savepoint"]["dir"] == "s3://bucket/ck/savepoints"
+
+
+def test_restart_fields_in_seconds_become_the_milliseconds_they_say() -> None:
+    """Rounded, not truncated: 1.005 s is 1004.999... ms in floating point."""
+    restart = restart_config(changed(failover={"restartDelaySeconds": 1.005}), "counts", "team")
+    assert (restart.strategy, restart.attempts, restart.delay_ms) == (
+        "exponential-backoff",
+        10,
+        1005,
+    )
 
 
 def test_spark_settings_come_from_spec_spark_conf_alone(tmp_path: Path) -> None:
