@@ -268,12 +268,16 @@ class JobConfig:
                     f"spark.conf.{key}: Stator runs with {key}={needed} ({SPARK_WHY[key]}); "
                     f"remove the setting"
                 )
-        storage = self.checkpoint.storage
-        if not (storage.startswith(("file:///", "s3://", "s3a://")) or storage.startswith("/")):
-            raise ConfigError(
-                f"checkpoint.storage: unsupported storage URI {storage!r}; use "
-                f"file:///absolute/path or s3://bucket/prefix"
-            )
+        _check_storage_uri("checkpoint.storage", self.checkpoint.storage)
+        _check_storage_uri("savepoint.dir", self.savepoint.dir)
+
+
+def _check_storage_uri(key: str, uri: str) -> None:
+    if not (uri.startswith(("file:///", "s3://", "s3a://")) or uri.startswith("/")):
+        raise ConfigError(
+            f"{key}: unsupported storage URI {uri!r}; use file:///absolute/path or "
+            f"s3://bucket/prefix"
+        )
 
 
 def _check_schedule(ck: CheckpointConfig) -> None:

@@ -49,6 +49,7 @@ def test_unknown_key_suggests_the_right_one() -> None:
         ("nonsense", "expected KEY=VALUE"),
         ("checkpoint.min_pause_ms=-1", "checkpoint.min_pause_ms must be >= 0"),
         ("name=../victim", "name '../victim': a job name is letters"),
+        ("savepoint.dir=relative/savepoints", "savepoint.dir: unsupported storage URI"),
         ("name=team/counts", "it names the job's directory"),
         ("control.port=99999999", "got 99999999"),
         ("spark.conf.spark.speculation=true", "spark.conf.spark.speculation: Stator runs with"),
