@@ -221,8 +221,7 @@ def _job(args: argparse.Namespace) -> int:
 
 def _checkpoints(args: argparse.Namespace) -> int:
     from .checkpoint.coordinator import load_checkpoint  # noqa: PLC0415
-    from .driver.restore import snapshot_dir  # noqa: PLC0415
-    from .lineage import list_checkpoints  # noqa: PLC0415
+    from .lineage import list_checkpoints, snapshot_dir  # noqa: PLC0415
     from .storage import open_store  # noqa: PLC0415
 
     if args.action == "show":

@@ -172,13 +172,15 @@ class FailoverConfig:
 
 # Spark settings Stator runs with whatever the user configures (``spark.conf`` may not
 # change them), and why.
-SPARK_REQUIRED = {
-    "spark.speculation": "false",
-    "spark.python.worker.reuse": "true",
-}
-SPARK_WHY = {
-    "spark.speculation": "a speculative copy of a keyed task would open the same RocksDB twice",
-    "spark.python.worker.reuse": "Python workers keep their uploader and caches across epochs",
+SPARK_REQUIRED = {  # key -> (value, why)
+    "spark.speculation": (
+        "false",
+        "a speculative copy of a keyed task would open the same RocksDB twice",
+    ),
+    "spark.python.worker.reuse": (
+        "true",
+        "Python workers keep their uploader and caches across epochs",
+    ),
 }
 
 
@@ -262,11 +264,10 @@ class JobConfig:
         if self.local_recovery.executor_wait_ms < 0:
             raise ConfigError("local_recovery.executor_wait_ms must be >= 0")
         for key, value in self.spark.conf.items():
-            needed = SPARK_REQUIRED.get(key)
+            needed, why = SPARK_REQUIRED.get(key, (None, ""))
             if needed is not None and str(value).strip().lower() != needed:
                 raise ConfigError(
-                    f"spark.conf.{key}: Stator runs with {key}={needed} ({SPARK_WHY[key]}); "
-                    f"remove the setting"
+                    f"spark.conf.{key}: Stator runs with {key}={needed} ({why}); remove the setting"
                 )
         _check_storage_uri("checkpoint.storage", self.checkpoint.storage)
         _check_storage_uri("savepoint.dir", self.savepoint.dir)

@@ -84,9 +84,9 @@ class Fields:
         """This object's values, each of which must be an object (e.g. operators by uid)."""
         return {k: Fields(v, self._at(k)) for k, v in self.raw.items()}
 
-    def objects(self, key: str, optional: bool = False) -> dict[str, Fields]:
+    def objects(self, key: str) -> dict[str, Fields]:
         """A nested object whose every value is an object."""
-        return self.fields(key, optional).each()
+        return self.fields(key).each()
 
     def nested_objects(self, key: str) -> dict[str, dict[str, dict[str, Any]]]:
         """An object of objects of objects (e.g. split states by split by source uid)."""

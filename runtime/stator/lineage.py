@@ -16,11 +16,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .checkpoint.coordinator import load_checkpoint
+from .checkpoint.metadata import METADATA_NAME as CHECKPOINT_METADATA
 from .checkpoint.metadata import CheckpointMetadata, checkpoint_dir, parse_checkpoint_dir
 from .checkpoint.metadata import metadata_key as checkpoint_metadata_key
 from .errors import StatorError
 from .savepoint.metadata import METADATA_NAME, SavepointMetadata
 from .storage import ObjectStore, S3Options, open_store
+
+
+def snapshot_dir(uri: str) -> str:
+    """The savepoint or checkpoint directory ``uri`` names: users copy the path of its metadata
+    file (``_savepoint.json``, ``_metadata``) as often as the directory's, and mean the same."""
+    path = uri.rstrip("/")
+    parent, _, name = path.rpartition("/")
+    return parent if parent and name in (METADATA_NAME, CHECKPOINT_METADATA) else path
 
 
 def default_savepoint_root(checkpoint_storage: str) -> str:

@@ -98,7 +98,7 @@ def create_session(cfg: SparkConfig, app_name: str) -> Any:
     conf.update(placement_conf(master, conf))
     for key, value in conf.items():
         builder = builder.config(key, value)
-    for key, value in SPARK_REQUIRED.items():  # the config refuses other values
+    for key, (value, _) in SPARK_REQUIRED.items():  # the config refuses other values
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")

@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..checkpoint.coordinator import load_checkpoint
-from ..checkpoint.metadata import METADATA_NAME as CHECKPOINT_METADATA
 from ..checkpoint.metadata import CheckpointMetadata
 from ..epoch.spec import RestoreTask
 from ..errors import CheckpointNotFoundError, ConfigError, StorageError
+from ..lineage import snapshot_dir
 from ..savepoint.metadata import METADATA_NAME as SAVEPOINT_METADATA
 from ..savepoint.metadata import SavepointMetadata
 from ..storage import ObjectStore, S3Options, open_store
@@ -62,14 +62,6 @@ class Target:
         if isinstance(self.meta, SavepointMetadata):
             return f"savepoint {self.store.uri} (epoch {self.meta.epoch})"
         return f"checkpoint {self.meta.checkpoint_id} (epoch {self.meta.epoch}) at {self.store.uri}"
-
-
-def snapshot_dir(uri: str) -> str:
-    """The savepoint or checkpoint directory ``uri`` names: users copy the path of its metadata
-    file (``_savepoint.json``, ``_metadata``) as often as the directory's, and mean the same."""
-    path = uri.rstrip("/")
-    parent, _, name = path.rpartition("/")
-    return parent if parent and name in (SAVEPOINT_METADATA, CHECKPOINT_METADATA) else path
 
 
 def load_target(uri: str, s3: S3Options) -> Target:

@@ -9,9 +9,8 @@ from typing import Any
 
 from ..control.client import ControlClient, SavepointRequest
 from ..control.token import read_token
-from ..driver.restore import snapshot_dir
 from ..errors import StatorError
-from ..lineage import dispose_savepoint, list_savepoints, load_savepoint
+from ..lineage import dispose_savepoint, list_savepoints, load_savepoint, snapshot_dir
 from .metadata import SavepointMetadata
 
 
