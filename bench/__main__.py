@@ -16,7 +16,8 @@ Groups (``--only``):
 - ``tws``: the same user function against the same processor in
   ``transformWithStateInPandas`` (one output per event for both), on a smaller input;
 - ``churn``: incremental vs full checkpoint bytes at 1% key churn per checkpoint;
-- ``savepoint``: savepoint and rescaled restore against raw MinIO bandwidth;
+- ``savepoint``: savepoint and rescaled restore, and a native-format savepoint and its
+  restore at the same parallelism, against raw MinIO bandwidth;
 - ``local_restore``: a subtask's restore from its task-local copy vs from MinIO (restore
   only: the time from an executor's failure to processing is ``python -m bench.pods``).
 
@@ -320,6 +321,16 @@ def _run(args: argparse.Namespace, s3: str) -> int:
                     storage=s3,
                     restore_epoch=SP_RESTORE_EPOCH,
                 ),
+                "native": _case(
+                    "savepoint_rescale",
+                    "savepoint_mb_s",
+                    keys=args.sp_keys,
+                    value_bytes=args.sp_value_bytes,
+                    storage=s3,
+                    restore_epoch=SP_RESTORE_EPOCH,
+                    p_to=2,
+                    format_type="native",
+                ),
             }
         )
         dumps["savepoint"] = runs.results
@@ -339,6 +350,26 @@ def _run(args: argparse.Namespace, s3: str) -> int:
                 f"restore of the same savepoint at p=3 (rescale 2 -> 3), until the job processes "
                 f"again (its first epoch, of {SP_RESTORE_EPOCH:,} records), vs raw MinIO download",
                 _field(runs, "savepoint", "restore", "MB/s", "restore_mb_s"),
+                _field(runs, "raw", "raw download", "MB/s", "download_mb_s"),
+                target=">= 0.6",
+            ).row()
+        )
+        native_gb = runs.results["native"][0][1]["state_bytes"] / 1e9
+        rows.append(
+            Comparison(
+                f"native-format savepoint (`savepoint.format_type=native`: each subtask's RocksDB "
+                f"files, {native_gb:.2f} GB) of the same state vs raw MinIO upload",
+                runs.runs_of("native", "native savepoint", "MB/s"),
+                runs.runs_of("raw", "raw upload", "MB/s"),
+                target=">= 0.6",
+            ).row()
+        )
+        rows.append(
+            Comparison(
+                f"restore of the native savepoint at p=2 (same parallelism: an upgrade or a "
+                f"resume), until the job processes again (its first epoch, of "
+                f"{SP_RESTORE_EPOCH:,} records), vs raw MinIO download",
+                _field(runs, "native", "restore", "MB/s", "restore_mb_s"),
                 _field(runs, "raw", "raw download", "MB/s", "download_mb_s"),
                 target=">= 0.6",
             ).row()

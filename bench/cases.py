@@ -425,10 +425,12 @@ def savepoint_rescale(
     p_from: int = 2,
     p_to: int = 3,
     restore_epoch: int = 1_000,
+    format_type: str = "canonical",
 ) -> dict[str, Any]:
     """Build ``keys * value_bytes`` of keyed state, stop it with a savepoint on MinIO, and
-    restore it at another parallelism; time each step. Savepoint settings are the defaults
-    (zlib, which stores the random values raw)."""
+    restore it at ``p_to`` on fresh local disks (a new pod's); time each step. Savepoint
+    settings are the defaults (zlib, which stores the random values raw) but for
+    ``format_type``. The restored databases must hold every key, checked after the run."""
     from stator import BYTES, KeyedProcessFunction, ValueStateDescriptor
 
     class Keep(KeyedProcessFunction):
@@ -444,7 +446,12 @@ def savepoint_rescale(
     sp_dir = f"{storage}/savepoints-{work.name}"
 
     def job(
-        parallelism: int, restore: str, count: int, checkpoint_every: int = 1, epoch: int = 50_000
+        parallelism: int,
+        restore: str,
+        count: int,
+        checkpoint_every: int = 1,
+        epoch: int = 50_000,
+        local_dir: Path | None = None,
     ) -> JobDriver:
         p = Pipeline("bench-savepoint")
         (
@@ -458,12 +465,13 @@ def savepoint_rescale(
             None,
             [
                 f"checkpoint.storage={storage}/{work.name}",
-                f"state.local_dir={work}/state",
+                f"state.local_dir={local_dir or work / 'state'}",
                 f"epoch.max_records={epoch}",
                 f"checkpoint.every_epochs={checkpoint_every}",
                 f"parallelism={parallelism}",
                 f"restore.source={restore}",
                 f"savepoint.dir={sp_dir}",
+                f"savepoint.format_type={format_type}",
                 "state.warm_cache_entries=0",
             ],
         )
@@ -489,19 +497,29 @@ def savepoint_rescale(
 
     meta = SavepointMetadata.from_json(open_store(location).get("_savepoint.json"))
     state_bytes = meta.state_bytes
+    if meta.format_type != format_type:
+        raise AssertionError(f"a {meta.format_type} savepoint, {format_type} was asked for")
     saved = sum(int(k["entries"]) for op in meta.operators.values() for k in op.key_groups.values())
-    if saved != keys:  # every key was written once before the savepoint
+    if not meta.native and saved != keys:  # every key was written once before the savepoint
         raise AssertionError(f"the savepoint holds {saved} entries, the job wrote {keys} keys")
 
     # Restore time is until the job processes again: its first epoch, of ``restore_epoch``
     # records (with the build's 50,000 it also wrote 50 MB of new state, which is not restoring).
     # The restored job's first checkpoint (a full upload of the new subtasks' files, as after
     # any restore) is not part of it.
-    restore = job(p_to, location, 2 * keys, checkpoint_every=1_000_000, epoch=restore_epoch)
+    restore = job(
+        p_to,
+        location,
+        2 * keys,
+        checkpoint_every=1_000_000,
+        epoch=restore_epoch,
+        local_dir=work / "restored",
+    )
     first: dict[str, float] = {}
 
     def first_epoch(result: EpochResult) -> None:
         first.setdefault("restore_epoch_s", result.duration_s)
+        first.setdefault("records", result.records_in)
         restore.stop()  # the first epoch restores every subtask: that is what is measured
 
     restore.on_epoch(first_epoch)
@@ -513,6 +531,9 @@ def savepoint_rescale(
             f"the restore read {restored.remote_bytes} bytes in {restored.remote} subtasks, "
             f"the savepoint has {state_bytes} bytes for {p_to}"
         )
+    held = _entries(work / "restored", "keep", p_to, meta.max_parallelism)
+    if held != keys + first["records"]:  # the savepoint's keys and the first epoch's new ones
+        raise AssertionError(f"restored state holds {held} keys, not {keys} + {first['records']}")
     spark.stop()
     shutil.rmtree(work, ignore_errors=True)
     restore_s = first["restore_epoch_s"]
@@ -526,7 +547,22 @@ def savepoint_rescale(
         "restore_mb_s": state_bytes / restore_s / 1e6,
         "p_from": p_from,
         "p_to": p_to,
+        "format_type": format_type,
     }
+
+
+def _entries(local_dir: Path, uid: str, parallelism: int, max_parallelism: int) -> int:
+    """State entries in a stopped job's local databases of operator ``uid``."""
+    from stator.epoch.spec import state_root
+    from stator.keygroups import range_for_subtask
+    from stator.savepoint.transfer import database_entries
+
+    total = 0
+    for db in sorted(state_root(str(local_dir)).glob(f"*/{uid}/*-of-{parallelism}/db")):
+        subtask = int(db.parent.name.split("-of-")[0])
+        owned = range_for_subtask(subtask, parallelism, max_parallelism)
+        total += sum(1 for _ in database_entries(db, owned, ["payload"]))
+    return total
 
 
 def local_restore(total_bytes: int, storage: str, value_bytes: int = 4096) -> dict[str, Any]:

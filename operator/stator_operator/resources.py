@@ -286,6 +286,8 @@ def job_config(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any
     for field, key, scale in UPLOAD_FIELDS:
         if field in ck:
             cfg["checkpoint"][key] = ck[field] if scale == 1 else ck[field] * scale
+    if get(spec, "savepoints", "formatType"):
+        cfg["savepoint"]["format_type"] = get(spec, "savepoints", "formatType")
     if get(spec, "localRecovery", "enabled") is False:
         cfg["local_recovery"] = {"enabled": False}
     if "replicas" in spec:

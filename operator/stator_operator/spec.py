@@ -147,6 +147,7 @@ OPERATOR_CONFIG = {
     "checkpoint.storage": "use spec.checkpointing.storage instead",
     "s3.endpoint_url": "use spec.checkpointing.endpoint instead",
     "savepoint.dir": "use spec.savepoints.directory instead",
+    "savepoint.format_type": "use spec.savepoints.formatType instead",
     "spark.master": "use spec.executor for executor pods, or leave it out",
     "spark.conf": "use spec.sparkConf instead",
     "lease.name": "remove it (the driver takes the Lease the operator creates for it)",

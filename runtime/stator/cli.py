@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from .errors import ConfigError, StatorError, report_error
+from .savepoint.metadata import FORMAT_TYPES
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
         "in Kubernetes, key 'token' of the Secret NAME-control)",
     )
     sp_trigger.add_argument("--target", help="savepoint directory URI (default: savepoint.dir)")
+    sp_trigger.add_argument(
+        "--type",
+        choices=FORMAT_TYPES,
+        help="canonical (any parallelism, readable by state_reader) or native (the databases' "
+        "files: faster for large state; docs/savepoints.md). Default: savepoint.format_type",
+    )
     sp_trigger.add_argument(
         "--wait", type=_seconds, default=600, help="seconds to wait for the result (0: do not wait)"
     )

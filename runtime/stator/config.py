@@ -76,8 +76,14 @@ class CheckpointConfig:
 class SavepointConfig:
     # Where savepoints go unless a trigger names a target: <dir>/<job>/savepoint-<epoch>-<id>.
     dir: str = f"file://{DEFAULT_ROOT}/savepoints"
-    # Per key-group compression of savepoint files.
+    # Per key-group compression of canonical savepoint files.
     compression: Literal["zlib", "none"] = "zlib"
+    # Savepoints unless a trigger says otherwise (Flink's format types): ``canonical``
+    # (key-group files in Stator's own format; a restore at another parallelism reads only
+    # what it owns; state_reader reads it) or ``native`` (each subtask's RocksDB files: written
+    # and restored at the object store's speed, but a rescaling restore reads every
+    # overlapping subtask's whole database). docs/savepoints.md compares them.
+    format_type: Literal["canonical", "native"] = "canonical"
     # Whether a trigger may name a target outside ``dir`` (the control API refuses it
     # otherwise: a caller could make the job write anywhere its credentials reach).
     any_target: bool = False

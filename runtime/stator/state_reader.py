@@ -110,7 +110,7 @@ def read_state(spark: Any, uri: str, s3: S3Options | None = None) -> Any:
     target = load_target(uri, s3 or S3Options())
     store, meta = target.store, target.meta
     sc = spark.sparkContext
-    if isinstance(meta, CheckpointMetadata):
+    if isinstance(meta, CheckpointMetadata) or meta.native:  # each subtask's database files
         tasks: list[Any] = [(uid, s) for uid, op in meta.operators.items() for s in op.subtasks]
         mp = meta.max_parallelism
         rdd = sc.parallelize(tasks, max(1, len(tasks))).flatMap(

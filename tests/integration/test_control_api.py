@@ -192,11 +192,13 @@ def test_every_endpoint(running_job: Any, tmp_path: Path) -> None:
     assert code == 400 and "unknown field(s) ['stpo']" in err["error"]
     code, err = call(base, "/v1/savepoints", "POST", {"target": "relative/path"})
     assert code == 400 and "file:/// or s3://" in err["error"]
+    code, err = call(base, "/v1/savepoints", "POST", {"format_type": "rocksdb"})
+    assert code == 400 and "'format_type' must be one of canonical, native" in err["error"]
     assert call(base, "/v1/savepoints/nope")[0] == 404
     assert call(base, "/v1/nothing")[0] == 404
 
-    # A savepoint that keeps the job running.
-    code, created = call(base, "/v1/savepoints", "POST", {})
+    # A savepoint that keeps the job running, in the native format (the job's is canonical).
+    code, created = call(base, "/v1/savepoints", "POST", {"format_type": "native"})
     assert code == 202 and created["status"] in ("PENDING", "IN_PROGRESS")
     code, err = call(base, "/v1/savepoints", "POST", {})  # one at a time
     assert code == 429 and created["id"] in err["error"], err
@@ -210,6 +212,14 @@ def test_every_endpoint(running_job: Any, tmp_path: Path) -> None:
     location = done["location"]
     meta = SavepointMetadata.from_json(open_store(location).get("_savepoint.json"))
     assert meta.epoch == done["epoch"] and set(meta.operators) == {"count"}
+    assert meta.native and done["format_type"] == "native"
+    parts = meta.operators["count"].subtasks
+    assert [s.index for s in parts] == [0, 1] and not meta.operators["count"].key_groups
+    assert all(f.key.startswith(f"count/{s.index}/") for s in parts for f in s.files)
+    assert {k for k, _ in open_store(location).listing()} == {
+        "_savepoint.json",
+        *(f.key for s in parts for f in s.files),
+    }, "a native savepoint holds its databases' files and nothing else"
     assert call(base, "/readyz")[0] == 200
     code, listed = call(base, "/v1/savepoints")
     assert code == 200 and [r["id"] for r in listed["savepoints"]] == [created["id"]]
@@ -251,5 +261,6 @@ def test_every_endpoint(running_job: Any, tmp_path: Path) -> None:
     final = result["status"]
     assert final.state == "STOPPED" and final.stopped_with_savepoint == target
     assert driver.savepoints.find(stopping["id"]).status == "COMPLETED"
-    assert open_store(target).exists("_savepoint.json")
+    final_meta = SavepointMetadata.from_json(open_store(target).get("_savepoint.json"))
+    assert not final_meta.native, "savepoint.format_type (canonical) when a trigger names none"
     assert [r.id for r in driver.savepoints.all()] == [created["id"], taken["id"], stopping["id"]]

@@ -290,13 +290,18 @@ def test_a_split_that_keeps_failing_ends_the_job(
     assert len(source.attempts()) == 8, "two epochs of 4 attempts each"
 
 
+@pytest.mark.parametrize("format_type", ["canonical", "native"])
 def test_regions_resume_from_a_newer_run_as_one_driver_not_their_own_older_checkpoints(
-    spark: Any, region_config: JobConfig, tmp_path: Path
+    spark: Any, region_config: JobConfig, tmp_path: Path, format_type: str
 ) -> None:
     """regions (own checkpoints) -> stop with a savepoint -> one driver (full) from it, which
     checkpoints at the job's root -> regions again from latest: each region must resume from
-    the root's newer checkpoint, not from its own older one (that would commit again)."""
-    cfg = with_overrides(region_config, savepoint={"dir": f"file://{tmp_path}/sp"})
+    the root's newer checkpoint, not from its own older one (that would commit again). A
+    native savepoint's databases are at their own region's epoch: the job resumes after the
+    highest, as from a canonical one."""
+    cfg = with_overrides(
+        region_config, savepoint={"dir": f"file://{tmp_path}/sp", "format_type": format_type}
+    )
     p1, _, a1, b1 = two_regions(tmp_path / "marks", 6000, 5000)
     first = build_job(p1, cfg, spark)
     assert isinstance(first, RegionalJob)
@@ -305,6 +310,8 @@ def test_regions_resume_from_a_newer_run_as_one_driver_not_their_own_older_check
     )
     stopped = first.run().stopped_with_savepoint
     assert stopped
+    meta = SavepointMetadata.from_json(open_store(stopped).get(METADATA_NAME))
+    assert meta.format_type == format_type, meta.region_epochs
 
     full = with_overrides(cfg, failover={"strategy": "full"}, restore={"source": stopped})
     p2, _, a2, b2 = two_regions(tmp_path / "marks", 6000, 5000)

@@ -5,12 +5,18 @@ never crashes the command or the listing that meets it, nor a later check that u
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from stator.checkpoint.metadata import CheckpointMetadata, metadata_key
+from stator.checkpoint.metadata import (
+    CheckpointMetadata,
+    RemoteFile,
+    SubtaskSnapshot,
+    metadata_key,
+)
 from stator.errors import CheckpointNotFoundError
 from stator.lineage import list_checkpoints, list_savepoints
 from stator.savepoint.metadata import OperatorSavepoint, SavepointMetadata
@@ -150,3 +156,60 @@ def test_listings_report_a_wrong_shape_and_go_on(tmp_path: Path) -> None:
     listed = list_checkpoints(ck.uri)
     assert [e.id for e in listed] == [1, 2] and listed[0].metadata is not None
     assert "operators must be a JSON object" in (listed[1].problem or "")
+
+
+def _native() -> dict[str, Any]:
+    """A native savepoint: each subtask's database files, as a checkpoint names them."""
+    parts = tuple(
+        SubtaskSnapshot(
+            i, 2, (16 * i, 16 * i + 15), 3, (RemoteFile("1.sst", f"totals/{i}/t/1.sst", 7, False),)
+        )
+        for i in range(2)
+    )
+    op = OperatorSavepoint("totals", 2, {"sum": STATE}, {}, 5, parts)
+    meta = SavepointMetadata(
+        "team.counts", 3, 1_700_000_000_000, 32, {"totals": op}, {}, 0, "rocksdb"
+    )
+    raw: dict[str, Any] = json.loads(replace(meta, format_type="native").to_json())
+    return raw
+
+
+NATIVE_CASES = [
+    ("format_type", "sst", "format_type 'sst' is not one of ('canonical', 'native')"),
+    ("operators.totals.subtasks", {}, "subtasks must be a JSON array, got an object"),
+    ("operators.totals.subtasks.0.files.0.size", -1, "files[0].size must be >= 0"),
+    ("operators.totals.subtasks.1.index", 0, "subtasks must hold subtasks 0..1"),
+    ("operators.totals.parallelism", 3, "subtasks must hold subtasks 0..2"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "message"), NATIVE_CASES)
+def test_native_savepoint_metadata_of_the_wrong_shape_is_unusable(
+    path: str, value: object, message: str
+) -> None:
+    with pytest.raises(CheckpointNotFoundError) as info:
+        SavepointMetadata.from_json(_edit(_native(), path, value), "s3://b/sp/_savepoint.json")
+    assert message in str(info.value)
+
+
+def test_native_savepoints_read_back_and_restore_as_checkpoints_do() -> None:
+    """Same parallelism: each subtask downloads its own files; another: the overlapping
+    databases are rescaled. A canonical savepoint (no format_type, as before) is unchanged."""
+    from stator.driver.restore import Target, restore_task
+
+    meta = SavepointMetadata.from_json(json.dumps(_native()).encode())
+    assert meta.native and meta.state_bytes == 14
+    assert SavepointMetadata.from_json(meta.to_json()) == meta
+    store = open_store("file:///tmp/unused-native-savepoint")
+    same = restore_task(Target(meta, store), {"totals": 2})
+    assert same.savepoint is meta and same.checkpoint_id == 0 and not same.local_copies
+    assert sorted(same.snapshots) == [("totals", 0), ("totals", 1)] and not same.rescale
+    other = restore_task(Target(meta, store), {"totals": 3})
+    assert not other.snapshots and [s.index for s in other.rescale["totals"]] == [0, 1]
+    old = _savepoint()
+    assert "format_type" in old
+    old.pop("format_type")
+    canonical = SavepointMetadata.from_json(json.dumps(old).encode())
+    assert not canonical.native
+    task = restore_task(Target(canonical, store), {"totals": 3})
+    assert task.savepoint is canonical and not task.snapshots and not task.rescale

@@ -61,6 +61,7 @@ FULL: dict[str, Any] = {
     },
     "savepoints": {
         "directory": "s3://bucket/sp",
+        "formatType": "native",
         "triggerNonce": 1,
         "periodicSeconds": 600,
         "historyMaxCount": 9,

@@ -129,12 +129,12 @@ def _operator(op: Fields) -> OperatorSnapshot:
     return OperatorSnapshot(
         op.text("uid"),
         op.integer("parallelism", low=1),
-        tuple(_subtask(s) for s in op.items("subtasks")),
+        tuple(subtask_snapshot(s) for s in op.items("subtasks")),
         op.fields("states", optional=True).raw,
     )
 
 
-def _subtask(s: Fields) -> SubtaskSnapshot:
+def subtask_snapshot(s: Fields) -> SubtaskSnapshot:
     """One subtask's snapshot: its key-group range and every file a restore downloads."""
     key_groups = s.array("key_groups")
     if len(key_groups) != 2 or not all(

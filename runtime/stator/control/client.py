@@ -93,6 +93,7 @@ class SavepointRequest(TypedDict, total=False):
     status: str  # PENDING, IN_PROGRESS, COMPLETED, FAILED
     stop: bool
     target: str | None
+    format_type: str | None
     location: str | None
     epoch: int | None
     size: int | None
@@ -132,11 +133,15 @@ class ControlClient:
         """``storage``, ``latest``, ``retained``, ``history`` and ``counts``."""
         return self._call("GET", "/v1/checkpoints")
 
-    def trigger_savepoint(self, stop: bool = False, target: str | None = None) -> SavepointRequest:
+    def trigger_savepoint(
+        self, stop: bool = False, target: str | None = None, format_type: str | None = None
+    ) -> SavepointRequest:
         """Queue a savepoint (and stop after it); returns the request, to poll by its id."""
         body: dict[str, Any] = {"stop": stop}
         if target is not None:
             body["target"] = target
+        if format_type is not None:
+            body["format_type"] = format_type
         return cast(SavepointRequest, self._call("POST", "/v1/savepoints", body))
 
     def savepoint(self, request_id: str) -> SavepointRequest:

@@ -30,6 +30,7 @@ from ..driver.savepoints import (
 from ..driver.status import JobState, JobStatus
 from ..errors import ConfigError
 from ..keygroups import range_for_subtask
+from ..savepoint.metadata import FORMAT_TYPES
 from .metrics import render_metrics
 from .token import read_token
 from .view import JobView
@@ -232,18 +233,23 @@ class ControlServer:
             return _error(400, 'the body must be JSON, e.g. {"stop": true}')
         if not isinstance(body, dict):
             return _error(400, "the body must be a JSON object")
-        unknown = sorted(set(body) - {"target", "stop"})
+        unknown = sorted(set(body) - {"target", "stop", "format_type"})
         if unknown:
-            return _error(400, f"unknown field(s) {unknown}; allowed: target, stop")
+            return _error(400, f"unknown field(s) {unknown}; allowed: target, stop, format_type")
         stop, target = body.get("stop", False), body.get("target")
+        format_type = body.get("format_type")
         if not isinstance(stop, bool):
             return _error(400, "'stop' must be true or false")
+        if format_type is not None and format_type not in FORMAT_TYPES:
+            return _error(
+                400, f"'format_type' must be one of {', '.join(FORMAT_TYPES)} (or left out)"
+            )
         if target is not None and (
             not isinstance(target, str) or not target.startswith(("file:///", "s3://", "s3a://"))
         ):
             return _error(400, "'target' must be a file:/// or s3:// URI")
         try:
-            created: SavepointRequest = self.driver.request_savepoint(target, stop)
+            created: SavepointRequest = self.driver.request_savepoint(target, stop, format_type)
         except SavepointConflict as exc:
             return _error(409, str(exc))
         except SavepointBusy as exc:

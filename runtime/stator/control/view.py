@@ -45,5 +45,5 @@ class JobView(Protocol):
         ...
 
     def request_savepoint(
-        self, target: str | None = None, stop: bool = False
+        self, target: str | None = None, stop: bool = False, format_type: str | None = None
     ) -> SavepointRequest: ...

@@ -194,9 +194,11 @@ class JobDriver:
     def _stopping(self) -> bool:
         return self._stop
 
-    def request_savepoint(self, target: str | None = None, stop: bool = False) -> SavepointRequest:
+    def request_savepoint(
+        self, target: str | None = None, stop: bool = False, format_type: str | None = None
+    ) -> SavepointRequest:
         """Queue a savepoint, optionally stopping the job after it; thread-safe."""
-        return self.savepoints.request(target, stop)
+        return self.savepoints.request(target, stop, format_type)
 
     def close(self) -> None:
         """Stop the SparkSession if :meth:`run` created it (its last log lines, e.g. about
@@ -392,9 +394,7 @@ class JobDriver:
     def _take_savepoint(self, request: SavepointRequest) -> None:
         cfg = self.config
         try:
-            meta = take_savepoint(
-                request, self, cfg.savepoint.dir, cfg.savepoint.compression, cfg.s3
-            )
+            meta = take_savepoint(request, self, cfg.savepoint, cfg.s3)
         except SavepointRefused:  # logged, and the request says why: the job goes on
             if request.part is not None:
                 request.part.give(False)

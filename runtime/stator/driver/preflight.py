@@ -31,7 +31,7 @@ from ..checkpoint.metadata import CheckpointMetadata
 from ..config import JobConfig
 from ..errors import CheckpointNotFoundError, ConfigError, StatorError, StorageError
 from ..lineage import list_checkpoints
-from ..savepoint.metadata import SavepointMetadata
+from ..savepoint.metadata import OperatorSavepoint, SavepointMetadata
 from ..storage import ObjectStore, open_store
 from .parallelism import Parallelism
 from .restore import Target, check_compatible, load_target
@@ -103,19 +103,21 @@ def check_restore_source(
     return target
 
 
+def _named_files(meta: CheckpointMetadata | SavepointMetadata) -> dict[str, int]:
+    """Key -> size of every file a checkpoint's or savepoint's metadata names."""
+    expected: dict[str, int] = {}
+    for op in meta.operators.values():
+        for snap in op.subtasks:  # a checkpoint's or a native savepoint's databases
+            expected.update({f.key: f.size for f in snap.files})
+        if isinstance(op, OperatorSavepoint):  # a canonical savepoint's key-groups
+            expected.update({str(kg["file"]): int(kg["bytes"]) for kg in op.key_groups.values()})
+    return expected
+
+
 def check_files(target: Target) -> None:
     """Every file the target's metadata names exists with its recorded size (a missing or
     truncated file would otherwise fail every restore attempt inside a task)."""
-    expected: dict[str, int] = {}
-    meta = target.meta
-    if isinstance(meta, SavepointMetadata):
-        for op in meta.operators.values():
-            for kg in op.key_groups.values():
-                expected[str(kg["file"])] = int(kg["bytes"])
-    elif isinstance(meta, CheckpointMetadata):
-        for cop in meta.operators.values():
-            for snap in cop.subtasks:
-                expected.update({f.key: f.size for f in snap.files})
+    expected = _named_files(target.meta)
     if not expected:
         return
     try:

@@ -205,8 +205,10 @@ class RegionalJob:
         metas = [m for d in self.drivers.values() for m in d.retained_checkpoints()]
         return sorted(metas, key=lambda m: m.created_ms)
 
-    def request_savepoint(self, target: str | None = None, stop: bool = False) -> SavepointRequest:
-        return self.savepoints.request(target, stop)
+    def request_savepoint(
+        self, target: str | None = None, stop: bool = False, format_type: str | None = None
+    ) -> SavepointRequest:
+        return self.savepoints.request(target, stop, format_type)
 
     def stop(self) -> None:
         for d in self.drivers.values():
@@ -428,7 +430,7 @@ class RegionalJob:
         )
         request.location = location
         parts = {
-            rid: SavepointRequest(location, request.stop, part=PartVerdict())
+            rid: SavepointRequest(location, request.stop, request.format_type, part=PartVerdict())
             for rid in self.drivers
         }
         for rid, part in parts.items():

@@ -111,7 +111,7 @@ def restore_task(
     copies serve only checkpoints in ``own_store`` (the job's own lineage; None: local
     recovery is off)."""
     meta = target.meta
-    if isinstance(meta, SavepointMetadata):
+    if isinstance(meta, SavepointMetadata) and not meta.native:
         return RestoreTask(target.store, 0, meta.epoch, savepoint=meta)
     snapshots = {}
     rescale = {}
@@ -122,6 +122,10 @@ def restore_task(
             snapshots.update({(uid, s.index): s for s in op.subtasks})
         else:
             rescale[uid] = op.subtasks
+    if isinstance(meta, SavepointMetadata):  # native: restored as a checkpoint's databases are
+        return RestoreTask(
+            target.store, 0, meta.epoch, snapshots=snapshots, rescale=rescale, savepoint=meta
+        )
     return RestoreTask(
         target.store,
         meta.checkpoint_id,

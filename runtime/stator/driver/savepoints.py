@@ -6,7 +6,9 @@ Taking savepoint S, step by step:
 1. A request is queued (:meth:`SavepointRequests.request`); at most one stop-with-savepoint
    is pending at a time. The epoch loop takes it at the next epoch boundary.
 2. An epoch with no new input runs: every keyed task commits (nothing new) and writes its
-   key-groups in the canonical savepoint format into S's directory. A checkpoint is taken in
+   part into S's directory: its key-groups in the canonical format, or its database's files
+   in the native one (``savepoint/native.py``; the request's ``format_type``, else
+   ``savepoint.format_type``). A checkpoint is taken in
    the same epoch (if checkpointing is on), so sinks commit everything up to it.
    Before it, S's target is checked (reachable, no savepoint there yet): failure -> the
    request fails with the reason and the job goes on (:class:`SavepointRefused`). Failure of
@@ -37,12 +39,21 @@ from urllib.parse import urlparse
 
 from ..api.time import MAX_TIMESTAMP
 from ..checkpoint.coordinator import now_ms
+from ..checkpoint.metadata import SubtaskSnapshot
 from ..cluster.fencing import guard
+from ..config import SavepointConfig
 from ..epoch.reports import StateReport
 from ..epoch.spec import SavepointTask
 from ..errors import StatorError
 from ..lineage import savepoint_location
-from ..savepoint.metadata import METADATA_NAME, OperatorSavepoint, SavepointMetadata
+from ..savepoint.metadata import (
+    FORMAT_TYPES,
+    METADATA_NAME,
+    NATIVE,
+    NATIVE_COMPRESSION,
+    OperatorSavepoint,
+    SavepointMetadata,
+)
 from ..storage import ObjectStore, S3Options, open_store
 from .parallelism import Parallelism
 
@@ -109,6 +120,7 @@ class PartVerdict:
 class SavepointRequest:
     target: str | None
     stop: bool
+    format_type: str | None = None  # None: the job's savepoint.format_type
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     status: str = "PENDING"  # PENDING, IN_PROGRESS, COMPLETED, FAILED
     location: str | None = None
@@ -131,6 +143,7 @@ class SavepointRequest:
                 "status",
                 "stop",
                 "target",
+                "format_type",
                 "location",
                 "epoch",
                 "state_bytes",
@@ -156,7 +169,13 @@ class SavepointRequests:
         self._queue: list[SavepointRequest] = []
         self._closed: str | None = None
 
-    def request(self, target: str | None = None, stop: bool = False) -> SavepointRequest:
+    def request(
+        self, target: str | None = None, stop: bool = False, format_type: str | None = None
+    ) -> SavepointRequest:
+        if format_type is not None and format_type not in FORMAT_TYPES:
+            raise SavepointTargetError(
+                f"format_type {format_type!r} is not one of {', '.join(FORMAT_TYPES)}"
+            )
         with self._lock:
             if self._closed is not None:
                 raise SavepointConflict(f"the job is {self._closed}")
@@ -170,7 +189,7 @@ class SavepointRequests:
                 )
             if target is not None:
                 check_target(target, self.root, self.any_target)
-            request = SavepointRequest(target, stop)
+            request = SavepointRequest(target, stop, format_type)
             finished = [r for r in self._all if r.status in ("COMPLETED", "FAILED")]
             for old in finished[: max(0, len(finished) - self.KEEP + 1)]:
                 self._all.remove(old)
@@ -237,28 +256,27 @@ class SavepointRunner(Protocol):
 
 
 def take_savepoint(
-    request: SavepointRequest,
-    runner: SavepointRunner,
-    directory: str,
-    compression: str,
-    s3: S3Options,
+    request: SavepointRequest, runner: SavepointRunner, config: SavepointConfig, s3: S3Options
 ) -> SavepointMetadata:
     """Steps 2-3 of the module docstring; the caller stops the job for step 4."""
     request.status, request.started_ms = "IN_PROGRESS", now_ms()
     started = time.monotonic()
     location = request.target or savepoint_location(
-        directory, runner.job, runner.next_epoch(), request.id
+        config.dir, runner.job, runner.next_epoch(), request.id
     )
     request.location = location
+    format_type = request.format_type or config.format_type
+    # A native part is the database's files, compressed by RocksDB's own options.
+    compression = NATIVE_COMPRESSION if format_type == NATIVE else config.compression
     try:
         store = _open_target(location, s3)
-        done = runner.run_savepoint_epoch(SavepointTask(store, "", compression))
+        done = runner.run_savepoint_epoch(SavepointTask(store, "", compression, format_type))
         if done.checkpoint_failed:
             raise StatorError(
                 "the checkpoint taken with the savepoint failed, so sink output "
                 "up to it is not committed; see the checkpoint's error"
             )
-        meta = _metadata(runner, done, compression, started)
+        meta = _metadata(runner, done, compression, format_type, started)
         request.meta = meta
         if request.part is None:
             guard(f"savepoint {location}")
@@ -294,11 +312,16 @@ def _open_target(location: str, s3: S3Options) -> ObjectStore:
 
 
 def _metadata(
-    runner: SavepointRunner, done: SavepointEpoch, compression: str, started: float
+    runner: SavepointRunner,
+    done: SavepointEpoch,
+    compression: str,
+    format_type: str,
+    started: float,
 ) -> SavepointMetadata:
     parallelism = runner.parallelism.operators
     states: dict[str, dict[str, dict[str, Any]]] = {}
     key_groups: dict[str, dict[int, dict[str, Any]]] = {}
+    databases: dict[str, list[SubtaskSnapshot]] = {}
     watermarks: dict[str, int] = {}
     seen: dict[str, set[int]] = {}
     for r in done.states:
@@ -306,6 +329,8 @@ def _metadata(
             continue
         states.setdefault(r.uid, {}).update(r.savepoint.states)
         key_groups.setdefault(r.uid, {}).update(r.savepoint.key_groups)
+        if r.savepoint.snapshot is not None:
+            databases.setdefault(r.uid, []).append(r.savepoint.snapshot)
         watermarks[r.uid] = min(watermarks.get(r.uid, MAX_TIMESTAMP), r.watermark)
         seen.setdefault(r.uid, set()).add(r.subtask)
     for uid, p in parallelism.items():
@@ -315,7 +340,14 @@ def _metadata(
                 f"wrote their savepoint part"
             )
     operators = {
-        uid: OperatorSavepoint(uid, parallelism[uid], states[uid], key_groups[uid], watermarks[uid])
+        uid: OperatorSavepoint(
+            uid,
+            parallelism[uid],
+            states[uid],
+            key_groups[uid],
+            watermarks[uid],
+            tuple(sorted(databases.get(uid, ()), key=lambda s: s.index)),
+        )
         for uid in seen
     }
     return SavepointMetadata(
@@ -328,6 +360,7 @@ def _metadata(
         watermark=min((op.watermark for op in operators.values()), default=MAX_TIMESTAMP),
         compression=compression,
         duration_ms=int((time.monotonic() - started) * 1000),
+        format_type=format_type,
     )
 
 
@@ -344,6 +377,7 @@ def merge_parts(job: str, parts: dict[str, SavepointMetadata], started: float) -
         sources={uid: s for m in metas for uid, s in m.sources.items()},
         watermark=min(m.watermark for m in metas),
         compression=metas[0].compression,
+        format_type=metas[0].format_type,
         duration_ms=int((time.monotonic() - started) * 1000),
         region_epochs={region: m.epoch for region, m in sorted(parts.items())},
         region_uids={

@@ -59,10 +59,12 @@ class SinkReport:
 
 @dataclass(frozen=True)
 class SavepointPart:
-    """A keyed subtask's part of a savepoint: its key-group files and its state catalog."""
+    """A keyed subtask's part of a savepoint: its key-group files (canonical) or its database
+    files (native), and its state catalog."""
 
     key_groups: dict[int, dict[str, Any]]
     states: dict[str, dict[str, Any]]
+    snapshot: SubtaskSnapshot | None = None
 
 
 @dataclass(frozen=True)

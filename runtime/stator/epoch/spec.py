@@ -61,7 +61,8 @@ class RestoreTask:
     - ``snapshots``: a checkpoint taken at the same parallelism: download the subtask's files;
     - ``rescale``: a checkpoint taken at another parallelism: copy this subtask's key-groups
       out of every old subtask's snapshot that overlaps them;
-    - ``savepoint``: the key-group files of a savepoint.
+    - ``savepoint``: the key-group files of a canonical savepoint; a native savepoint fills
+      ``snapshots`` or ``rescale`` as a checkpoint does, from its own directory.
     An operator in none of them is new and starts empty.
     """
 
@@ -84,11 +85,13 @@ class RestoreTask:
 
 @dataclass(frozen=True)
 class SavepointTask:
-    """Write this epoch's committed state as savepoint key-group files under ``prefix``."""
+    """Write this epoch's committed state into a savepoint: key-group files (``canonical``)
+    or each subtask's database files (``native``)."""
 
     store: ObjectStore
     prefix: str
     compression: str
+    format_type: str = "canonical"
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ def savepoint_command(args: argparse.Namespace) -> int:
             uid: {
                 "parallelism": op.parallelism,
                 "states": op.states,
-                "key_groups": len(op.key_groups),
+                "key_groups": len(op.key_groups)
+                or sum(s.key_groups[1] - s.key_groups[0] + 1 for s in op.subtasks),
                 "state_bytes": op.state_bytes,
             }
             for uid, op in meta.operators.items()
@@ -50,6 +51,7 @@ def _summary(uri: str, meta: SavepointMetadata) -> dict[str, Any]:
         "state_bytes": meta.state_bytes,
         "max_parallelism": meta.max_parallelism,
         "operators": sorted(meta.operators),
+        "format_type": meta.format_type,
         "compression": meta.compression,
     }
 
@@ -73,7 +75,9 @@ def _list(args: argparse.Namespace) -> int:
 
 def _trigger(args: argparse.Namespace) -> int:
     driver = ControlClient(args.url, timeout=30, token=read_token(args.token_file))
-    created = driver.trigger_savepoint(stop=bool(args.stop), target=args.target or None)
+    created = driver.trigger_savepoint(
+        stop=bool(args.stop), target=args.target or None, format_type=args.type
+    )
     deadline = time.monotonic() + args.wait
     result: SavepointRequest = created
     while args.wait and result["status"] in ("PENDING", "IN_PROGRESS"):

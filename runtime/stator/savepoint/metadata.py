@@ -1,5 +1,11 @@
 """Savepoint metadata: ``_savepoint.json``, written last (a savepoint without it does not
-exist). Self-contained: it references only files inside the savepoint's own directory."""
+exist). Self-contained: it references only files inside the savepoint's own directory.
+
+Two format types, as in Flink: ``canonical`` (each key-group's entries in Stator's own
+format: readable by any backend and by ``state_reader``, restored at any parallelism by
+reading only the owned key-groups) and ``native`` (each subtask's RocksDB files as they are,
+like a checkpoint but self-contained: written and restored at the object store's bandwidth,
+but a restore at another parallelism reads every overlapping subtask's whole database)."""
 
 from __future__ import annotations
 
@@ -7,12 +13,16 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..checkpoint.metadata import SubtaskSnapshot, subtask_snapshot
 from ..errors import CheckpointNotFoundError
 from ..jsonfields import Fields
 
 FORMAT = "stator-savepoint"
 FORMAT_VERSION = 1
 METADATA_NAME = "_savepoint.json"
+CANONICAL, NATIVE = "canonical", "native"
+FORMAT_TYPES = (CANONICAL, NATIVE)
+NATIVE_COMPRESSION = "rocksdb"  # a native savepoint's files: as the database's options say
 
 
 @dataclass(frozen=True)
@@ -21,13 +31,16 @@ class OperatorSavepoint:
     parallelism: int  # when taken (restore may use another)
     # name -> {"kind", "serializer", "version"[, "key_serializer"]}
     states: dict[str, dict[str, Any]]
-    # key-group -> {"file", "bytes", "entries"}; empty key-groups have no file
+    # canonical: key-group -> {"file", "bytes", "entries"}; empty key-groups have no file
     key_groups: dict[int, dict[str, Any]]
     watermark: int
+    # native: each subtask's database files (keys relative to the savepoint's directory)
+    subtasks: tuple[SubtaskSnapshot, ...] = ()
 
     @property
     def state_bytes(self) -> int:
-        return sum(int(k["bytes"]) for k in self.key_groups.values())
+        files = sum(s.state_bytes for s in self.subtasks)
+        return files + sum(int(k["bytes"]) for k in self.key_groups.values())
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,11 @@ class SavepointMetadata:
     region_epochs: dict[str, int] = field(default_factory=dict)
     # ... and the operator and source uids of each region's part.
     region_uids: dict[str, list[str]] = field(default_factory=dict)
+    format_type: str = CANONICAL
+
+    @property
+    def native(self) -> bool:
+        return self.format_type == NATIVE
 
     @property
     def state_bytes(self) -> int:
@@ -70,12 +88,18 @@ class SavepointMetadata:
                 )
             epochs = raw.fields("region_epochs", optional=True)
             uids = raw.fields("region_uids", optional=True)
+            format_type = raw.text("format_type") if "format_type" in raw.raw else CANONICAL
+            if format_type not in FORMAT_TYPES:
+                raise ValueError(f"format_type {format_type!r} is not one of {FORMAT_TYPES}")
             return SavepointMetadata(
                 raw.text("job"),
                 raw.integer("epoch"),
                 raw.timestamp_ms("created_ms"),
                 raw.integer("max_parallelism", low=1),
-                {uid: _operator(op) for uid, op in raw.objects("operators").items()},
+                {
+                    uid: _operator(op, format_type == NATIVE)
+                    for uid, op in raw.objects("operators").items()
+                },
                 raw.nested_objects("sources"),
                 raw.integer("watermark"),
                 raw.text("compression"),
@@ -84,19 +108,25 @@ class SavepointMetadata:
                 version,
                 {region: epochs.integer(region) for region in epochs.raw},
                 {region: uids.texts(region) for region in uids.raw},
+                format_type,
             )
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise CheckpointNotFoundError(f"savepoint metadata {where} is unusable: {exc}") from exc
 
 
-def _operator(op: Fields) -> OperatorSavepoint:
+def _operator(op: Fields, native: bool) -> OperatorSavepoint:
     """One operator's entry, its fields checked (restore and the summaries use them all)."""
+    parallelism = op.integer("parallelism", low=1)
+    subtasks = tuple(subtask_snapshot(s) for s in op.items("subtasks")) if native else ()
+    if native and sorted(s.index for s in subtasks) != list(range(parallelism)):
+        raise ValueError(f"{op.path}.subtasks must hold subtasks 0..{parallelism - 1}")
     return OperatorSavepoint(
         op.text("uid"),
-        op.integer("parallelism", low=1),
+        parallelism,
         {name: _state(state) for name, state in op.objects("states").items()},
         {_key_group(n, kg): _key_group_file(kg) for n, kg in op.objects("key_groups").items()},
         op.integer("watermark"),
+        subtasks,
     )
 
 

@@ -7,7 +7,8 @@
 3. Run the operator, fire timers, stage chained sinks' output.
 4. Commit the epoch's state changes atomically (after staging: a failed commit re-stages the
    same parts on retry; the reverse order could lose them).
-5. If asked: write the savepoint part, then take the checkpoint part (a failed upload
+5. If asked: write the savepoint part (canonical key-group files, or the database's files:
+   ``savepoint/native.py``), then take the checkpoint part (a failed upload
    declines the checkpoint, not the epoch; with ``checkpoint.async_upload`` the upload runs
    after the task returns, ``checkpoint/uploads.py``).
 """
@@ -24,6 +25,8 @@ from ..epoch.reports import Report, SavepointPart, StateReport
 from ..epoch.spec import EpochSpec, node_name
 from ..errors import StateCompatibilityError
 from ..keygroups import range_for_subtask
+from ..savepoint.metadata import NATIVE
+from ..savepoint.native import export_database
 from ..savepoint.transfer import export_key_groups, state_catalog
 from ..state.backend import KeyedBackend
 from .gc_pause import gc_paused
@@ -80,10 +83,15 @@ def keyed_task(
         savepoint = None
         if spec.savepoint is not None:  # failing here fails the savepoint, through the epoch
             sp = spec.savepoint
-            savepoint = SavepointPart(
-                export_key_groups(backend, sp.store, node.uid, sp.compression),
-                state_catalog(backend.registry),
-            )
+            if sp.format_type == NATIVE:
+                work = spec.state_dir(node.uid, subtask)
+                db = export_database(backend, sp.store, subtask, p, spec.epoch, work)
+                savepoint = SavepointPart({}, state_catalog(backend.registry), db)
+            else:
+                savepoint = SavepointPart(
+                    export_key_groups(backend, sp.store, node.uid, sp.compression),
+                    state_catalog(backend.registry),
+                )
         snapshot, error, upload = None, None, ""
         if spec.checkpoint is not None:
             try:

@@ -11,8 +11,8 @@ Opening subtask S for epoch E (its state must be at ``base_epoch`` = E-1):
 3. A restore source at ``base_epoch`` covering the operator: a checkpoint at the same
    parallelism is restored from the executor's local copy when that copy holds the
    checkpoint's files (``local_copy.py``); otherwise, transparently, from the object store.
-   Remote restores materialize the source (a checkpoint at
-   the same parallelism, the owned key-groups of a rescaled checkpoint, or a savepoint's
+   Remote restores materialize the source (a checkpoint or native savepoint at the same
+   parallelism, the owned key-groups of a rescaled one, or a canonical savepoint's
    key-group files). Files that are missing, truncated or unreadable as RocksDB fail with
    :class:`RestoreError` (the driver then drops that checkpoint and falls back to an older
    one); an object store that cannot be reached fails with its
@@ -189,7 +189,7 @@ def _all_present(restore: RestoreTask, uid: str, subtask: int) -> bool:
     checkpoint's fault). Only a checkpoint with missing or resized files is corrupt."""
     snapshot = restore.snapshots.get((uid, subtask))
     files = snapshot.files if snapshot is not None else ()
-    if restore.savepoint is not None or snapshot is None:
+    if snapshot is None:
         files = tuple(f for s in restore.rescale.get(uid, ()) for f in s.files)
     return all(restore.store.size(f.key) == f.size for f in files)
 
@@ -211,11 +211,14 @@ def restore_into(
                 f"the checkpoint holds key-groups {snapshot.key_groups}, "
                 f"subtask {subtask} owns {key_groups}"
             )
-        return download_snapshot(restore.store, snapshot.files, path)
+        read = download_snapshot(restore.store, snapshot.files, path)
+        if restore.savepoint is not None:  # native: the job resumes at the savepoint's epoch
+            _resume_at(spec, uid, key_groups, path)
+        return read
     shutil.rmtree(path, ignore_errors=True)
     target = KeyedBackend(path, spec.rocksdb, key_groups, spec.max_parallelism, uid).open()
     try:
-        if restore.savepoint is not None:
+        if restore.savepoint is not None and uid not in restore.rescale:  # canonical
             op = restore.savepoint.operators[uid]
             import_rows(target, op.states, savepoint_rows(restore.store, op.key_groups, key_groups))
             # Every file read was checked against these sizes (savepoint_rows).
@@ -229,6 +232,15 @@ def restore_into(
     finally:
         target.close()
     return read
+
+
+def _resume_at(spec: EpochSpec, uid: str, key_groups: KeyGroupRange, path: Path) -> None:
+    """A native savepoint's database is at the epoch its failover region took its part; the
+    job resumes after the highest epoch of the regions it shares uids with (``Target.part_for``),
+    as a canonical restore's database is written at ``base_epoch``."""
+    with KeyedBackend(path, spec.rocksdb, key_groups, spec.max_parallelism, uid) as db:
+        if db.epoch != spec.base_epoch:
+            db.commit(spec.base_epoch, db.watermark)
 
 
 def _rescale_from(
