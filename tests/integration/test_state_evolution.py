@@ -53,10 +53,15 @@ def pipeline(
     return p
 
 
-@pytest.fixture
-def savepoint(spark: Any, job_config: JobConfig, tmp_path: Path) -> tuple[JobConfig, str]:
+@pytest.fixture(params=["canonical", "native"])
+def savepoint(
+    spark: Any, job_config: JobConfig, tmp_path: Path, request: pytest.FixtureRequest
+) -> tuple[JobConfig, str]:
+    """A stopped job's savepoint in each format type: every check below holds for both."""
     cfg = with_overrides(
-        job_config, epoch={"max_records": 4}, savepoint={"dir": f"file://{tmp_path}/sp"}
+        job_config,
+        epoch={"max_records": 4},
+        savepoint={"dir": f"file://{tmp_path}/sp", "format_type": request.param},
     )
     driver = stop_with_savepoint_after(JobDriver(pipeline(Counts(), CollectSink()), cfg, spark), 2)
     status = driver.run()
