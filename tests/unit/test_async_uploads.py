@@ -304,3 +304,50 @@ def test_the_next_checkpoint_fails_with_the_one_in_flight_it_builds_on(
     assert "checkpoint 1, whose files it re-references, failed" in (outcomes[1].error or "")
     assert store.listing("") == [], "nothing either of them wrote is left"
     assert coord.completed == []
+
+
+def test_an_executor_has_one_uploader_that_outlives_its_workers(
+    tmp_path: Path, store: FileStore
+) -> None:
+    """The Python daemon starts one uploader (``executor_uploader.start``); workers forked
+    after it (here: processes that inherit its environment) hand it their jobs and exit at
+    once; it finishes them, and exits once the daemon is gone."""
+    jobs = [
+        Subtask(tmp_path, store, i).snapshot(1, {"000009.sst": b"x" * 4096}, None)[1]
+        for i in (0, 1)
+    ]
+    worker = (
+        "import os, pickle, sys\n"
+        "from stator.checkpoint import uploads\n"
+        "assert uploads.submit(pickle.load(sys.stdin.buffer))\n"
+        "assert type(uploads._uploaders[os.getpid()]).__name__ == 'ExecutorUploader'\n"
+        "os._exit(0)\n"
+    )
+    daemon = (
+        "import os, pickle, subprocess, sys\n"
+        "from stator.checkpoint import executor_uploader\n"
+        "executor_uploader.start()\n"
+        "print(os.environ['STATOR_UPLOADER_SOCKET'], flush=True)\n"
+        "for job in pickle.load(sys.stdin.buffer):\n"
+        f"    subprocess.run([sys.executable, '-c', {worker!r}], input=job, check=True)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop("STATOR_UPLOADER_SOCKET", None)
+    done = subprocess.run(
+        [sys.executable, "-c", daemon],
+        input=pickle.dumps([pickle.dumps(j) for j in jobs]),
+        env=env,
+        capture_output=True,
+        check=True,
+    )
+    socket_path = done.stdout.decode().strip()
+    assert socket_path.endswith("/socket")
+    keys = [confirmation_key(1, UID, j.subtask, j.plan.token, CONFIRMED) for j in jobs]
+    deadline = time.monotonic() + 30
+    while not all(store.exists(k) for k in keys) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(store.exists(k) for k in keys), "both workers' uploads were confirmed"
+    # The daemon is gone: the uploader exits and removes its socket's directory.
+    while Path(socket_path).parent.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(socket_path).parent.exists()

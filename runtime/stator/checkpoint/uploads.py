@@ -8,13 +8,15 @@ A keyed subtask's part of checkpoint N with ``checkpoint.async_upload``, step by
    chosen now, under a token of this task attempt). The task reports the planned files and
    the token, submits the upload and returns: the epoch does not wait for the store. A
    failure here declines N in the report, as with synchronous uploads.
-2. The uploader of the task's Python worker sends the files. It is a child process, one per
-   worker, started with the first upload: it outlives the task and the worker too (Spark
-   closes a worker that idled for a minute, and a worker whose task failed exits with
-   ``os._exit``, which would kill an upload thread mid-file). It dies with the executor's
-   pod. If a put fails, or the checkpoint's deadline passes, it writes
-   ``<upload dir>/_failed`` with the reason (best effort): N fails, the epoch stands. If the
-   uploader cannot be started or reached, the task uploads synchronously instead.
+2. The executor's uploader sends the files: one process per executor, started by its
+   Python daemon (``executor_uploader.py``), reached over a Unix socket; where there is none
+   (a daemon that is not Stator's), a child process of the worker, started with its first
+   upload. Either outlives the task and the worker (Spark closes a worker that idled for a
+   minute, and a worker whose task failed exits with ``os._exit``, which would kill an
+   upload thread mid-file). It dies with the executor's pod. If a put fails, or the
+   checkpoint's deadline passes, it writes ``<upload dir>/_failed`` with the reason (best
+   effort): N fails, the epoch stands. If no uploader can be started or reached, the task
+   uploads synchronously instead.
 3. With every file sent, it writes ``<upload dir>/_uploaded``: the confirmation.
 4. The driver (``driver/in_flight.py``) completes N when every subtask's confirmation, under
    the token of the attempt whose report it kept, is in the store. A worker or executor that
@@ -31,6 +33,7 @@ import os
 import pickle
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -46,6 +49,8 @@ log = logging.getLogger("stator.checkpoint")
 
 CONFIRMED = "_uploaded"
 FAILED = "_failed"
+# The executor uploader's socket (``executor_uploader.start`` sets it in the Python daemon).
+UPLOADER_SOCKET_ENV = "STATOR_UPLOADER_SOCKET"
 
 
 def confirmation_key(checkpoint_id: int, uid: str, subtask: int, token: str, name: str) -> str:
@@ -97,11 +102,35 @@ def run_upload(job: UploadJob) -> bool:
             shutil.rmtree(job.local_dir, ignore_errors=True)
 
 
+class ExecutorUploader:
+    """This worker's connection to the executor's uploader (``executor_uploader.py``): jobs
+    go over it pickled, in submission order, and run one at a time. A job written to the
+    socket is the uploader's, even if this worker exits the next moment."""
+
+    def __init__(self, path: str) -> None:
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._sock.connect(path)
+        except OSError:
+            self._sock.close()
+            raise
+        self._out = self._sock.makefile("wb")
+
+    def submit(self, job: UploadJob) -> None:
+        """Raises OSError if the uploader is gone (the caller then uploads itself)."""
+        pickle.dump(job, self._out, protocol=pickle.HIGHEST_PROTOCOL)
+        self._out.flush()
+
+    def alive(self) -> bool:
+        return True  # a closed uploader shows as an OSError on submit
+
+
 class Uploader:
-    """This worker's uploader process: jobs go to its stdin, pickled, in submission order,
-    and run one at a time (each sends its files in parallel threads). A job written to the
-    pipe is the child's, even if this worker exits the next moment; the child finishes every
-    job it was given and exits when the pipe closes."""
+    """This worker's own uploader process, where the executor has none: jobs go to its
+    stdin, pickled, in submission order, and run one at a time (each sends its files in
+    parallel threads). A job written to the pipe is the child's, even if this worker exits
+    the next moment; the child finishes every job it was given and exits when the pipe
+    closes."""
 
     def __init__(self) -> None:
         env = dict(os.environ)
@@ -125,7 +154,8 @@ class Uploader:
         return self._proc.poll() is None
 
 
-_uploaders: dict[int, Uploader] = {}  # by process id: a forked child gets its own
+# By process id: a forked child gets its own.
+_uploaders: dict[int, Uploader | ExecutorUploader] = {}
 _lock = threading.Lock()
 
 
@@ -137,7 +167,7 @@ def submit(job: UploadJob) -> bool:
         current = _uploaders.get(pid)
         try:
             if current is None or not current.alive():
-                current = _uploaders[pid] = Uploader()
+                current = _uploaders[pid] = _connect()
             current.submit(job)
             return True
         except (OSError, ValueError) as exc:
@@ -148,6 +178,17 @@ def submit(job: UploadJob) -> bool:
                 exc,
             )
             return False
+
+
+def _connect() -> Uploader | ExecutorUploader:
+    """The executor's uploader if its daemon started one, else an uploader of our own."""
+    path = os.environ.get(UPLOADER_SOCKET_ENV)
+    if path:
+        try:
+            return ExecutorUploader(path)
+        except OSError as exc:
+            log.warning("executor uploader at %s unreachable (%s): starting our own", path, exc)
+    return Uploader()
 
 
 def serve(jobs: BinaryIO) -> None:

@@ -18,7 +18,8 @@ daemon; the workers it forks inherit the path. A zip that is the only copy, or a
 version, stays.
 
 It also wraps each worker's per-task entry so a collector a Stator task paused
-(``tasks/gc_pause.py``) resumes only once PySpark has sent that task's output.
+(``tasks/gc_pause.py``) resumes only once PySpark has sent that task's output, and starts the
+executor's checkpoint uploader (``checkpoint/executor_uploader.py``).
 """
 
 from __future__ import annotations
@@ -92,8 +93,10 @@ def main() -> None:
             del sys.path_importer_cache[cached]
     from pyspark import daemon  # noqa: PLC0415 - only after the path is trimmed
 
+    from ..checkpoint import executor_uploader  # noqa: PLC0415 - after the trim too
     from ..tasks.gc_pause import resume_after_each_task  # noqa: PLC0415 - after the trim too
 
+    executor_uploader.start()  # before any worker is forked: they inherit its address
     daemon.worker_main = resume_after_each_task(daemon.worker_main)
     daemon.manager()  # type: ignore[no-untyped-call]
 

@@ -1,0 +1,122 @@
+"""One uploader process per executor: the Python daemon starts it before it forks any worker,
+and every worker hands its uploads to it over a Unix socket (``uploads.submit``).
+
+One per worker, as before, cost each worker's first checkpoint a Python process importing
+boto3 and building an S3 client (~0.3 s of CPU on this machine), on cores the job was using.
+
+Serving, step by step:
+
+1. ``start`` (in the daemon, single-threaded, before ``manager()``): a socket bound in a
+   private directory (0700) and listening, handed to the uploader process it starts, and
+   its path put in the environment the forked workers inherit (a worker that connects before
+   the uploader runs waits in the backlog). Failure (no writable temp directory, no
+   process): logged, nothing set: each worker starts its own uploader as before.
+2. ``serve`` (the uploader): each worker's connection gets a thread that runs the jobs it
+   reads, one at a time, in the order sent (so a worker's checkpoints upload in order,
+   workers' in parallel). A job whose bytes were sent is the uploader's even if its worker
+   exits the next moment: the socket holds them until read.
+3. When the daemon is gone (the executor stopped or was killed: the uploader is re-parented),
+   it stops accepting, finishes every job it read and exits. A killed executor's pod takes
+   it along; in a local run, whoever kills the executor's process tree does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pickle
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import replace
+from typing import BinaryIO
+
+from ..storage import ObjectStore
+from .uploads import UPLOADER_SOCKET_ENV, UploadJob, run_upload
+
+log = logging.getLogger("stator.checkpoint")
+
+ACCEPT_TIMEOUT_S = 1.0  # how often the uploader checks that its daemon still lives
+
+
+def start() -> None:
+    """Step 1 of the module docstring."""
+    try:
+        directory = tempfile.mkdtemp(prefix="stator-uploader-")
+        path = os.path.join(directory, "socket")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listening:
+            listening.bind(path)
+            listening.listen(64)
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+            code = "from stator.checkpoint.executor_uploader import main; main()"
+            fd = listening.fileno()
+            subprocess.Popen(
+                [sys.executable, "-c", code, path, str(fd), str(os.getpid())],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                env=env,
+                close_fds=True,
+                pass_fds=(fd,),
+            )
+    except OSError as exc:
+        log.warning("no executor uploader (%s): each Python worker starts its own", exc)
+        return
+    os.environ[UPLOADER_SOCKET_ENV] = path
+
+
+def serve(server: socket.socket, path: str, daemon_pid: int) -> None:
+    """Steps 2-3 of the module docstring, on ``server`` (listening at ``path``)."""
+    server.settimeout(ACCEPT_TIMEOUT_S)
+    stores: dict[bytes, ObjectStore] = {}  # one client per store, shared by the threads
+    lock = threading.Lock()
+    threads: list[threading.Thread] = []
+    try:
+        while os.getppid() == daemon_pid:
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            conn.settimeout(None)
+            thread = threading.Thread(
+                target=_run_jobs, args=(conn.makefile("rb"), conn, stores, lock), daemon=True
+            )
+            thread.start()
+            threads.append(thread)
+    finally:
+        server.close()
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+        for thread in threads:
+            thread.join()
+
+
+def _run_jobs(
+    jobs: BinaryIO, conn: socket.socket, stores: dict[bytes, ObjectStore], lock: threading.Lock
+) -> None:
+    """One worker's jobs, in order, until it closes its end."""
+    with contextlib.closing(conn), jobs:
+        while True:
+            try:
+                job: UploadJob = pickle.load(jobs)  # noqa: S301 (our own worker, a private socket)
+            except (EOFError, pickle.UnpicklingError, OSError):  # the worker is gone
+                return
+            key = pickle.dumps(job.store)
+            with lock:
+                store = stores.setdefault(key, job.store)
+            run_upload(replace(job, store=store))
+
+
+def main() -> None:
+    """Entry point of the uploader process (``start`` starts it): argv is the socket's path,
+    its listening descriptor and the daemon's process id."""
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C meant for the executor
+    path, fd, daemon_pid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    serve(socket.socket(fileno=fd), path, daemon_pid)
