@@ -195,8 +195,11 @@ class Flows:
         if obs.driver is None:
             return self._fallback(op, "no running driver to take a savepoint")
         stop = op.kind is not OpKind.SAVEPOINT
+        # A rescale reads only the key-groups each new subtask owns from a canonical
+        # savepoint, whole overlapping databases from a native one (docs/savepoints.md).
+        format_type = "canonical" if op.kind is OpKind.RESCALE else None
         try:
-            request = obs.driver.trigger_savepoint(stop=stop)
+            request = obs.driver.trigger_savepoint(stop=stop, format_type=format_type)
         except ControlUnreachable as exc:
             return self._fallback(op, f"the driver is unreachable: {exc}")
         except ControlHTTPError as exc:

@@ -179,7 +179,9 @@ class FakeDriver:
         self._check()
         return self.job_info
 
-    def trigger_savepoint(self, stop: bool = False, target: str | None = None) -> SavepointRequest:
+    def trigger_savepoint(
+        self, stop: bool = False, target: str | None = None, format_type: str | None = None
+    ) -> SavepointRequest:
         self._check()
         if self.refuse is not None:
             raise ControlHTTPError(self.url + "/v1/savepoints", *self.refuse)
@@ -188,7 +190,11 @@ class FakeDriver:
                 self.url + "/v1/savepoints", 409, "a stop-with-savepoint is already in progress"
             )
         request = SavepointRequest(
-            id=f"req{len(self.requests) + 1}", status="PENDING", stop=stop, target=target
+            id=f"req{len(self.requests) + 1}",
+            status="PENDING",
+            stop=stop,
+            target=target,
+            format_type=format_type,
         )
         self.requests[request["id"]] = request
         return request.copy()

@@ -113,6 +113,8 @@ CHECKPOINT_CASES = [
     ("operators.totals.subtasks.0.files.0.size", "zz", "files[0].size must be an integer"),
     ("operators.totals.subtasks.0.files.0.size", -1, "files[0].size must be >= 0"),
     ("operators.totals.subtasks.0.files.0", {"name": "a"}, "files[0].key is missing"),
+    ("operators.totals.subtasks.0.files.0.name", "..", "is not a database file's name"),
+    ("operators.totals.subtasks.0.files.0.name", "a/b.sst", "is not a database file's name"),
     ("sinks.out", {}, "sinks.out must be a JSON array"),
     ("sinks.out.0.parts", 3, "sinks.out[0].parts must be a JSON array"),
 ]
@@ -162,7 +164,7 @@ def _native() -> dict[str, Any]:
     """A native savepoint: each subtask's database files, as a checkpoint names them."""
     parts = tuple(
         SubtaskSnapshot(
-            i, 2, (16 * i, 16 * i + 15), 3, (RemoteFile("1.sst", f"totals/{i}/t/1.sst", 7, False),)
+            i, 2, (16 * i, 16 * i + 16), 3, (RemoteFile("1.sst", f"totals/{i}/t/1.sst", 7, False),)
         )
         for i in range(2)
     )
@@ -170,7 +172,9 @@ def _native() -> dict[str, Any]:
     meta = SavepointMetadata(
         "team.counts", 3, 1_700_000_000_000, 32, {"totals": op}, {}, 0, "rocksdb"
     )
-    raw: dict[str, Any] = json.loads(replace(meta, format_type="native").to_json())
+    raw: dict[str, Any] = json.loads(
+        replace(meta, format_type="native", format_version=2).to_json()
+    )
     return raw
 
 
@@ -180,6 +184,12 @@ NATIVE_CASES = [
     ("operators.totals.subtasks.0.files.0.size", -1, "files[0].size must be >= 0"),
     ("operators.totals.subtasks.1.index", 0, "subtasks must hold subtasks 0..1"),
     ("operators.totals.parallelism", 3, "subtasks must hold subtasks 0..2"),
+    ("operators.totals.subtasks.1.parallelism", 3, "subtasks must all have parallelism 2"),
+    ("operators.totals.subtasks.1.key_groups", [17, 32], "do not cover [0, 32) once"),
+    ("operators.totals.subtasks.1.key_groups", [16, 31], "do not cover [0, 32) once"),
+    ("format_version", 1, "a native savepoint has format version >= 2"),
+    ("operators.totals.subtasks.0.files.0.name", "../../x", "is not a database file's name"),
+    ("operators.totals.subtasks.0.files.0.name", "/etc/x", "is not a database file's name"),
 ]
 
 
@@ -207,9 +217,32 @@ def test_native_savepoints_read_back_and_restore_as_checkpoints_do() -> None:
     other = restore_task(Target(meta, store), {"totals": 3})
     assert not other.snapshots and [s.index for s in other.rescale["totals"]] == [0, 1]
     old = _savepoint()
-    assert "format_type" in old
+    assert (old["format_type"], old["format_version"]) == ("canonical", 1)
     old.pop("format_type")
     canonical = SavepointMetadata.from_json(json.dumps(old).encode())
     assert not canonical.native
     task = restore_task(Target(canonical, store), {"totals": 3})
     assert task.savepoint is canonical and not task.snapshots and not task.rescale
+
+
+def test_a_native_savepoint_is_newer_than_a_stator_before_them() -> None:
+    """Version 2: what a Stator that reads version 1 only says (its own check, reproduced)."""
+    raw = _native()
+    assert raw["format_version"] == 2
+    raw["format_version"] = 3
+    with pytest.raises(CheckpointNotFoundError, match="format version 3 is newer than this"):
+        SavepointMetadata.from_json(json.dumps(raw).encode())
+
+
+def test_files_of_attempts_the_driver_did_not_keep_are_strays() -> None:
+    from stator.savepoint.native import stray_files
+
+    meta = SavepointMetadata.from_json(json.dumps(_native()).encode())
+    listing = [
+        ("_savepoint.json", 1),
+        ("totals/0/t/1.sst", 7),
+        ("totals/0/retried/1.sst", 7),  # an earlier attempt of subtask 0
+        ("totals/1/t/1.sst", 7),
+        ("other/kg-00001.bin", 3),  # not an operator of this savepoint: left alone
+    ]
+    assert stray_files(meta, listing) == ["totals/0/retried/1.sst"]

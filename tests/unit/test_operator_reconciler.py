@@ -487,6 +487,8 @@ def test_a_rescale_stops_with_a_savepoint_and_restores_it(tmp_path: Path) -> Non
     op = bed.op
     assert op is not None and op.step is Step.AWAIT_SAVEPOINT and op.savepoint_request == "req1"
     assert driver.requests["req1"]["stop"] is True
+    # Canonical whatever spec.savepoints.formatType says: a rescale reads only what it owns.
+    assert driver.requests["req1"]["format_type"] == "canonical"
     assert bed.step() > 0 and bed.op is not None and bed.op.step is Step.AWAIT_SAVEPOINT
 
     location = f"file://{tmp_path}/sp/team.counts/savepoint-0000000007-req1"

@@ -11,13 +11,15 @@ Serving, step by step:
    its path put in the environment the forked workers inherit (a worker that connects before
    the uploader runs waits in the backlog). Failure (no writable temp directory, no
    process): logged, nothing set: each worker starts its own uploader as before.
-2. ``serve`` (the uploader): each worker's connection gets a thread that runs the jobs it
-   reads, one at a time, in the order sent (so a worker's checkpoints upload in order,
-   workers' in parallel). A job whose bytes were sent is the uploader's even if its worker
-   exits the next moment: the socket holds them until read.
+2. ``serve`` (the uploader): each worker's connection gets a thread that reads its jobs in
+   the order sent; jobs run one at a time (each sends its files in parallel threads, and the
+   one S3 client's connection pool is sized for that). A job whose bytes were sent is the
+   uploader's even if its worker exits the next moment: the socket holds them until read.
+   An error accepting a connection is logged and the uploader goes on.
 3. When the daemon is gone (the executor stopped or was killed: the uploader is re-parented),
-   it stops accepting, finishes every job it read and exits. A killed executor's pod takes
-   it along; in a local run, whoever kills the executor's process tree does.
+   it accepts what is still waiting in the backlog, finishes every job it read and exits. A
+   killed executor's pod takes it along; in a local run, whoever kills the executor's
+   process tree does.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import replace
-from typing import BinaryIO
 
 from ..storage import ObjectStore
 from .uploads import UPLOADER_SOCKET_ENV, UploadJob, run_upload
@@ -46,6 +48,7 @@ ACCEPT_TIMEOUT_S = 1.0  # how often the uploader checks that its daemon still li
 
 def start() -> None:
     """Step 1 of the module docstring."""
+    directory = ""
     try:
         directory = tempfile.mkdtemp(prefix="stator-uploader-")
         path = os.path.join(directory, "socket")
@@ -66,6 +69,8 @@ def start() -> None:
             )
     except OSError as exc:
         log.warning("no executor uploader (%s): each Python worker starts its own", exc)
+        if directory:
+            shutil.rmtree(directory, ignore_errors=True)
         return
     os.environ[UPLOADER_SOCKET_ENV] = path
 
@@ -74,20 +79,30 @@ def serve(server: socket.socket, path: str, daemon_pid: int) -> None:
     """Steps 2-3 of the module docstring, on ``server`` (listening at ``path``)."""
     server.settimeout(ACCEPT_TIMEOUT_S)
     stores: dict[bytes, ObjectStore] = {}  # one client per store, shared by the threads
-    lock = threading.Lock()
+    one_at_a_time = threading.Lock()
     threads: list[threading.Thread] = []
+
+    def serve_one(conn: socket.socket) -> None:
+        conn.settimeout(None)
+        thread = threading.Thread(target=_run_jobs, args=(conn, stores, one_at_a_time), daemon=True)
+        thread.start()
+        threads[:] = [t for t in threads if t.is_alive()] + [thread]
+
     try:
         while os.getppid() == daemon_pid:
             try:
-                conn, _ = server.accept()
+                serve_one(server.accept()[0])
             except TimeoutError:
                 continue
-            conn.settimeout(None)
-            thread = threading.Thread(
-                target=_run_jobs, args=(conn.makefile("rb"), conn, stores, lock), daemon=True
-            )
-            thread.start()
-            threads.append(thread)
+            except OSError as exc:  # e.g. out of descriptors: the next accept may work
+                log.warning("executor uploader: accepting a connection failed: %s", exc)
+                time.sleep(ACCEPT_TIMEOUT_S / 10)
+        server.setblocking(False)  # the daemon is gone: what already connected is served
+        while True:
+            try:
+                serve_one(server.accept()[0])
+            except OSError:  # BlockingIOError: the backlog is empty
+                break
     finally:
         server.close()
         shutil.rmtree(os.path.dirname(path), ignore_errors=True)
@@ -96,19 +111,18 @@ def serve(server: socket.socket, path: str, daemon_pid: int) -> None:
 
 
 def _run_jobs(
-    jobs: BinaryIO, conn: socket.socket, stores: dict[bytes, ObjectStore], lock: threading.Lock
+    conn: socket.socket, stores: dict[bytes, ObjectStore], one_at_a_time: threading.Lock
 ) -> None:
     """One worker's jobs, in order, until it closes its end."""
-    with contextlib.closing(conn), jobs:
+    with contextlib.closing(conn), conn.makefile("rb") as jobs:
         while True:
             try:
                 job: UploadJob = pickle.load(jobs)  # noqa: S301 (our own worker, a private socket)
             except (EOFError, pickle.UnpicklingError, OSError):  # the worker is gone
                 return
-            key = pickle.dumps(job.store)
-            with lock:
-                store = stores.setdefault(key, job.store)
-            run_upload(replace(job, store=store))
+            with one_at_a_time:
+                store = stores.setdefault(pickle.dumps(job.store), job.store)
+                run_upload(replace(job, store=store))
 
 
 def main() -> None:

@@ -4,6 +4,7 @@ first; everything else under a checkpoint is reachable from it."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -164,5 +165,13 @@ def _sinks(sinks: Fields) -> dict[str, tuple[PendingCommit, ...]]:
     }
 
 
+# A RocksDB file's name (000012.sst, MANIFEST-000005, CURRENT, OPTIONS-000007): a restore
+# writes it into the database's directory, so it must be one plain path segment.
+_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+
+
 def _file(f: Fields) -> RemoteFile:
-    return RemoteFile(f.text("name"), f.text("key"), f.integer("size", low=0), f.flag("shared"))
+    name = f.text("name")
+    if not _FILE_NAME.fullmatch(name):
+        raise ValueError(f"{f.path}.name {name!r} is not a database file's name")
+    return RemoteFile(name, f.text("key"), f.integer("size", low=0), f.flag("shared"))

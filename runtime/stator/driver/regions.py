@@ -53,6 +53,7 @@ from ..config import JobConfig
 from ..errors import ConfigError
 from ..lineage import savepoint_location
 from ..savepoint.metadata import METADATA_NAME
+from ..savepoint.native import remove_strays
 from ..storage import ObjectStore, open_store
 from .epoch_loop import WARM_AGAIN_S, CheckpointListener, EpochListener, JobDriver, checkpoint_root
 from .handover import Handover, HandoverRequest
@@ -447,7 +448,9 @@ class RegionalJob:
                 self.job, {rid: p.meta for rid, p in parts.items() if p.meta}, started
             )
             guard(f"savepoint {location}")
-            open_store(location, cfg.s3).put(METADATA_NAME, merged.to_json())
+            target = open_store(location, cfg.s3)
+            target.put(METADATA_NAME, merged.to_json())
+            remove_strays(target, merged)
         except BaseException as exc:
             for p in parts.values():
                 if p.part is not None:

@@ -47,13 +47,16 @@ from ..epoch.spec import SavepointTask
 from ..errors import StatorError
 from ..lineage import savepoint_location
 from ..savepoint.metadata import (
+    CANONICAL_VERSION,
     FORMAT_TYPES,
     METADATA_NAME,
     NATIVE,
     NATIVE_COMPRESSION,
+    NATIVE_VERSION,
     OperatorSavepoint,
     SavepointMetadata,
 )
+from ..savepoint.native import remove_strays
 from ..storage import ObjectStore, S3Options, open_store
 from .parallelism import Parallelism
 
@@ -281,6 +284,7 @@ def take_savepoint(
         if request.part is None:
             guard(f"savepoint {location}")
             store.put(METADATA_NAME, meta.to_json())
+            remove_strays(store, meta)
     except Exception as exc:
         request.status, request.error = "FAILED", f"{type(exc).__name__}: {exc}"[:2000]
         request.completed_ms = now_ms()
@@ -360,6 +364,7 @@ def _metadata(
         watermark=min((op.watermark for op in operators.values()), default=MAX_TIMESTAMP),
         compression=compression,
         duration_ms=int((time.monotonic() - started) * 1000),
+        format_version=NATIVE_VERSION if format_type == NATIVE else CANONICAL_VERSION,
         format_type=format_type,
     )
 
@@ -377,6 +382,7 @@ def merge_parts(job: str, parts: dict[str, SavepointMetadata], started: float) -
         sources={uid: s for m in metas for uid, s in m.sources.items()},
         watermark=min(m.watermark for m in metas),
         compression=metas[0].compression,
+        format_version=metas[0].format_version,
         format_type=metas[0].format_type,
         duration_ms=int((time.monotonic() - started) * 1000),
         region_epochs={region: m.epoch for region, m in sorted(parts.items())},

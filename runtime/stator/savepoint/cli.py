@@ -27,8 +27,9 @@ def savepoint_command(args: argparse.Namespace) -> int:
             uid: {
                 "parallelism": op.parallelism,
                 "states": op.states,
+                # canonical: the non-empty key-groups; native: the ranges its databases hold
                 "key_groups": len(op.key_groups)
-                or sum(s.key_groups[1] - s.key_groups[0] + 1 for s in op.subtasks),
+                or sum(s.key_groups[1] - s.key_groups[0] for s in op.subtasks),
                 "state_bytes": op.state_bytes,
             }
             for uid, op in meta.operators.items()

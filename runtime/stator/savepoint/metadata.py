@@ -9,6 +9,7 @@ but a restore at another parallelism reads every overlapping subtask's whole dat
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -18,7 +19,11 @@ from ..errors import CheckpointNotFoundError
 from ..jsonfields import Fields
 
 FORMAT = "stator-savepoint"
-FORMAT_VERSION = 1
+# The newest version this Stator reads. A canonical savepoint is written as version 1 (every
+# Stator reads it), a native one as 2: a Stator from before native savepoints refuses it
+# instead of restoring its empty key-group list as empty state.
+FORMAT_VERSION = 2
+CANONICAL_VERSION, NATIVE_VERSION = 1, 2
 METADATA_NAME = "_savepoint.json"
 CANONICAL, NATIVE = "canonical", "native"
 FORMAT_TYPES = (CANONICAL, NATIVE)
@@ -55,7 +60,7 @@ class SavepointMetadata:
     compression: str
     duration_ms: int = 0
     format: str = FORMAT
-    format_version: int = FORMAT_VERSION
+    format_version: int = CANONICAL_VERSION
     # A job of several failover regions: each region's epoch when it took its part
     # (``epoch`` is the highest); a region resumes from its own (``driver/regions.py``).
     region_epochs: dict[str, int] = field(default_factory=dict)
@@ -91,15 +96,19 @@ class SavepointMetadata:
             format_type = raw.text("format_type") if "format_type" in raw.raw else CANONICAL
             if format_type not in FORMAT_TYPES:
                 raise ValueError(f"format_type {format_type!r} is not one of {FORMAT_TYPES}")
+            if format_type == NATIVE and version < NATIVE_VERSION:
+                raise ValueError(f"a native savepoint has format version >= {NATIVE_VERSION}")
+            max_parallelism = raw.integer("max_parallelism", low=1)
+            operators = {
+                uid: _operator(op, format_type == NATIVE, max_parallelism)
+                for uid, op in raw.objects("operators").items()
+            }
             return SavepointMetadata(
                 raw.text("job"),
                 raw.integer("epoch"),
                 raw.timestamp_ms("created_ms"),
-                raw.integer("max_parallelism", low=1),
-                {
-                    uid: _operator(op, format_type == NATIVE)
-                    for uid, op in raw.objects("operators").items()
-                },
+                max_parallelism,
+                operators,
                 raw.nested_objects("sources"),
                 raw.integer("watermark"),
                 raw.text("compression"),
@@ -114,12 +123,12 @@ class SavepointMetadata:
             raise CheckpointNotFoundError(f"savepoint metadata {where} is unusable: {exc}") from exc
 
 
-def _operator(op: Fields, native: bool) -> OperatorSavepoint:
+def _operator(op: Fields, native: bool, max_parallelism: int) -> OperatorSavepoint:
     """One operator's entry, its fields checked (restore and the summaries use them all)."""
     parallelism = op.integer("parallelism", low=1)
     subtasks = tuple(subtask_snapshot(s) for s in op.items("subtasks")) if native else ()
-    if native and sorted(s.index for s in subtasks) != list(range(parallelism)):
-        raise ValueError(f"{op.path}.subtasks must hold subtasks 0..{parallelism - 1}")
+    if native:
+        _check_databases(op.path, subtasks, parallelism, max_parallelism)
     return OperatorSavepoint(
         op.text("uid"),
         parallelism,
@@ -128,6 +137,27 @@ def _operator(op: Fields, native: bool) -> OperatorSavepoint:
         op.integer("watermark"),
         subtasks,
     )
+
+
+def _check_databases(
+    path: str, subtasks: tuple[SubtaskSnapshot, ...], parallelism: int, max_parallelism: int
+) -> None:
+    """A native savepoint's databases: one per subtask, their key-group ranges covering every
+    key-group once (a gap would restore as empty state)."""
+    ordered = sorted(subtasks, key=lambda s: s.index)
+    if [s.index for s in ordered] != list(range(parallelism)):
+        raise ValueError(f"{path}.subtasks must hold subtasks 0..{parallelism - 1}")
+    if any(s.parallelism != parallelism for s in ordered):
+        raise ValueError(f"{path}.subtasks must all have parallelism {parallelism}")
+    edges = [s.key_groups for s in ordered]
+    if (
+        edges[0][0] != 0
+        or edges[-1][1] != max_parallelism
+        or any(a[1] != b[0] for a, b in itertools.pairwise(edges))
+    ):
+        raise ValueError(
+            f"{path}.subtasks' key-groups {edges} do not cover [0, {max_parallelism}) once"
+        )
 
 
 def _state(state: Fields) -> dict[str, Any]:

@@ -14,10 +14,14 @@ Writing subtask S's part:
 3. The links are removed whatever happened (a killed attempt's, by the next attempt); the
    part (file names, keys and sizes) goes to the driver in the task's report, and the
    driver writes ``_savepoint.json`` once every part is in (``driver/savepoints.py``).
+4. After that, the files of attempts whose report the driver did not keep (a retried task's
+   first upload, a whole database each) are deleted (``remove_strays``; best effort: a
+   failure leaves them to ``stator savepoint dispose``, which deletes the whole directory).
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 
@@ -26,8 +30,10 @@ from ..checkpoint.transfer import new_upload_token, send_files
 from ..keygroups import KeyGroupRange
 from ..state.backend import KeyedBackend
 from ..storage import ObjectStore
+from .metadata import SavepointMetadata
 
 LINKS_PREFIX = "savepoint-"
+log = logging.getLogger("stator.savepoint")
 
 
 def export_database(
@@ -64,3 +70,25 @@ def export_database(
         remote,
         sum(f.size for f in remote),
     )
+
+
+def stray_files(meta: SavepointMetadata, listing: list[tuple[str, int]]) -> list[str]:
+    """Keys under a native savepoint's operator directories that its metadata does not name
+    (step 4 of the module docstring)."""
+    kept = {f.key for op in meta.operators.values() for s in op.subtasks for f in s.files}
+    prefixes = tuple(f"{uid}/" for uid, op in meta.operators.items() if op.subtasks)
+    return [key for key, _ in listing if key.startswith(prefixes) and key not in kept]
+
+
+def remove_strays(store: ObjectStore, meta: SavepointMetadata) -> None:
+    """Step 4 of the module docstring, once ``meta`` is written."""
+    if not meta.native:
+        return
+    try:
+        strays = stray_files(meta, store.listing())
+        store.delete(strays)
+    except Exception as exc:
+        log.warning("savepoint %s: files of retried attempts left behind: %s", store.uri, exc)
+        return
+    if strays:
+        log.info("savepoint %s: deleted %d files of retried attempts", store.uri, len(strays))

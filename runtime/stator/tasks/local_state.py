@@ -98,7 +98,7 @@ def open_state(
     started = time.monotonic()
     snapshot = restore.snapshots.get((uid, subtask))
     fallback = None
-    if snapshot is not None:
+    if snapshot is not None and restore.savepoint is None:  # savepoints have no local copies
         fallback = _restore_from_copy(restore, spec, snapshot, key_groups, state_dir, backend)
         if fallback is None:
             return backend, RestoreReport(
