@@ -247,8 +247,8 @@ def _run(args: argparse.Namespace, s3: str) -> int:
             Comparison(
                 "the same runs after their first epoch (from its end to the end of the run, "
                 "the last checkpoint's upload included): the start-up both pay (JVM, Python "
-                "workers) left out; the uploader processes start with the first checkpoint, "
-                "so their start (boto3's import and client) falls in this window",
+                "workers) left out; the executor's uploader imports boto3 and builds its "
+                "client with the first checkpoint, so that falls in this window",
                 _field(runs, "minio", "checkpoints on MinIO", "events/s", STEADY),
                 _field(runs, "none", "no checkpoints", "events/s", STEADY),
                 target=">= 0.95",
