@@ -357,46 +357,42 @@ def _run(args: argparse.Namespace, s3: str) -> int:
             }
         )
         dumps["savepoint"] = runs.results
-        gb = runs.results["savepoint"][0][1]["state_bytes"] / 1e9
-        rows.append(
-            Comparison(
-                f"savepoint of {gb:.2f} GB of keyed state (random values; p=2; default settings: "
-                f"zlib, which stores what does not compress raw) to MinIO vs raw MinIO upload of "
-                f"as many bytes (boto3, same client settings)",
-                runs.runs_of("savepoint", "savepoint", "MB/s"),
-                runs.runs_of("raw", "raw upload", "MB/s"),
-                target=">= 0.6",
-            ).row()
-        )
-        rows.append(
-            Comparison(
-                f"restore of the same savepoint at p=3 (rescale 2 -> 3), until the job processes "
-                f"again (its first epoch, of {SP_RESTORE_EPOCH:,} records), vs raw MinIO download",
-                _field(runs, "savepoint", "restore", "MB/s", "restore_mb_s"),
-                _field(runs, "raw", "raw download", "MB/s", "download_mb_s"),
-                target=">= 0.6",
-            ).row()
-        )
-        native_gb = runs.results["native"][0][1]["state_bytes"] / 1e9
-        rows.append(
-            Comparison(
+        gb = {n: runs.results[n][0][1]["state_bytes"] / 1e9 for n in ("savepoint", "native")}
+        first = f"until the job processes again (its first epoch, of {SP_RESTORE_EPOCH:,} records)"
+        for name, taken, restored in (
+            (
+                "savepoint",
+                f"savepoint of {gb['savepoint']:.2f} GB of keyed state (random values; p=2; "
+                f"default settings: zlib, which stores what does not compress raw) to MinIO vs "
+                f"raw MinIO upload of as many bytes (boto3, same client settings)",
+                f"restore of the same savepoint at p=3 (rescale 2 -> 3), {first}, vs raw MinIO "
+                f"download",
+            ),
+            (
+                "native",
                 f"native-format savepoint (`savepoint.format_type=native`: each subtask's RocksDB "
-                f"files, {native_gb:.2f} GB) of the same state vs raw MinIO upload",
-                runs.runs_of("native", "native savepoint", "MB/s"),
-                runs.runs_of("raw", "raw upload", "MB/s"),
-                target=">= 0.6",
-            ).row()
-        )
-        rows.append(
-            Comparison(
+                f"files, {gb['native']:.2f} GB) of the same state vs raw MinIO upload",
                 f"restore of the native savepoint at p=2 (same parallelism: an upgrade or a "
-                f"resume), until the job processes again (its first epoch, of "
-                f"{SP_RESTORE_EPOCH:,} records), vs raw MinIO download",
-                _field(runs, "native", "restore", "MB/s", "restore_mb_s"),
-                _field(runs, "raw", "raw download", "MB/s", "download_mb_s"),
-                target=">= 0.6",
-            ).row()
-        )
+                f"resume), {first}, vs raw MinIO download",
+            ),
+        ):
+            label = "savepoint" if name == "savepoint" else "native savepoint"
+            rows.append(
+                Comparison(
+                    taken,
+                    runs.runs_of(name, label, "MB/s"),
+                    runs.runs_of("raw", "raw upload", "MB/s"),
+                    target=">= 0.6",
+                ).row()
+            )
+            rows.append(
+                Comparison(
+                    restored,
+                    _field(runs, name, "restore", "MB/s", "restore_mb_s"),
+                    _field(runs, "raw", "raw download", "MB/s", "download_mb_s"),
+                    target=">= 0.6",
+                ).row()
+            )
 
     if "local_restore" in args.only and s3:
         runs = Alternating(args.runs, log)
