@@ -331,28 +331,16 @@ def _run(args: argparse.Namespace, s3: str) -> int:
 
     if "savepoint" in args.only and s3:
         runs = Alternating(args.runs, log)
+        state = dict(keys=args.sp_keys, value_bytes=args.sp_value_bytes, storage=s3)
+        state.update(restore_epoch=SP_RESTORE_EPOCH)
         runs.measure(
             {
                 "raw": _case(
                     "raw_bandwidth", "upload_mb_s", total_bytes=args.sp_keys * args.sp_value_bytes
                 ),
-                "savepoint": _case(
-                    "savepoint_rescale",
-                    "savepoint_mb_s",
-                    keys=args.sp_keys,
-                    value_bytes=args.sp_value_bytes,
-                    storage=s3,
-                    restore_epoch=SP_RESTORE_EPOCH,
-                ),
+                "savepoint": _case("savepoint_rescale", "savepoint_mb_s", **state),
                 "native": _case(
-                    "savepoint_rescale",
-                    "savepoint_mb_s",
-                    keys=args.sp_keys,
-                    value_bytes=args.sp_value_bytes,
-                    storage=s3,
-                    restore_epoch=SP_RESTORE_EPOCH,
-                    p_to=2,
-                    format_type="native",
+                    "savepoint_rescale", "savepoint_mb_s", **state, p_to=2, format_type="native"
                 ),
             }
         )

@@ -95,8 +95,13 @@ SAVEPOINT_CASES = [
 def test_savepoint_metadata_of_the_wrong_shape_is_unusable(
     path: str, value: object, message: str
 ) -> None:
+    _assert_unusable(_savepoint(), path, value, message)
+
+
+def _assert_unusable(raw: dict[str, Any], path: str, value: object, message: str) -> None:
+    """``raw`` with ``path`` set to ``value`` is refused, naming the file and ``message``."""
     with pytest.raises(CheckpointNotFoundError) as info:
-        SavepointMetadata.from_json(_edit(_savepoint(), path, value), "s3://b/sp/_savepoint.json")
+        SavepointMetadata.from_json(_edit(raw, path, value), "s3://b/sp/_savepoint.json")
     assert "savepoint metadata s3://b/sp/_savepoint.json is unusable" in str(info.value)
     assert message in str(info.value)
 
@@ -197,9 +202,7 @@ NATIVE_CASES = [
 def test_native_savepoint_metadata_of_the_wrong_shape_is_unusable(
     path: str, value: object, message: str
 ) -> None:
-    with pytest.raises(CheckpointNotFoundError) as info:
-        SavepointMetadata.from_json(_edit(_native(), path, value), "s3://b/sp/_savepoint.json")
-    assert message in str(info.value)
+    _assert_unusable(_native(), path, value, message)
 
 
 def test_native_savepoints_read_back_and_restore_as_checkpoints_do() -> None:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import pickle
 import shutil
 import signal
 import socket
@@ -36,10 +35,10 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import replace
 
 from ..storage import ObjectStore
-from .uploads import UPLOADER_SOCKET_ENV, UploadJob, run_upload
+from . import uploads
+from .uploads import UPLOADER_SOCKET_ENV
 
 log = logging.getLogger("stator.checkpoint")
 
@@ -115,14 +114,7 @@ def _run_jobs(
 ) -> None:
     """One worker's jobs, in order, until it closes its end."""
     with contextlib.closing(conn), conn.makefile("rb") as jobs:
-        while True:
-            try:
-                job: UploadJob = pickle.load(jobs)  # noqa: S301 (our own worker, a private socket)
-            except (EOFError, pickle.UnpicklingError, OSError):  # the worker is gone
-                return
-            with one_at_a_time:
-                store = stores.setdefault(pickle.dumps(job.store), job.store)
-                run_upload(replace(job, store=store))
+        uploads.serve(jobs, stores, one_at_a_time)
 
 
 def main() -> None:

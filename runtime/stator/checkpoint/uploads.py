@@ -40,7 +40,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from ..storage import ObjectStore
 from .transfer import UploadPlan, send_files, upload_dir
@@ -191,18 +191,23 @@ def _connect() -> Uploader | ExecutorUploader:
     return Uploader()
 
 
-def serve(jobs: BinaryIO) -> None:
-    """The uploader process: run every job read from ``jobs`` until it closes. One client
-    per store, reused across jobs."""
-    stores: dict[bytes, ObjectStore] = {}
+def serve(
+    jobs: BinaryIO,
+    stores: dict[bytes, ObjectStore] | None = None,
+    one_at_a_time: contextlib.AbstractContextManager[Any] | None = None,
+) -> None:
+    """Run every job read from ``jobs`` (a worker's pipe or socket) until it closes. One
+    client per store, reused across jobs (``stores``: shared with other readers, which
+    ``one_at_a_time`` then serializes)."""
+    stores = {} if stores is None else stores
     while True:
         try:
-            job: UploadJob = pickle.load(jobs)  # noqa: S301 (our own worker, a private pipe)
-        except (EOFError, pickle.UnpicklingError):  # the worker is gone (maybe mid-write)
+            job: UploadJob = pickle.load(jobs)  # noqa: S301 (our own worker, a private channel)
+        except (EOFError, pickle.UnpicklingError, OSError):  # the worker is gone (maybe mid-write)
             return
-        key = pickle.dumps(job.store)
-        job = replace(job, store=stores.setdefault(key, job.store))
-        run_upload(job)
+        with one_at_a_time or contextlib.nullcontext():
+            store = stores.setdefault(pickle.dumps(job.store), job.store)
+            run_upload(replace(job, store=store))
 
 
 def main() -> None:

@@ -72,7 +72,8 @@ class SavepointBusy(StatorError):
 
 
 class SavepointTargetError(StatorError):
-    """A trigger's target lies outside the job's savepoint directory."""
+    """A trigger's target lies outside the job's savepoint directory, or its format type is
+    not one Stator writes."""
 
 
 class SavepointRefused(StatorError):
@@ -177,7 +178,8 @@ class SavepointRequests:
     ) -> SavepointRequest:
         if format_type is not None and format_type not in FORMAT_TYPES:
             raise SavepointTargetError(
-                f"format_type {format_type!r} is not one of {', '.join(FORMAT_TYPES)}"
+                f"'format_type' must be one of {', '.join(FORMAT_TYPES)} (or left out), "
+                f"not {format_type!r}"
             )
         with self._lock:
             if self._closed is not None:

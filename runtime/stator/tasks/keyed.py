@@ -80,18 +80,8 @@ def keyed_task(
         out = router.downstream((node.id, subtask), watermark, node.id)
         staged = router.staged(spec.epoch)
         backend.commit(spec.epoch, watermark)
-        savepoint = None
-        if spec.savepoint is not None:  # failing here fails the savepoint, through the epoch
-            sp = spec.savepoint
-            if sp.format_type == NATIVE:
-                work = spec.state_dir(node.uid, subtask)
-                db = export_database(backend, sp.store, subtask, p, spec.epoch, work)
-                savepoint = SavepointPart({}, state_catalog(backend.registry), db)
-            else:
-                savepoint = SavepointPart(
-                    export_key_groups(backend, sp.store, node.uid, sp.compression),
-                    state_catalog(backend.registry),
-                )
+        # Failing here fails the savepoint, through the epoch.
+        savepoint = _savepoint_part(spec, node.uid, subtask, backend)
         snapshot, error, upload = None, None, ""
         if spec.checkpoint is not None:
             try:
@@ -119,6 +109,24 @@ def keyed_task(
     finally:
         backend.close()
     return iter(out)
+
+
+def _savepoint_part(
+    spec: EpochSpec, uid: str, subtask: int, backend: KeyedBackend
+) -> SavepointPart | None:
+    """Step 5's savepoint part, if the epoch takes one: the canonical key-group files, or the
+    database's files (native)."""
+    sp = spec.savepoint
+    if sp is None:
+        return None
+    catalog = state_catalog(backend.registry)
+    if sp.format_type == NATIVE:
+        work = spec.state_dir(uid, subtask)
+        p = spec.parallelism[uid]
+        return SavepointPart(
+            {}, catalog, export_database(backend, sp.store, subtask, p, spec.epoch, work)
+        )
+    return SavepointPart(export_key_groups(backend, sp.store, uid, sp.compression), catalog)
 
 
 def _verify_declared(spec: EpochSpec, uid: str, backend: KeyedBackend) -> None:

@@ -218,7 +218,7 @@ def restore_into(
     shutil.rmtree(path, ignore_errors=True)
     target = KeyedBackend(path, spec.rocksdb, key_groups, spec.max_parallelism, uid).open()
     try:
-        if restore.savepoint is not None and uid not in restore.rescale:  # canonical
+        if restore.savepoint is not None and not restore.savepoint.native:
             op = restore.savepoint.operators[uid]
             import_rows(target, op.states, savepoint_rows(restore.store, op.key_groups, key_groups))
             # Every file read was checked against these sizes (savepoint_rows).
