@@ -18,7 +18,7 @@ from stator.control.metrics import render_metrics
 from stator.driver.epoch_loop import EpochResult, JobDriver
 from stator.sinks import CollectSink
 from stator.sources import GeneratorSource, KeyedEvents
-from tests.helpers import SparkSessions, with_overrides
+from tests.helpers import SparkSessions, stop_with_savepoint_after, with_overrides
 
 RECORDS, PER_EPOCH = 600, 60  # 10 epochs; checkpoints after epochs 3, 6, 9 and 10
 
@@ -28,10 +28,10 @@ def spark(spark_sessions: SparkSessions) -> Any:
     return spark_sessions.get(SparkConfig(master="local[2]", task_attempts=2), "local-recovery")
 
 
-def pipeline(sink: CollectSink) -> Pipeline:
+def pipeline(sink: CollectSink, seed: int = 0) -> Pipeline:
     p = Pipeline("localrec", max_parallelism=16)
     (
-        p.source(GeneratorSource(KeyedEvents(40), count=RECORDS, splits=2), uid="events")
+        p.source(GeneratorSource(KeyedEvents(40, seed), count=RECORDS, splits=2), uid="events")
         .key_by(lambda e: e[0])
         .count(uid="count")
         .sink(sink, uid="out")
@@ -152,3 +152,45 @@ def test_lost_local_state_between_checkpoints_keeps_the_checkpoint(
     assert {r["checkpoint_id"] for r in st.last_restores.values()} == {first.id}
     assert all(h.status == "COMPLETED" for h in job.history.items())
     assert sink.by_epoch == reference
+
+
+@pytest.mark.parametrize("format_type", ["canonical", "native"])
+def test_local_state_of_another_lineage_is_never_kept(
+    spark: Any,
+    job_config: JobConfig,
+    reference: dict[int, list[Any]],
+    tmp_path: Path,
+    format_type: str,
+) -> None:
+    """The same job run on other input, on the same disks, leaves local state at the very
+    epoch a savepoint of the first run restores to. The restored job must not keep it: its
+    commit is not the savepoint's. (Before the fix a subtask compared epochs only, kept the
+    other run's counts and the output after the savepoint was wrong.)"""
+    base = with_overrides(
+        config(job_config),
+        state={"local_dir": str(tmp_path / "disks")},
+        savepoint={"dir": f"file://{tmp_path}/savepoints", "format_type": format_type},
+    )
+
+    def phase(seed: int, name: str, restore: str, stop_after: int | None) -> Any:
+        sink = CollectSink()
+        cfg = with_overrides(
+            base, checkpoint={"storage": f"file://{tmp_path}/{name}"}, restore={"source": restore}
+        )
+        driver = JobDriver(pipeline(sink, seed), cfg, spark)
+        if stop_after is not None:
+            stop_with_savepoint_after(driver, stop_after)
+        return driver.run(), sink
+
+    first, _ = phase(0, "first", "latest", 3)
+    other, _ = phase(1, "other", "latest", 3)  # other keys' counts, same epochs, same disks
+    assert first.stopped_with_savepoint and other.stopped_with_savepoint
+    assert first.epoch == other.epoch
+    resumed, sink = phase(0, "resumed", first.stopped_with_savepoint, None)
+    assert resumed.finished
+    # The stop-with-savepoint epoch read no records: the resumed epoch e read the
+    # undisturbed run's e - 1, and must have given the same counts.
+    assert {e - 1: rows for e, rows in sink.by_epoch.items()} == {
+        e: rows for e, rows in reference.items() if e >= first.epoch
+    }
+    assert (resumed.restores.local, resumed.restores.remote) == (0, 2)

@@ -14,15 +14,24 @@ from stator.checkpoint.metadata import SubtaskSnapshot
 from stator.epoch.spec import CheckpointTask, EpochSpec, RestoreTask
 from stator.errors import StateMismatchError, StorageError
 from stator.keygroups import range_for_subtask
+from stator.state.backend import KeyedBackend
 from stator.state.options import RocksDBOptions
 from stator.storage import FileStore, ObjectStore
 from stator.tasks.local_state import RESTORE_ERROR_MARKER, RestoreError, open_state, take_snapshot
 
 UID, MP = "count", 16
 KG = range_for_subtask(0, 1, MP)
+# What the driver knows from its tasks' reports: the commit each executor's subtask made last.
+LAST_COMMIT: dict[Path, str] = {}
+
+
+def commit(local: Path, backend: KeyedBackend, epoch: int) -> None:
+    backend.commit(epoch, 0)
+    LAST_COMMIT[local] = backend.commit_token
 
 
 def spec(local: Path, epoch: int, **extra: object) -> EpochSpec:
+    """Epoch ``epoch`` on the executor whose disk is ``local``, expecting its last commit."""
     base = EpochSpec(
         job="job",
         epoch=epoch,
@@ -36,6 +45,7 @@ def spec(local: Path, epoch: int, **extra: object) -> EpochSpec:
         warm_entries=0,
         ranges={},
         split_max_ts={},
+        commits={(UID, 0): LAST_COMMIT.get(local, "")},
     )
     return dataclasses.replace(base, **extra)  # type: ignore[arg-type]
 
@@ -48,7 +58,7 @@ def checkpointed(tmp_path: Path, store: ObjectStore, epoch: int = 1) -> SubtaskS
         s = spec(local, e, checkpoint=ck)
         backend, _ = open_state(s, UID, 0, KG)
         try:
-            backend.commit(e, 0)
+            commit(local, backend, e)
             if ck is not None:
                 return take_snapshot(s, UID, 0, KG, backend)[0]
         finally:
@@ -71,6 +81,32 @@ def test_restore_at_the_base_epoch_continues(tmp_path: Path) -> None:
         assert restored.remote_bytes == snap.state_bytes > 0
     finally:
         backend.close()
+
+
+def test_local_state_of_another_commit_at_the_base_epoch_is_restored_over(tmp_path: Path) -> None:
+    """Executor A's database is at epoch 2 but is not the commit checkpoint 1 holds (another
+    lineage on the same disk): it is restored over, here from A's copy of the checkpoint;
+    with no restore source at epoch 2 the job must rewind instead."""
+    store = FileStore(f"file://{tmp_path}/ck")
+    snap = checkpointed(tmp_path, store, epoch=2)
+    local = tmp_path / "executor-a"
+    assert snap.commit and LAST_COMMIT[local] == snap.commit
+    s = spec(local, 3, restore=restore_of(store, snap))
+    backend, restored = open_state(s, UID, 0, KG)
+    assert restored.source == "none"  # the expected commit: kept as it is
+    backend.commit(2, 0)  # another commit of epoch 2, which the driver never heard of
+    backend.close()
+    backend, restored = open_state(s, UID, 0, KG)
+    try:
+        assert (backend.epoch, backend.commit_token, restored.source) == (2, snap.commit, "local")
+    finally:
+        backend.close()
+    backend = open_state(s, UID, 0, KG)[0]
+    backend.commit(2, 0)
+    backend.close()
+    older = dataclasses.replace(restore_of(store, snap), epoch=1)
+    with pytest.raises(StateMismatchError, match="another lineage"):
+        open_state(spec(local, 3, restore=older), UID, 0, KG)
 
 
 def test_checkpoint_older_than_the_base_epoch_rewinds_and_is_not_corrupt(tmp_path: Path) -> None:
@@ -153,7 +189,7 @@ def test_restore_on_the_same_executor_reads_the_local_copy(tmp_path: Path) -> No
     local = tmp_path / "executor-a"
     for e in (2, 3):
         b, _ = open_state(spec(local, e, completed_checkpoint=1), UID, 0, KG)
-        b.commit(e, 0)
+        commit(local, b, e)
         b.close()
     assert copy_of(tmp_path).is_dir()  # kept: checkpoint 1 is still the latest completed
     s = spec(local, 2, restore=restore_of(store, snap), completed_checkpoint=1)
@@ -203,13 +239,13 @@ def test_copies_are_kept_until_the_driver_confirms_the_next_checkpoint(tmp_path:
     local = tmp_path / "executor-a"
     state_dir = local / "job" / UID / "0-of-1"
     b, _ = open_state(spec(local, 1, checkpoint=CheckpointTask(1, store, True, {})), UID, 0, KG)
-    b.commit(1, 0)
+    commit(local, b, 1)
     take_snapshot(spec(local, 1, checkpoint=CheckpointTask(1, store, True, {})), UID, 0, KG, b)
     b.close()
     # epoch 2 takes checkpoint 2 while 1 is the latest completed: both copies stay
     s2 = spec(local, 2, checkpoint=CheckpointTask(2, store, True, {}), completed_checkpoint=1)
     b, _ = open_state(s2, UID, 0, KG)
-    b.commit(2, 0)
+    commit(local, b, 2)
     take_snapshot(s2, UID, 0, KG, b)
     b.close()
     assert sorted(p.name for p in state_dir.glob("chk-*")) == ["chk-1", "chk-2"]

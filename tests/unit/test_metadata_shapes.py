@@ -88,6 +88,9 @@ SAVEPOINT_CASES = [
     ("sources", {"events": []}, "sources.events must be a JSON object"),
     ("region_epochs", {"r": "3"}, "region_epochs.r must be an integer"),
     ("region_uids", {"r": "events"}, "region_uids.r must be a JSON array"),
+    ("operators.totals.commits", {"0": 5}, "commits.0 must be a string, got 5"),
+    ("operators.totals.commits", {"2": "ab"}, "'2' is not a subtask below 2"),
+    ("operators.totals.commits", {"x": "ab"}, "'x' is not a subtask below 2"),
 ]
 
 
@@ -122,6 +125,7 @@ CHECKPOINT_CASES = [
     ("operators.totals.subtasks.0.files.0.name", "a/b.sst", "is not a database file's name"),
     ("sinks.out", {}, "sinks.out must be a JSON array"),
     ("sinks.out.0.parts", 3, "sinks.out[0].parts must be a JSON array"),
+    ("operators.totals.subtasks.0.commit", None, "subtasks[0].commit must be a string, got null"),
 ]
 
 
@@ -145,6 +149,35 @@ def test_well_formed_metadata_still_reads() -> None:
     old["operators"]["totals"]["subtasks"][0].pop("incremental_bytes")
     old["operators"]["totals"]["subtasks"][0]["uploaded_bytes"] = 2
     assert CheckpointMetadata.from_json(json.dumps(old).encode()).incremental_bytes == 2
+
+
+def test_restore_sources_name_the_commit_each_subtask_must_be() -> None:
+    """Local state is kept only if it is the commit the restore source was taken from
+    (``tasks/local_state.py``, step 1): for the subtasks of an operator at the parallelism
+    the source was taken at; metadata of an older Stator (no commits) names none."""
+    from stator.driver.restore import Target
+
+    store = open_store("file:///tmp/unused-commits")
+    raw = _checkpoint()
+    raw["operators"]["totals"]["subtasks"][0]["commit"] = "c0"
+    ck = CheckpointMetadata.from_json(json.dumps(raw).encode())
+    assert Target(ck, store).commits({"totals": 1}) == {("totals", 0): "c0"}
+    assert Target(ck, store).commits({"totals": 2}) == {}  # rescaled: other directories
+    assert (
+        Target(CheckpointMetadata.from_json(json.dumps(_checkpoint()).encode()), store).commits(
+            {"totals": 1}
+        )
+        == {}
+    )
+    sp = _savepoint()
+    sp["operators"]["totals"]["commits"] = {"0": "s0", "1": ""}
+    meta = SavepointMetadata.from_json(json.dumps(sp).encode())
+    assert meta.operators["totals"].commits == {0: "s0", 1: ""}
+    assert SavepointMetadata.from_json(meta.to_json()) == meta
+    assert Target(meta, store).commits({"totals": 2}) == {("totals", 0): "s0"}
+    assert Target(meta, store).commits({"totals": 3}) == {}
+    old = SavepointMetadata.from_json(json.dumps(_savepoint()).encode())
+    assert old.operators["totals"].commits == {} and Target(old, store).commits({"totals": 2}) == {}
 
 
 def test_listings_report_a_wrong_shape_and_go_on(tmp_path: Path) -> None:

@@ -47,6 +47,9 @@ class SubtaskSnapshot:
     epoch: int
     files: tuple[RemoteFile, ...]
     incremental_bytes: int = 0  # bytes this checkpoint uploaded for this subtask
+    # The database commit these files hold (``KeyedBackend.commit_token``; "": written by an
+    # older Stator): local state may stand in for them only if it is that commit.
+    commit: str = ""
 
     @property
     def state_bytes(self) -> int:
@@ -152,6 +155,7 @@ def subtask_snapshot(s: Fields) -> SubtaskSnapshot:
         s.integer(
             "incremental_bytes" if "incremental_bytes" in s.raw else "uploaded_bytes", 0, low=0
         ),
+        s.text("commit") if "commit" in s.raw else "",
     )
 
 

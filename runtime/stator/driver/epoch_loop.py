@@ -493,6 +493,7 @@ class JobDriver:
             completed_checkpoint=latest.checkpoint_id if latest else 0,
             in_flight=self.in_flight.ids(),
             split_failover_attempts=self._task_attempts if self.split_failover else 0,
+            commits=dict(position.commits),
         )
 
     def _local_restore(self) -> LocalRestore | None:
@@ -594,6 +595,7 @@ class JobDriver:
         self.status.records_in += records_in
         self.status.records_out += records_out
         self.recovery.position.epoch = self.status.epoch = spec.epoch
+        self.recovery.position.commits.update({(r.uid, r.subtask): r.commit for r in states})
         self._keyed_tasks_done(spec.epoch, states)
         self.schedule.epoch_done()
         outcomes: list[Outcome] = []

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..checkpoint.coordinator import CheckpointCoordinator
 from ..checkpoint.metadata import CheckpointMetadata
@@ -60,6 +60,8 @@ class Position:
     target: Target | None = None
     # The first epoch after a restore checks that the code declares every restored state.
     verify_states: bool = False
+    # (uid, subtask) -> the database commit of its state at ``epoch`` (``EpochSpec.commits``).
+    commits: dict[tuple[str, int], str] = field(default_factory=dict)
 
 
 class Recovery:
@@ -131,7 +133,8 @@ class Recovery:
             )
         self.planner.rewind(target.meta.sources if target else None)
         epoch = target.epoch if target else 0
-        self.position = Position(epoch, target, verify_states=target is not None)
+        commits = target.commits(self.parallelism.operators) if target else {}
+        self.position = Position(epoch, target, target is not None, commits)
         self.status.epoch = epoch
         pending = (
             target.meta.sinks if target and isinstance(target.meta, CheckpointMetadata) else {}

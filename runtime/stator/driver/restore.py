@@ -58,6 +58,26 @@ class Target:
             part = replace(meta, operators=snaps, sources=sources, sinks=sinks)
         return Target(part, self.store)
 
+    def commits(self, parallelism: dict[str, int]) -> dict[tuple[str, int], str]:
+        """The database commit each keyed subtask's restored state is, for the operators
+        whose parallelism is the one the snapshot was taken at (``EpochSpec.commits``)."""
+        meta = self.meta
+        if isinstance(meta, SavepointMetadata):
+            return {
+                (uid, subtask): commit
+                for uid, op in meta.operators.items()
+                if op.parallelism == parallelism.get(uid)
+                for subtask, commit in op.commits.items()
+                if commit
+            }
+        return {
+            (uid, s.index): s.commit
+            for uid, op in meta.operators.items()
+            if op.parallelism == parallelism.get(uid)
+            for s in op.subtasks
+            if s.commit
+        }
+
     def describe(self) -> str:
         if isinstance(self.meta, SavepointMetadata):
             return f"savepoint {self.store.uri} (epoch {self.meta.epoch})"

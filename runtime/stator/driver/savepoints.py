@@ -329,6 +329,7 @@ def _metadata(
     key_groups: dict[str, dict[int, dict[str, Any]]] = {}
     databases: dict[str, list[SubtaskSnapshot]] = {}
     watermarks: dict[str, int] = {}
+    commits: dict[str, dict[int, str]] = {}
     seen: dict[str, set[int]] = {}
     for r in done.states:
         if r.savepoint is None:
@@ -338,6 +339,7 @@ def _metadata(
         if r.savepoint.snapshot is not None:
             databases.setdefault(r.uid, []).append(r.savepoint.snapshot)
         watermarks[r.uid] = min(watermarks.get(r.uid, MAX_TIMESTAMP), r.watermark)
+        commits.setdefault(r.uid, {})[r.subtask] = r.commit
         seen.setdefault(r.uid, set()).add(r.subtask)
     for uid, p in parallelism.items():
         if len(seen.get(uid, ())) != p:
@@ -353,6 +355,7 @@ def _metadata(
             key_groups[uid],
             watermarks[uid],
             tuple(sorted(databases.get(uid, ()), key=lambda s: s.index)),
+            commits[uid],
         )
         for uid in seen
     }

@@ -118,6 +118,9 @@ class StateReport:
     # The token of this attempt's asynchronous upload of ``snapshot`` ("": uploaded before
     # the task returned): the driver waits for its confirmation (``checkpoint/uploads.py``).
     upload: str = ""
+    # The database commit of ``epoch`` (``KeyedBackend.commit_token``): the next epoch keeps
+    # the local state only if it is this commit (``EpochSpec.commits``).
+    commit: str = ""
 
 
 Report = SplitReport | SplitFailure | SinkReport | StateReport

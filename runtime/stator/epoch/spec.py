@@ -125,6 +125,11 @@ class EpochSpec:
     # task; a source task's last attempt reports its failure instead of failing the epoch,
     # so only its split fails over (``driver/split_failover.py``).
     split_failover_attempts: int = 0
+    # (uid, subtask) -> the database commit its state at ``base_epoch`` must be (the last
+    # epoch's reports, or the restore source's metadata): local state at that epoch but of
+    # another commit is of another lineage and is restored over. Absent: nothing local is
+    # trusted but at epoch 0.
+    commits: dict[tuple[str, int], str] = field(default_factory=dict)
 
     def state_dir(self, uid: str, subtask: int) -> Path:
         p = self.parallelism[uid]

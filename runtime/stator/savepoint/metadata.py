@@ -41,6 +41,9 @@ class OperatorSavepoint:
     watermark: int
     # native: each subtask's database files (keys relative to the savepoint's directory)
     subtasks: tuple[SubtaskSnapshot, ...] = ()
+    # subtask -> the database commit its part was taken from (``KeyedBackend.commit_token``;
+    # empty: an older Stator): a restore at ``parallelism`` keeps local state of that commit.
+    commits: dict[int, str] = field(default_factory=dict)
 
     @property
     def state_bytes(self) -> int:
@@ -136,7 +139,17 @@ def _operator(op: Fields, native: bool, max_parallelism: int) -> OperatorSavepoi
         {_key_group(n, kg): _key_group_file(kg) for n, kg in op.objects("key_groups").items()},
         op.integer("watermark"),
         subtasks,
+        _commits(op.fields("commits", optional=True), parallelism),
     )
+
+
+def _commits(commits: Fields, parallelism: int) -> dict[int, str]:
+    found = {}
+    for number in commits.raw:
+        if not (number.isascii() and number.isdigit() and int(number) < parallelism):
+            raise ValueError(f"{commits.path}: {number!r} is not a subtask below {parallelism}")
+        found[int(number)] = commits.text(number)
+    return found
 
 
 def _check_databases(

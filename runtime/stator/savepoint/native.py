@@ -69,6 +69,7 @@ def export_database(
         epoch,
         remote,
         sum(f.size for f in remote),
+        backend.commit_token,
     )
 
 

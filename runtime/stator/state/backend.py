@@ -71,6 +71,10 @@ class KeyedBackend:
         )
         self.db: rocksdict.Rdict | None = None
         self.epoch = 0
+        # Which commit the state is (random per commit, hex; "" before the first): two
+        # databases at the same epoch may be of different lineages (a run from a savepoint,
+        # another run of the job on the same disks), and only this tells them apart.
+        self.commit_token = ""
         self.watermark = MIN_WATERMARK
         self.registry: dict[str, dict[str, Any]] = {}
         self.tables: dict[str, Table] = {}
@@ -94,8 +98,10 @@ class KeyedBackend:
         self.watermark = _I64.unpack(raw_wm)[0] if raw_wm is not None else MIN_WATERMARK
         raw_states = db.get(META_STATES)
         self.registry = json.loads(raw_states) if raw_states is not None else {}
+        raw_token = db.get(META_COMMIT)
+        self.commit_token = raw_token.hex() if raw_token is not None else ""
         if self.warm_entries:
-            self._warm = warm.take(str(self.path), db.get(META_COMMIT))
+            self._warm = warm.take(str(self.path), raw_token)
             self.warm_hit = bool(self._warm)
         raw_info = db.get(META_INFO)
         if raw_info is not None:
@@ -297,6 +303,7 @@ class KeyedBackend:
             batch.put(META_INFO, json.dumps(info, sort_keys=True).encode())
         self.db.write(batch)
         self.epoch, self.watermark, self._registry_changed = epoch, watermark, False
+        self.commit_token = token.hex()
         keep: dict[int, tuple[dict[bytes, Any], bool]] = {}
         for table in self.tables.values():
             if self.warm_entries and not isinstance(table, MapTable):

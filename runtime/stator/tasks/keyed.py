@@ -103,6 +103,7 @@ def keyed_task(
             host,
             node_name(),
             upload,
+            backend.commit_token,
         )
         done: list[Report] = [state, *staged]
         reports.add(done)

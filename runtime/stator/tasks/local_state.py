@@ -3,7 +3,10 @@ restore it when it is not there, and snapshot it for a checkpoint.
 
 Opening subtask S for epoch E (its state must be at ``base_epoch`` = E-1):
 
-1. Local state at ``base_epoch``: use it as it is.
+1. Local state at ``base_epoch`` and of the commit the driver expects (``EpochSpec.commits``):
+   use it as it is. At that epoch but of another commit, it is another lineage's state (the
+   job was restored from a savepoint or checkpoint other than the run that left it; another
+   run of the job used these disks) and is restored over as if it were missing.
 2. The driver's restore source is at another epoch than ``base_epoch`` (epochs ran after it
    without a checkpoint, and this task landed where their state is not): nothing here can
    produce the expected state, so fail with :class:`~stator.errors.StateMismatchError`. The
@@ -71,16 +74,12 @@ def open_state(
     backend = KeyedBackend(
         path, spec.rocksdb, key_groups, spec.max_parallelism, uid, spec.warm_entries
     )
-    local_epoch = None
-    if path.exists():
-        backend.open()
-        local_epoch = backend.epoch
-        if local_epoch == spec.base_epoch:
-            return backend, NO_RESTORE
-        backend.close()
+    local = _open_local(spec, uid, subtask, backend)
+    if local is None:
+        return backend, NO_RESTORE
     if restore is not None and restore.epoch != spec.base_epoch:
         raise StateMismatchError(
-            f"operator '{uid}' subtask {subtask}: local state is at epoch {local_epoch}, the "
+            f"operator '{uid}' subtask {subtask}: {local}, the "
             f"job expects epoch {spec.base_epoch}, and the restore source "
             f"({_describe(restore)}) is at epoch {restore.epoch}: the job must rewind to it"
         )
@@ -92,7 +91,7 @@ def open_state(
                 backend.commit(spec.base_epoch, MIN_TIMESTAMP)
             return backend, NO_RESTORE
         raise StateMismatchError(
-            f"operator '{uid}' subtask {subtask}: local state is at epoch {local_epoch}, the "
+            f"operator '{uid}' subtask {subtask}: {local}, the "
             f"job expects epoch {spec.base_epoch} and no checkpoint of that epoch was given"
         )
     started = time.monotonic()
@@ -169,10 +168,49 @@ def _restore_from_copy(
     except Exception as exc:
         backend.close()
         return f"local copy unusable: {type(exc).__name__}: {exc}"
-    if backend.epoch != spec.base_epoch:
+    found = (backend.epoch, backend.commit_token if snapshot.commit else "")
+    if found != (spec.base_epoch, snapshot.commit):
         backend.close()
-        return f"local copy is at epoch {backend.epoch}, not {spec.base_epoch}"
+        return (
+            f"local copy is epoch {backend.epoch} commit {backend.commit_token[:8]}, the "
+            f"checkpoint epoch {spec.base_epoch} commit {snapshot.commit[:8] or '(unknown)'}"
+        )
     return None
+
+
+def _open_local(spec: EpochSpec, uid: str, subtask: int, backend: KeyedBackend) -> str | None:
+    """Step 1: leave ``backend`` open on the local state if it is the one the job expects
+    (None); otherwise say what is there, for the error that rewinds the job."""
+    if not backend.path.exists():
+        return "there is no local state"
+    backend.open()
+    if backend.epoch == spec.base_epoch and _expected_commit(spec, uid, subtask, backend):
+        return None
+    backend.close()
+    if backend.epoch == spec.base_epoch:
+        return f"local state at epoch {backend.epoch} is another lineage's"
+    return f"local state is at epoch {backend.epoch}"
+
+
+def _expected_commit(spec: EpochSpec, uid: str, subtask: int, backend: KeyedBackend) -> bool:
+    """Step 1: is the local state at ``base_epoch`` the commit the job's state descends from?
+    At epoch 0 nothing was committed; without an expected commit (metadata of an older
+    Stator, an operator the restore source does not have) nothing local is trusted."""
+    if spec.base_epoch == 0:
+        return True
+    expected = spec.commits.get((uid, subtask), "")
+    if backend.commit_token == expected and expected:
+        return True
+    log.info(
+        "operator '%s' subtask %d: local state at epoch %d is commit %s, the job's is %s: "
+        "another lineage's, restoring over it",
+        uid,
+        subtask,
+        spec.base_epoch,
+        backend.commit_token[:8] or "(none)",
+        expected[:8] or "(unknown)",
+    )
+    return False
 
 
 def _ms_since(started: float) -> int:
@@ -314,6 +352,7 @@ def take_snapshot(
         spec.epoch,
         plan.files,
         plan.bytes,
+        backend.commit_token,
     )
     # Keep this copy, those of checkpoints still uploading and the latest completed
     # checkpoint's until the driver confirms a newer one (none with local recovery off,
