@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import socket
 import subprocess
 import sys
 import time
@@ -351,3 +352,31 @@ def test_an_executor_has_one_uploader_that_outlives_its_workers(
     while Path(socket_path).parent.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not Path(socket_path).parent.exists()
+
+
+def test_a_killed_uploaders_directory_is_removed_by_the_next_start(tmp_path: Path) -> None:
+    """SIGKILL skips the uploader's clean-up: the next start removes a directory whose socket
+    nobody listens on, but not one an uploader listens on, nor one too young to judge (an
+    executor that is starting), nor other files."""
+    from stator.checkpoint.executor_uploader import DIR_PREFIX, STALE_AFTER_S, remove_stale
+
+    def uploader_dir(name: str, listening: bool) -> tuple[Path, socket.socket]:
+        d = tmp_path / f"{DIR_PREFIX}{name}"
+        d.mkdir()
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(str(d / "socket"))
+        if listening:
+            s.listen(1)
+        return d, s
+
+    dead, s1 = uploader_dir("dead", listening=False)
+    s1.close()  # the file stays; nobody listens: a killed uploader's
+    alive, s2 = uploader_dir("alive", listening=True)
+    (tmp_path / "stator-other").mkdir()
+    try:
+        assert remove_stale(str(tmp_path)) == []  # both just created: too young to judge
+        later = time.time() + STALE_AFTER_S + 1
+        assert remove_stale(str(tmp_path), now=later) == [str(dead)]
+        assert not dead.exists() and alive.exists() and (tmp_path / "stator-other").exists()
+    finally:
+        s2.close()

@@ -19,7 +19,9 @@ Serving, step by step:
 3. When the daemon is gone (the executor stopped or was killed: the uploader is re-parented),
    it accepts what is still waiting in the backlog, finishes every job it read and exits. A
    killed executor's pod takes it along; in a local run, whoever kills the executor's
-   process tree does.
+   process tree does. A directory an uploader killed with its executor left behind (one
+   socket nobody listens on) is removed by the next ``start`` on the machine
+   (``remove_stale``).
 """
 
 from __future__ import annotations
@@ -43,13 +45,52 @@ from .uploads import UPLOADER_SOCKET_ENV
 log = logging.getLogger("stator.checkpoint")
 
 ACCEPT_TIMEOUT_S = 1.0  # how often the uploader checks that its daemon still lives
+DIR_PREFIX = "stator-uploader-"
+# A directory younger than this may be an executor's that is starting (bound, not listening).
+STALE_AFTER_S = 60.0
+
+
+def remove_stale(parent: str, now: float | None = None) -> list[str]:
+    """Remove the uploader directories under ``parent`` whose socket nobody listens on (their
+    uploader was killed: SIGKILL skips step 3's clean-up); returns them. Best effort: another
+    user's, or one that cannot be checked, is left alone."""
+    now = time.time() if now is None else now
+    removed = []
+    with contextlib.suppress(OSError), os.scandir(parent) as entries:
+        for entry in entries:
+            if not entry.name.startswith(DIR_PREFIX) or not entry.is_dir(follow_symlinks=False):
+                continue
+            try:
+                if (
+                    entry.stat().st_uid != os.getuid()
+                    or now - entry.stat().st_mtime < STALE_AFTER_S
+                ):
+                    continue
+                if _answers(os.path.join(entry.path, "socket")):
+                    continue
+            except OSError:
+                continue
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+    return removed
+
+
+def _answers(path: str) -> bool:
+    """Does an uploader listen at ``path``? A socket file without a listener refuses."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            return False
+    return True
 
 
 def start() -> None:
     """Step 1 of the module docstring."""
     directory = ""
+    remove_stale(tempfile.gettempdir())
     try:
-        directory = tempfile.mkdtemp(prefix="stator-uploader-")
+        directory = tempfile.mkdtemp(prefix=DIR_PREFIX)
         path = os.path.join(directory, "socket")
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listening:
             listening.bind(path)
