@@ -65,6 +65,8 @@ from .savepoints import (
     PartVerdict,
     SavepointRequest,
     SavepointRequests,
+    discard_failed,
+    empty_target,
     merge_parts,
 )
 from .status import CheckpointOutcome, JobState, JobStatus, RestoreCounts, StartupTimes
@@ -434,6 +436,7 @@ class RegionalJob:
             rid: SavepointRequest(location, request.stop, request.format_type, part=PartVerdict())
             for rid in self.drivers
         }
+        ours = empty_target(location, cfg.s3)
         for rid, part in parts.items():
             self.drivers[rid].savepoints.enqueue_part(part)
         try:
@@ -460,6 +463,7 @@ class RegionalJob:
             request.status, request.error = "FAILED", str(exc)[:2000]
             request.completed_ms = now_ms()
             log.warning("savepoint %s failed: %s", request.id, request.error)
+            discard_failed(ours)
             return
         request.status, request.epoch = "COMPLETED", merged.epoch
         request.state_bytes, request.completed_ms = merged.state_bytes, now_ms()

@@ -13,7 +13,10 @@ Taking savepoint S, step by step:
    Before it, S's target is checked (reachable, no savepoint there yet): failure -> the
    request fails with the reason and the job goes on (:class:`SavepointRefused`). Failure of
    the epoch -> the request fails with the reason, the job fails over as for any failed
-   epoch; S's directory has no metadata and does not count as a savepoint.
+   epoch; S's directory has no metadata and does not count as a savepoint. If the target
+   held nothing before S, every file in it is S's and is deleted (:func:`discard_failed`;
+   best effort: a task of the failed epoch still uploading may add one after); a target
+   that held other files keeps what S wrote there.
 3. ``_savepoint.json`` is written last: S exists from here on. It references only files in
    S's directory, and checkpoint retention never deletes it.
 4. Stop (if asked): the loop ends after S, with every sink committed up to S's epoch.
@@ -273,8 +276,11 @@ def take_savepoint(
     format_type = request.format_type or config.format_type
     # A native part is the database's files, compressed by RocksDB's own options.
     compression = NATIVE_COMPRESSION if format_type == NATIVE else config.compression
+    ours = None
     try:
         store = _open_target(location, s3)
+        if request.part is None:  # a region's part: the job's call (``regions.py``)
+            ours = empty_target(location, s3)
         done = runner.run_savepoint_epoch(SavepointTask(store, "", compression, format_type))
         if done.checkpoint_failed:
             raise StatorError(
@@ -291,6 +297,7 @@ def take_savepoint(
         request.status, request.error = "FAILED", f"{type(exc).__name__}: {exc}"[:2000]
         request.completed_ms = now_ms()
         log.warning("savepoint %s failed: %s", request.id, request.error)
+        discard_failed(ours)
         raise
     request.status, request.epoch, request.state_bytes = "COMPLETED", meta.epoch, meta.state_bytes
     request.completed_ms = now_ms()
@@ -315,6 +322,34 @@ def _open_target(location: str, s3: S3Options) -> ObjectStore:
     if taken:
         raise SavepointRefused(f"{location} already holds a savepoint; choose another target")
     return store
+
+
+def empty_target(location: str, s3: S3Options) -> ObjectStore | None:
+    """S's target if it holds nothing yet (so that, if S fails, everything there is S's);
+    None if it holds something or cannot be read."""
+    try:
+        store = open_store(location, s3)
+        return None if store.listing() else store
+    except (StatorError, OSError):
+        return None
+
+
+def discard_failed(store: ObjectStore | None) -> None:
+    """Delete what a failed savepoint wrote into its target (step 2 of the module
+    docstring): ``store`` is the target if it held nothing before S (:func:`empty_target`),
+    else None and nothing is deleted. Never a directory with metadata: that is a savepoint."""
+    if store is None:
+        return
+    try:
+        keys = [key for key, _ in store.listing()]
+        if METADATA_NAME in keys:
+            return
+        store.delete(keys)
+    except (StatorError, OSError) as exc:
+        log.warning("failed savepoint %s: its files are left behind: %s", store.uri, exc)
+        return
+    if keys:
+        log.info("failed savepoint %s: deleted the %d files it wrote", store.uri, len(keys))
 
 
 def _metadata(
