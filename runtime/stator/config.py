@@ -41,6 +41,9 @@ class EpochConfig:
     stop_when_finished: bool = True
 
 
+INLINE_LIMIT = 1 << 20  # checkpoint.inline_max_bytes at most
+
+
 @dataclass(frozen=True)
 class CheckpointConfig:
     # Where checkpoints live: file:///path or s3://bucket/prefix. The job's name is appended.
@@ -70,6 +73,12 @@ class CheckpointConfig:
     # A checkpoint whose uploads are not confirmed within this time fails (the next one is
     # taken as usual); an uploader stops sending files for it past this time.
     timeout_ms: int = 600_000
+    # Private database files of at most this many bytes (RocksDB's CURRENT, MANIFEST, OPTIONS;
+    # small SSTs of full checkpoints: shared ones stay objects, which later checkpoints
+    # re-reference) go into the checkpoint's metadata instead of objects of their own (Flink's
+    # state.storage.fs.memory-threshold, 20 KB by default): most of a checkpoint's requests
+    # are for them. 0: every file is an object. At most 1 MiB (the metadata is read whole).
+    inline_max_bytes: int = 20_480
 
 
 @dataclass(frozen=True)
@@ -258,6 +267,11 @@ class JobConfig:
         _positive(self, "checkpoint.retained", self.checkpoint.retained)
         _positive(self, "checkpoint.max_concurrent", self.checkpoint.max_concurrent)
         _positive(self, "checkpoint.timeout_ms", self.checkpoint.timeout_ms)
+        if not 0 <= self.checkpoint.inline_max_bytes <= INLINE_LIMIT:
+            raise ConfigError(
+                f"checkpoint.inline_max_bytes must be 0 (off) to {INLINE_LIMIT} (1 MiB), got "
+                f"{self.checkpoint.inline_max_bytes}"
+            )
         _positive(self, "spark.task_attempts", self.spark.task_attempts)
         _check_restart(self.restart)
         _positive(self, "lease.renew_ms", self.lease.renew_ms)

@@ -46,7 +46,7 @@ class Subtask:
         base = {}
         if previous is not None:
             base = {f.name: f for f in previous.operators[UID].subtasks[self.index].files}
-        plan = plan_upload(checkpoint_id, UID, self.index, files, base, True)
+        plan = plan_upload(checkpoint_id, UID, self.index, self.dir, files, base, True)
         snap = SubtaskSnapshot(
             self.index, 2, (self.index * 64, self.index * 64 + 63), 1, plan.files
         )

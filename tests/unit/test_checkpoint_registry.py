@@ -128,7 +128,10 @@ def test_metadata_round_trip() -> None:
     meta = make_meta(7, [RemoteFile("1.sst", "shared/op/1.sst", 10, True)])
     again = CheckpointMetadata.from_json(meta.to_json())
     assert again == meta
-    assert json.loads(meta.to_json())["format_version"] == 1
+    assert json.loads(meta.to_json())["format_version"] == 2
+    old = json.loads(meta.to_json())  # written before inline files: still read
+    old["format_version"] = 1
+    assert CheckpointMetadata.from_json(json.dumps(old).encode()).format_version == 1
 
 
 def test_registry_release_returns_only_unreferenced() -> None:

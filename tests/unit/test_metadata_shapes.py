@@ -5,6 +5,7 @@ never crashes the command or the listing that meets it, nor a later check that u
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -126,6 +127,9 @@ CHECKPOINT_CASES = [
     ("sinks.out", {}, "sinks.out must be a JSON array"),
     ("sinks.out.0.parts", 3, "sinks.out[0].parts must be a JSON array"),
     ("operators.totals.subtasks.0.commit", None, "subtasks[0].commit must be a string, got null"),
+    ("operators.totals.subtasks.0.files.0.inline", "AAAA", "has both a key and inline bytes"),
+    ("operators.totals.subtasks.0.files.0.key", "", "files[0].inline holds 0 bytes, its size is 3"),
+    ("format_version", 3, "format version 3 is not supported"),
 ]
 
 
@@ -282,3 +286,22 @@ def test_files_of_attempts_the_driver_did_not_keep_are_strays() -> None:
         ("other/kg-00001.bin", 3),  # not an operator of this savepoint: left alone
     ]
     assert stray_files(meta, listing) == ["totals/0/retried/1.sst"]
+
+
+@pytest.mark.parametrize(
+    ("inline", "shared", "message"),
+    [
+        ("YWJj", True, "an inline file cannot be shared"),
+        ("YW*j", False, "files[0].inline is not base64"),
+        ("YWJjZA==", False, "files[0].inline holds 4 bytes, its size is 3"),
+    ],
+)
+def test_inline_files_are_checked_when_read(inline: str, shared: bool, message: str) -> None:
+    raw = _checkpoint()
+    f = raw["operators"]["totals"]["subtasks"][0]["files"][0]
+    f.update(key="", inline=inline, shared=shared)
+    with pytest.raises(CheckpointNotFoundError, match=re.escape(message)):
+        CheckpointMetadata.from_json(json.dumps(raw).encode(), "file:///ck/_metadata")
+    f.update(inline="YWJj", shared=False)  # "abc": 3 bytes, as its size says
+    meta = CheckpointMetadata.from_json(json.dumps(raw).encode())
+    assert meta.files() == [] and meta.state_bytes == 3  # no object, but part of the state

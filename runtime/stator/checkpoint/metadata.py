@@ -3,6 +3,8 @@ first; everything else under a checkpoint is reachable from it."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
 from dataclasses import asdict, dataclass, field
@@ -11,7 +13,10 @@ from typing import Any
 from ..errors import CheckpointNotFoundError
 from ..jsonfields import Fields
 
-FORMAT_VERSION = 1
+# 2: files may be inline (``RemoteFile.inline``); a Stator that reads only 1 refuses them
+# instead of downloading a file from key "". Version 1 is still read.
+FORMAT_VERSION = 2
+READ_VERSIONS = (1, 2)
 METADATA_NAME = "_metadata"
 
 
@@ -34,9 +39,17 @@ class RemoteFile:
     """A file of a subtask's RocksDB snapshot: its local name and where it is stored."""
 
     name: str
-    key: str  # relative to the job's checkpoint root
+    key: str  # relative to the job's checkpoint root; "" for an inline file
     size: int
     shared: bool  # in shared/ and reference-counted, or private to one checkpoint
+    # A small file's bytes, base64, in the metadata itself (``checkpoint.inline_max_bytes``):
+    # no object of its own (``key`` is "").
+    inline: str = ""
+
+    @property
+    def stored(self) -> bool:
+        """An object in the store (not inline in the metadata)."""
+        return bool(self.key)
 
 
 @dataclass(frozen=True)
@@ -96,7 +109,10 @@ class CheckpointMetadata:
         return sum(s.incremental_bytes for op in self.operators.values() for s in op.subtasks)
 
     def files(self) -> list[RemoteFile]:
-        return [f for op in self.operators.values() for s in op.subtasks for f in s.files]
+        """Every file that is an object in the store (inline ones are not)."""
+        return [
+            f for op in self.operators.values() for s in op.subtasks for f in s.files if f.stored
+        ]
 
     def shared_keys(self) -> set[str]:
         return {f.key for f in self.files() if f.shared}
@@ -108,7 +124,7 @@ class CheckpointMetadata:
     def from_json(data: bytes, where: str = "") -> CheckpointMetadata:
         try:
             raw = Fields(json.loads(data))
-            if raw.raw.get("format_version") != FORMAT_VERSION:
+            if raw.raw.get("format_version") not in READ_VERSIONS:
                 raise ValueError(f"format version {raw.raw.get('format_version')} is not supported")
             return CheckpointMetadata(
                 raw.integer("checkpoint_id"),
@@ -122,7 +138,7 @@ class CheckpointMetadata:
                 _sinks(raw.fields("sinks")),
                 raw.integer("watermark"),
                 raw.integer("duration_ms", default=0, low=0),
-                FORMAT_VERSION,
+                raw.integer("format_version"),
             )
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise CheckpointNotFoundError(f"checkpoint metadata {where} is corrupt: {exc}") from exc
@@ -178,4 +194,18 @@ def _file(f: Fields) -> RemoteFile:
     name = f.text("name")
     if not _FILE_NAME.fullmatch(name):
         raise ValueError(f"{f.path}.name {name!r} is not a database file's name")
-    return RemoteFile(name, f.text("key"), f.integer("size", low=0), f.flag("shared"))
+    key, size = f.text("key"), f.integer("size", low=0)
+    inline = f.text("inline") if "inline" in f.raw else ""
+    if not key:
+        try:
+            data = base64.b64decode(inline, validate=True)
+        except binascii.Error as exc:
+            raise ValueError(f"{f.path}.inline is not base64: {exc}") from exc
+        if len(data) != size:
+            raise ValueError(f"{f.path}.inline holds {len(data)} bytes, its size is {size}")
+    elif inline:
+        raise ValueError(f"{f.path} has both a key and inline bytes")
+    shared = f.flag("shared")
+    if shared and not key:
+        raise ValueError(f"{f.path}: an inline file cannot be shared")
+    return RemoteFile(name, key, size, shared, inline)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 import shutil
 import time
 import uuid
@@ -48,11 +49,16 @@ def plan_upload(
     checkpoint_id: int,
     uid: str,
     subtask: int,
+    local_dir: Path,
     files: list[LocalFile],
     previous: dict[str, RemoteFile],
     incremental: bool,
+    inline_max: int = 0,
 ) -> UploadPlan:
-    """Re-reference what the last confirmed checkpoint already holds; send the rest.
+    """Re-reference what the last confirmed checkpoint already holds; put private files of
+    at most ``inline_max`` bytes into the metadata (read here, from ``local_dir``); send the
+    rest. Shared SSTs (incremental) stay objects whatever their size: the next checkpoints
+    re-reference them instead of carrying their bytes again.
 
     ``previous`` maps local file names of the previous *completed* checkpoint's snapshot of
     this subtask to their remote files.
@@ -64,11 +70,19 @@ def plan_upload(
     sent = 0
     for f in files:
         prev = previous.get(f.name) if incremental and f.shared else None
-        if prev is not None and prev.size == f.size:
+        if prev is not None and prev.size == f.size and prev.stored:
             result.append(prev)
             continue
-        key = shared_key(uid, f.name) if incremental and f.shared else f"{private}/{f.name}"
-        result.append(RemoteFile(f.name, key, f.size, incremental and f.shared))
+        shared = incremental and f.shared
+        if not shared and f.size <= inline_max:
+            data = (local_dir / f.name).read_bytes()
+            if len(data) != f.size:
+                raise OSError(f"{local_dir / f.name} has {len(data)} bytes, not {f.size}")
+            result.append(RemoteFile(f.name, "", f.size, False, base64.b64encode(data).decode()))
+            sent += f.size
+            continue
+        key = shared_key(uid, f.name) if shared else f"{private}/{f.name}"
+        result.append(RemoteFile(f.name, key, f.size, shared))
         todo.append((f.name, key))
         sent += f.size
     return UploadPlan(token, tuple(sorted(result, key=lambda r: r.name)), tuple(todo), sent)
@@ -94,7 +108,8 @@ def send_files(
 
 
 def download_snapshot(store: ObjectStore, files: tuple[RemoteFile, ...], target: Path) -> int:
-    """Materialize a snapshot into ``target`` (replaced atomically). Returns bytes read.
+    """Materialize a snapshot into ``target`` (replaced atomically). Returns the bytes
+    read from the store (inline files' included: the metadata brought them).
 
     Sizes are checked against the metadata, so a truncated or swapped file fails the restore
     (and the coordinator falls back to an older checkpoint) instead of corrupting state.
@@ -105,6 +120,8 @@ def download_snapshot(store: ObjectStore, files: tuple[RemoteFile, ...], target:
 
         def fetch(f: RemoteFile) -> int:
             dest = staging / f.name
+            if not f.stored:  # bytes the metadata carried (checked when it was read)
+                return dest.write_bytes(base64.b64decode(f.inline))
             store.get_file(f.key, dest)
             got = dest.stat().st_size
             if got != f.size:

@@ -460,6 +460,7 @@ class JobDriver:
                 async_upload=ck.async_upload,
                 deadline_ms=now_ms() + ck.timeout_ms,
                 base_in_flight=base,
+                inline_max_bytes=ck.inline_max_bytes,
             )
         verify, position.verify_states = position.verify_states, False
         target = position.target

@@ -108,7 +108,7 @@ def _named_files(meta: CheckpointMetadata | SavepointMetadata) -> dict[str, int]
     expected: dict[str, int] = {}
     for op in meta.operators.values():
         for snap in op.subtasks:  # a checkpoint's or a native savepoint's databases
-            expected.update({f.key: f.size for f in snap.files})
+            expected.update({f.key: f.size for f in snap.files if f.stored})
         if isinstance(op, OperatorSavepoint):  # a canonical savepoint's key-groups
             expected.update({str(kg["file"]): int(kg["bytes"]) for kg in op.key_groups.values()})
     return expected

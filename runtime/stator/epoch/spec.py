@@ -52,6 +52,8 @@ class CheckpointTask:
     # The in-flight checkpoint ``previous`` comes from (0: a completed one, or none): this
     # one fails if that one does (driver side only).
     base_in_flight: int = 0
+    # Files of at most this many bytes go into the metadata (checkpoint.inline_max_bytes).
+    inline_max_bytes: int = 0
 
 
 @dataclass(frozen=True)

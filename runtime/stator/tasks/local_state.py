@@ -229,7 +229,7 @@ def _all_present(restore: RestoreTask, uid: str, subtask: int) -> bool:
     files = snapshot.files if snapshot is not None else ()
     if snapshot is None:
         files = tuple(f for s in restore.rescale.get(uid, ()) for f in s.files)
-    return all(restore.store.size(f.key) == f.size for f in files)
+    return all(restore.store.size(f.key) == f.size for f in files if f.stored)
 
 
 def restore_into(
@@ -341,9 +341,11 @@ def take_snapshot(
         ck.checkpoint_id,
         uid,
         subtask,
+        local,
         files,
         ck.previous.get((uid, subtask), {}),
         ck.incremental,
+        ck.inline_max_bytes,
     )
     snapshot = SubtaskSnapshot(
         subtask,
