@@ -226,6 +226,9 @@ def _run(args: argparse.Namespace, s3: str) -> int:
                 "minio_sync": _case(
                     "stator_count", "events_per_s", **size, storage=s3, sync_upload=True
                 ),
+                "minio_objects": _case(
+                    "stator_count", "events_per_s", **size, storage=s3, inline_max_bytes=0
+                ),
                 "link": _case("stator_count", "events_per_s", **size, **link),
                 "link_sync": _case(
                     "stator_count", "events_per_s", **size, **link, sync_upload=True
@@ -252,6 +255,15 @@ def _run(args: argparse.Namespace, s3: str) -> int:
                 _field(runs, "minio", "checkpoints on MinIO", "events/s", STEADY),
                 _field(runs, "none", "no checkpoints", "events/s", STEADY),
                 target=">= 0.95",
+            ).row()
+        )
+        rows.append(
+            Comparison(
+                "the same, checkpoints on MinIO: small private files (CURRENT, MANIFEST, "
+                "OPTIONS) in the checkpoint's metadata (`checkpoint.inline_max_bytes`, the "
+                "default) vs every file an object (`checkpoint.inline_max_bytes=0`)",
+                asynchronous,
+                runs.runs_of("minio_objects", "every file an object", "events/s"),
             ).row()
         )
         rows.append(

@@ -134,13 +134,15 @@ def stator_count(
     function: str = "builtin",
     sync_upload: bool = False,
     s3_endpoint: str = "",
+    inline_max_bytes: int | None = None,
 ) -> dict[str, Any]:
     """Stator's keyed count, exactly-once checkpoints every epoch (or none): the built-in
     ``.count()`` (pre-combined before the shuffle, one update per key and epoch) or a user
     ``KeyedProcessFunction`` (:class:`RunningCount`, one output per event). ``sync_upload``:
     tasks upload their checkpoint files before they return (``checkpoint.async_upload``
     off). A run ends when its last checkpoint is complete, either way. ``s3_endpoint``: reach
-    the store there (e.g. through a bandwidth-capped link) instead of the environment's."""
+    the store there (e.g. through a bandwidth-capped link) instead of the environment's.
+    ``inline_max_bytes``: ``checkpoint.inline_max_bytes`` (None: the default)."""
     work = _workdir("stator-count")
     spark = _spark()
     p = Pipeline("bench-count")
@@ -163,6 +165,11 @@ def stator_count(
             f"checkpoint.enabled={'true' if checkpoint else 'false'}",
             f"checkpoint.async_upload={'false' if sync_upload else 'true'}",
             *([f"s3.endpoint_url={s3_endpoint}"] if s3_endpoint else []),
+            *(
+                [f"checkpoint.inline_max_bytes={inline_max_bytes}"]
+                if inline_max_bytes is not None
+                else []
+            ),
         ],
     )
     driver = JobDriver(p, cfg, spark)
