@@ -632,14 +632,22 @@ def local_restore(total_bytes: int, storage: str, value_bytes: int = 4096) -> di
     backend.commit(1, 0)
     snap, _ = take_snapshot(first, "op", 0, kg, backend)
     backend.close()
+    last = backend.commit_token  # what the driver learns from the task's report
     for e in (2, 3):  # epochs after the checkpoint: a restore is needed to go back to it
         b, _ = open_state(
-            dataclasses.replace(base, epoch=e, base_epoch=e - 1, completed_checkpoint=1),
+            dataclasses.replace(
+                base,
+                epoch=e,
+                base_epoch=e - 1,
+                completed_checkpoint=1,
+                commits={("op", 0): last},
+            ),
             "op",
             0,
             kg,
         )
         b.commit(e, 0)
+        last = b.commit_token
         b.close()
     restore = RestoreTask(store, 1, 1, snapshots={("op", 0): snap}, local_copies=True)
     again = dataclasses.replace(

@@ -77,7 +77,9 @@ class CheckpointConfig:
     # small SSTs of full checkpoints: shared ones stay objects, which later checkpoints
     # re-reference) go into the checkpoint's metadata instead of objects of their own (Flink's
     # state.storage.fs.memory-threshold, 20 KB by default): most of a checkpoint's requests
-    # are for them. 0: every file is an object. At most 1 MiB (the metadata is read whole).
+    # are for them. 0: every file is an object. At most 1 MiB per file (the metadata is read
+    # whole, and held by the driver: a large value with full checkpoints inlines every SST
+    # up to it).
     inline_max_bytes: int = 20_480
 
 

@@ -4,6 +4,7 @@ retained checkpoint needs is ever deleted, and every file nothing needs is delet
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -128,10 +129,7 @@ def test_metadata_round_trip() -> None:
     meta = make_meta(7, [RemoteFile("1.sst", "shared/op/1.sst", 10, True)])
     again = CheckpointMetadata.from_json(meta.to_json())
     assert again == meta
-    assert json.loads(meta.to_json())["format_version"] == 2
-    old = json.loads(meta.to_json())  # written before inline files: still read
-    old["format_version"] = 1
-    assert CheckpointMetadata.from_json(json.dumps(old).encode()).format_version == 1
+    assert json.loads(meta.to_json())["format_version"] == 1  # no inline file: readable by all
 
 
 def test_registry_release_returns_only_unreferenced() -> None:
@@ -141,3 +139,15 @@ def test_registry_release_returns_only_unreferenced() -> None:
     assert reg.release(1) == ["a"]
     assert reg.release(2) == ["b", "c"]
     assert reg.keys() == set()
+
+
+def test_metadata_is_version_2_only_with_an_inline_file() -> None:
+    from stator.checkpoint.metadata import version_for
+
+    assert (
+        version_for(make_meta(7, [RemoteFile("1.sst", "shared/op/1.sst", 10, True)]).operators) == 1
+    )
+    inline = make_meta(7, [RemoteFile("CURRENT", "", 3, False, "YWJj")])
+    assert version_for(inline.operators) == 2
+    written = replace(inline, format_version=version_for(inline.operators))
+    assert CheckpointMetadata.from_json(written.to_json()) == written

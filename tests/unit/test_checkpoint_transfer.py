@@ -73,3 +73,25 @@ def test_inline_off_makes_every_file_an_object(tmp_path: Path) -> None:
     plan = plan_upload(1, "count", 0, local, files, {}, True, inline_max=0)
     assert sorted(n for n, _ in plan.todo) == sorted(FILES)
     assert all(f.stored for f in plan.files)
+
+
+def test_a_full_checkpoints_private_files_are_never_re_referenced(tmp_path: Path) -> None:
+    """A job that switches from full to incremental checkpoints: the full checkpoint's SSTs
+    are private (deleted with its directory), so the first incremental one uploads its own
+    shared copies instead of referencing them."""
+    local, files = snapshot_dir(tmp_path)
+    full = plan_upload(5, "count", 0, local, files, {}, False, inline_max=20_480)
+    previous = {f.name: f for f in full.files}
+    assert previous["000007.sst"].stored and not previous["000007.sst"].shared
+    incremental = plan_upload(6, "count", 0, local, files, previous, True, inline_max=20_480)
+    by_name = {f.name: f for f in incremental.files}
+    assert sorted(n for n, _ in incremental.todo) == ["000007.sst", "000008.sst"]
+    assert by_name["000007.sst"].shared and by_name["000007.sst"].key.startswith("shared/")
+
+
+def test_inline_off_makes_even_an_empty_file_an_object(tmp_path: Path) -> None:
+    local = tmp_path / "chk-1"
+    local.mkdir()
+    (local / "LOCK").write_bytes(b"")
+    plan = plan_upload(1, "count", 0, local, [LocalFile("LOCK", 0, False)], {}, True, 0)
+    assert [n for n, _ in plan.todo] == ["LOCK"] and plan.files[0].stored

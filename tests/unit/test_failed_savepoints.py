@@ -38,6 +38,8 @@ class FailingEpoch:
 
     def run_savepoint_epoch(self, task: SavepointTask) -> SavepointEpoch:
         task.store.put("count/kg-00000.bin", b"part")
+        # Not the savepoint's: a checkpoint someone keeps under the target, written meanwhile.
+        task.store.put("counts/chk-0000000001/_metadata", b"{}")
         if not self.checkpoint_failed:
             raise RuntimeError("a task of the savepoint epoch failed")
         return SavepointEpoch(5, [], {}, checkpoint_failed=True)
@@ -61,7 +63,7 @@ def test_a_failed_savepoint_deletes_what_it_wrote_into_an_empty_target(
             S3Options(),
         )
     assert request.status == "FAILED" and request.error
-    assert files(tmp_path / "sp") == []
+    assert files(tmp_path / "sp") == ["counts/mine/counts/chk-0000000001/_metadata"]
 
 
 def test_a_target_that_held_files_keeps_them_and_an_existing_savepoint_is_never_touched(
@@ -74,7 +76,11 @@ def test_a_target_that_held_files_keeps_them_and_an_existing_savepoint_is_never_
     with pytest.raises(RuntimeError):
         take_savepoint(request, FailingEpoch(False), config, S3Options())
     # Not provably ours: what S wrote stays beside the user's file (documented).
-    assert files(tmp_path / "sp" / "shared") == ["count/kg-00000.bin", "notes.txt"]
+    assert files(tmp_path / "sp" / "shared") == [
+        "count/kg-00000.bin",
+        "counts/chk-0000000001/_metadata",
+        "notes.txt",
+    ]
 
     taken = f"file://{tmp_path}/sp/taken"
     write_savepoint(taken)

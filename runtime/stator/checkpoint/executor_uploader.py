@@ -78,6 +78,7 @@ def remove_stale(parent: str, now: float | None = None) -> list[str]:
 def _answers(path: str) -> bool:
     """Does an uploader listen at ``path``? A socket file without a listener refuses."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)  # a full backlog: busy, so alive (TimeoutError is an OSError)
         try:
             probe.connect(path)
         except (ConnectionRefusedError, FileNotFoundError):

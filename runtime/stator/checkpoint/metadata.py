@@ -13,9 +13,11 @@ from typing import Any
 from ..errors import CheckpointNotFoundError
 from ..jsonfields import Fields
 
-# 2: files may be inline (``RemoteFile.inline``); a Stator that reads only 1 refuses them
-# instead of downloading a file from key "". Version 1 is still read.
-FORMAT_VERSION = 2
+# Version 2: some files are inline (``RemoteFile.inline``), and a Stator that reads only 1
+# refuses it instead of downloading a file from key "". Metadata without inline files is
+# still written as 1 (``version_for``), so it stays readable by older Stators.
+FORMAT_VERSION = 1
+INLINE_VERSION = 2
 READ_VERSIONS = (1, 2)
 METADATA_NAME = "_metadata"
 
@@ -75,6 +77,12 @@ class OperatorSnapshot:
     parallelism: int
     subtasks: tuple[SubtaskSnapshot, ...]
     states: dict[str, Any] = field(default_factory=dict)
+
+
+def version_for(operators: dict[str, OperatorSnapshot]) -> int:
+    """The format version metadata holding ``operators`` is written as."""
+    inline = any(not f.stored for op in operators.values() for s in op.subtasks for f in s.files)
+    return INLINE_VERSION if inline else FORMAT_VERSION
 
 
 @dataclass(frozen=True)

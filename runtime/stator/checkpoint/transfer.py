@@ -70,11 +70,14 @@ def plan_upload(
     sent = 0
     for f in files:
         prev = previous.get(f.name) if incremental and f.shared else None
-        if prev is not None and prev.size == f.size and prev.stored:
+        # Only a shared file is re-referenced: the registry counts its references. A private
+        # one (a full checkpoint's, before the job switched to incremental) goes with its
+        # checkpoint's directory, which would take it from every later checkpoint.
+        if prev is not None and prev.size == f.size and prev.shared:
             result.append(prev)
             continue
         shared = incremental and f.shared
-        if not shared and f.size <= inline_max:
+        if not shared and inline_max and f.size <= inline_max:
             data = (local_dir / f.name).read_bytes()
             if len(data) != f.size:
                 raise OSError(f"{local_dir / f.name} has {len(data)} bytes, not {f.size}")

@@ -33,6 +33,7 @@ from ..checkpoint.metadata import (
     PendingCommit,
     RemoteFile,
     SubtaskSnapshot,
+    version_for,
 )
 from ..cluster.fencing import guard
 from ..epoch.reports import SinkReport, StateReport
@@ -120,6 +121,10 @@ def assemble_checkpoint(
         reason = errors[0] if errors else f"{got} of {expected} subtasks reported a snapshot"
         coordinator.abort(request.checkpoint_id, uploaded_files(states), reason)
         return reason
+    operators = {
+        uid: OperatorSnapshot(uid, parallelism[uid], tuple(subs[i] for i in sorted(subs)))
+        for uid, subs in by_op.items()
+    }
     return CheckpointMetadata(
         checkpoint_id=request.checkpoint_id,
         epoch=request.epoch,
@@ -127,13 +132,11 @@ def assemble_checkpoint(
         created_ms=now_ms(),
         max_parallelism=max_parallelism,
         incremental=request.incremental,
-        operators={
-            uid: OperatorSnapshot(uid, parallelism[uid], tuple(subs[i] for i in sorted(subs)))
-            for uid, subs in by_op.items()
-        },
+        operators=operators,
         sources=sources,
         sinks=output.as_commits(),
         watermark=min((r.watermark for r in states), default=MAX_TIMESTAMP),
+        format_version=version_for(operators),
     )
 
 

@@ -463,7 +463,7 @@ class RegionalJob:
             request.status, request.error = "FAILED", str(exc)[:2000]
             request.completed_ms = now_ms()
             log.warning("savepoint %s failed: %s", request.id, request.error)
-            discard_failed(ours)
+            discard_failed(ours, self.parallelism.operators)
             return
         request.status, request.epoch = "COMPLETED", merged.epoch
         request.state_bytes, request.completed_ms = merged.state_bytes, now_ms()

@@ -35,13 +35,14 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from ..api.time import MAX_TIMESTAMP
 from ..checkpoint.coordinator import now_ms
+from ..checkpoint.metadata import METADATA_NAME as CHECKPOINT_METADATA
 from ..checkpoint.metadata import SubtaskSnapshot
 from ..cluster.fencing import guard
 from ..config import SavepointConfig
@@ -297,7 +298,7 @@ def take_savepoint(
         request.status, request.error = "FAILED", f"{type(exc).__name__}: {exc}"[:2000]
         request.completed_ms = now_ms()
         log.warning("savepoint %s failed: %s", request.id, request.error)
-        discard_failed(ours)
+        discard_failed(ours, runner.parallelism.operators)
         raise
     request.status, request.epoch, request.state_bytes = "COMPLETED", meta.epoch, meta.state_bytes
     request.completed_ms = now_ms()
@@ -334,15 +335,19 @@ def empty_target(location: str, s3: S3Options) -> ObjectStore | None:
         return None
 
 
-def discard_failed(store: ObjectStore | None) -> None:
+def discard_failed(store: ObjectStore | None, uids: Iterable[str]) -> None:
     """Delete what a failed savepoint wrote into its target (step 2 of the module
     docstring): ``store`` is the target if it held nothing before S (:func:`empty_target`),
-    else None and nothing is deleted. Never a directory with metadata: that is a savepoint."""
+    else None and nothing is deleted. S writes only under its keyed operators' ``<uid>/``;
+    anything else that appeared meanwhile (a checkpoint or another savepoint someone put
+    under the target) is left alone, and so is everything if a metadata file is among
+    those keys."""
     if store is None:
         return
+    prefixes = tuple(f"{uid}/" for uid in uids)
     try:
-        keys = [key for key, _ in store.listing()]
-        if METADATA_NAME in keys:
+        keys = [key for key, _ in store.listing() if key.startswith(prefixes)]
+        if any(key.rsplit("/", 1)[-1] in (METADATA_NAME, CHECKPOINT_METADATA) for key in keys):
             return
         store.delete(keys)
     except (StatorError, OSError) as exc:
