@@ -4,6 +4,7 @@ a needed file, and a correct restore from every retained checkpoint."""
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 from stator import Pipeline
@@ -105,3 +106,35 @@ def test_incremental_retention_and_restore_from_every_retained(
         assert dict(sink.results) == expected_counts(final), f"restore of {meta.checkpoint_id}"
     # Restoring never touched the original job's checkpoints.
     assert dict(store.listing()) == listing
+
+
+def test_switching_from_full_to_incremental_keeps_every_checkpoint_whole(
+    spark: Any, job_config: JobConfig, tmp_path: Path
+) -> None:
+    """A job checkpointed in full, restarted with incremental checkpoints and one retained:
+    the first incremental checkpoint must upload its own shared SSTs, not reference the full
+    one's private files, which go with that checkpoint's directory when it is subsumed. A
+    new job on fresh disks then restores the latest checkpoint, with exact counts. (Before
+    the fix that checkpoint named deleted files: its restore failed and fell back.)"""
+    base = with_overrides(
+        job_config,
+        checkpoint={"storage": f"file://{tmp_path}/ck", "retained": 1},
+        state={"local_dir": str(tmp_path / "state")},
+    )
+    full = with_overrides(base, checkpoint={"incremental": False}, epoch={"max_records": KEYS})
+    JobDriver(pipeline(KEYS, CollectSink()), full, spark).run()
+    end = KEYS + 3 * STEP
+    incremental = with_overrides(base, epoch={"max_records": STEP})
+    assert incremental.checkpoint.incremental
+    status = JobDriver(pipeline(end, CollectSink()), incremental, spark).run()
+    assert status.checkpoints == 3 and status.restores.remote == 0  # its own local state
+    final = end + KEYS
+    sink = CollectSink()
+    fresh = with_overrides(
+        incremental,
+        state={"local_dir": str(tmp_path / "fresh")},
+        epoch={"max_records": 2 * KEYS},
+    )
+    restored = JobDriver(pipeline(final, sink), fresh, spark).run()
+    assert restored.restarts == 0 and restored.restores.remote == 2
+    assert dict(sink.results) == expected_counts(final)
