@@ -61,10 +61,8 @@ def remove_stale(parent: str, now: float | None = None) -> list[str]:
             if not entry.name.startswith(DIR_PREFIX) or not entry.is_dir(follow_symlinks=False):
                 continue
             try:
-                if (
-                    entry.stat().st_uid != os.getuid()
-                    or now - entry.stat().st_mtime < STALE_AFTER_S
-                ):
+                info = entry.stat()
+                if info.st_uid != os.getuid() or now - info.st_mtime < STALE_AFTER_S:
                     continue
                 if _answers(os.path.join(entry.path, "socket")):
                     continue

@@ -78,6 +78,11 @@ class OperatorSnapshot:
     subtasks: tuple[SubtaskSnapshot, ...]
     states: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def commits(self) -> dict[int, str]:
+        """subtask -> the database commit its snapshot holds (as ``OperatorSavepoint``'s)."""
+        return {s.index: s.commit for s in self.subtasks}
+
 
 def version_for(operators: dict[str, OperatorSnapshot]) -> int:
     """The format version metadata holding ``operators`` is written as."""

@@ -436,10 +436,12 @@ class RegionalJob:
             rid: SavepointRequest(location, request.stop, request.format_type, part=PartVerdict())
             for rid in self.drivers
         }
-        ours = empty_target(location, cfg.s3)
-        for rid, part in parts.items():
-            self.drivers[rid].savepoints.enqueue_part(part)
+        ours = None
         try:
+            target = open_store(location, cfg.s3)  # before any part writes: is it empty?
+            ours = empty_target(target)
+            for rid, part in parts.items():
+                self.drivers[rid].savepoints.enqueue_part(part)
             while any(p.status not in ("COMPLETED", "FAILED") for p in parts.values()):
                 time.sleep(POLL_S)
             failed = [(rid, p) for rid, p in parts.items() if p.status == "FAILED"]
@@ -451,7 +453,6 @@ class RegionalJob:
                 self.job, {rid: p.meta for rid, p in parts.items() if p.meta}, started
             )
             guard(f"savepoint {location}")
-            target = open_store(location, cfg.s3)
             target.put(METADATA_NAME, merged.to_json())
             remove_strays(target, merged)
         except BaseException as exc:

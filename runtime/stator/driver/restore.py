@@ -7,12 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..checkpoint.coordinator import load_checkpoint
-from ..checkpoint.metadata import CheckpointMetadata
+from ..checkpoint.metadata import CheckpointMetadata, OperatorSnapshot
 from ..epoch.spec import RestoreTask
 from ..errors import CheckpointNotFoundError, ConfigError, StorageError
 from ..lineage import snapshot_dir
 from ..savepoint.metadata import METADATA_NAME as SAVEPOINT_METADATA
-from ..savepoint.metadata import SavepointMetadata
+from ..savepoint.metadata import OperatorSavepoint, SavepointMetadata
 from ..storage import ObjectStore, S3Options, open_store
 
 Snapshot = CheckpointMetadata | SavepointMetadata
@@ -61,21 +61,14 @@ class Target:
     def commits(self, parallelism: dict[str, int]) -> dict[tuple[str, int], str]:
         """The database commit each keyed subtask's restored state is, for the operators
         whose parallelism is the one the snapshot was taken at (``EpochSpec.commits``)."""
-        meta = self.meta
-        if isinstance(meta, SavepointMetadata):
-            return {
-                (uid, subtask): commit
-                for uid, op in meta.operators.items()
-                if op.parallelism == parallelism.get(uid)
-                for subtask, commit in op.commits.items()
-                if commit
-            }
+        operators: dict[str, OperatorSnapshot] | dict[str, OperatorSavepoint]
+        operators = self.meta.operators
         return {
-            (uid, s.index): s.commit
-            for uid, op in meta.operators.items()
+            (uid, subtask): commit
+            for uid, op in operators.items()
             if op.parallelism == parallelism.get(uid)
-            for s in op.subtasks
-            if s.commit
+            for subtask, commit in op.commits.items()
+            if commit
         }
 
     def describe(self) -> str:

@@ -281,7 +281,7 @@ def take_savepoint(
     try:
         store = _open_target(location, s3)
         if request.part is None:  # a region's part: the job's call (``regions.py``)
-            ours = empty_target(location, s3)
+            ours = empty_target(store)
         done = runner.run_savepoint_epoch(SavepointTask(store, "", compression, format_type))
         if done.checkpoint_failed:
             raise StatorError(
@@ -325,11 +325,10 @@ def _open_target(location: str, s3: S3Options) -> ObjectStore:
     return store
 
 
-def empty_target(location: str, s3: S3Options) -> ObjectStore | None:
+def empty_target(store: ObjectStore) -> ObjectStore | None:
     """S's target if it holds nothing yet (so that, if S fails, everything there is S's);
     None if it holds something or cannot be read."""
     try:
-        store = open_store(location, s3)
         return None if store.listing() else store
     except (StatorError, OSError):
         return None

@@ -69,7 +69,6 @@ def export_database(
         epoch,
         remote,
         sum(f.size for f in remote),
-        backend.commit_token,
     )
 
 

@@ -179,28 +179,21 @@ def _restore_from_copy(
 
 
 def _open_local(spec: EpochSpec, uid: str, subtask: int, backend: KeyedBackend) -> str | None:
-    """Step 1: leave ``backend`` open on the local state if it is the one the job expects
-    (None); otherwise say what is there, for the error that rewinds the job."""
+    """Step 1: leave ``backend`` open on the local state if it is at ``base_epoch`` and the
+    commit the job's state descends from (None); otherwise say what is there, for the error
+    that rewinds the job. At epoch 0 nothing was committed; without an expected commit
+    (metadata of an older Stator, an operator the restore source does not have) nothing
+    local is trusted."""
     if not backend.path.exists():
         return "there is no local state"
     backend.open()
-    if backend.epoch == spec.base_epoch and _expected_commit(spec, uid, subtask, backend):
+    if backend.epoch != spec.base_epoch:
+        backend.close()
+        return f"local state is at epoch {backend.epoch}"
+    expected = spec.commits.get((uid, subtask), "")
+    if spec.base_epoch == 0 or (expected and backend.commit_token == expected):
         return None
     backend.close()
-    if backend.epoch == spec.base_epoch:
-        return f"local state at epoch {backend.epoch} is another lineage's"
-    return f"local state is at epoch {backend.epoch}"
-
-
-def _expected_commit(spec: EpochSpec, uid: str, subtask: int, backend: KeyedBackend) -> bool:
-    """Step 1: is the local state at ``base_epoch`` the commit the job's state descends from?
-    At epoch 0 nothing was committed; without an expected commit (metadata of an older
-    Stator, an operator the restore source does not have) nothing local is trusted."""
-    if spec.base_epoch == 0:
-        return True
-    expected = spec.commits.get((uid, subtask), "")
-    if backend.commit_token == expected and expected:
-        return True
     log.info(
         "operator '%s' subtask %d: local state at epoch %d is commit %s, the job's is %s: "
         "another lineage's, restoring over it",
@@ -210,7 +203,7 @@ def _expected_commit(spec: EpochSpec, uid: str, subtask: int, backend: KeyedBack
         backend.commit_token[:8] or "(none)",
         expected[:8] or "(unknown)",
     )
-    return False
+    return f"local state at epoch {backend.epoch} is another lineage's"
 
 
 def _ms_since(started: float) -> int:
