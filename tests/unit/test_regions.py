@@ -187,6 +187,27 @@ def test_one_driver_refuses_regions_newer_than_its_own_checkpoints(tmp_path: Pat
     assert full.check_restore_source() is not None  # the root is newer again
 
 
+def test_a_job_started_empty_on_purpose_never_rewinds_to_the_old_lineage(tmp_path: Path) -> None:
+    # restore.force_empty starts a new lineage beside the job's checkpoints: a failure before
+    # its own first checkpoint goes back to empty state, not to the old run's checkpoint 4.
+    write(tmp_path, "", checkpoint(4, 2000))
+    cfg = config(
+        tmp_path,
+        "failover.strategy=full",
+        "restore.source=none",
+        "restore.force_empty=true",
+        "restart.delay_ms=0",
+    )
+    job = build_job(two_parts(), cfg)
+    assert isinstance(job, JobDriver)
+    job.recovery.start(None)
+    assert job.recovery.position.target is None
+    assert [m.checkpoint_id for m in job.coordinator.completed] == [4]  # kept beside, unused
+    job.recovery.failover(RuntimeError("an executor was lost"))
+    assert job.recovery.position.target is None
+    assert job.recovery.position.epoch == 0
+
+
 def test_latest_is_refused_when_the_regions_changed(tmp_path: Path) -> None:
     # The graph was one region "a-in" that read both sources; now they are two regions.
     write(tmp_path, "regions/a-in", checkpoint(2, 3000, ("a-in", "b-in")))

@@ -114,10 +114,12 @@ class Recovery:
         elif explicit is not None:
             target = explicit
         self._initial = target
-        # Started from elsewhere (a savepoint, another layout's checkpoint): this job's own
-        # checkpoints from before are of another lineage, never to be rewound to.
+        # Started from elsewhere (a savepoint, another layout's checkpoint) or empty on purpose
+        # (restore.force_empty): this job's own checkpoints from before are of another
+        # lineage, never to be rewound to, not even after a failure before its first one.
         foreign = target is not None and target.store.uri != self.store.uri
-        self._stale = {m.checkpoint_id for m in self.coordinator.completed} if foreign else set()
+        stale = foreign or source == "none"
+        self._stale = {m.checkpoint_id for m in self.coordinator.completed} if stale else set()
         self.rewind(target)
         if target is not None:
             log.info("%s restores from %s", self.label, target.describe())
