@@ -15,12 +15,16 @@ what a failure or a crash of the operator leaves behind:
    its interpreter, pipeline and (unless its executors are pods) Spark while the old driver
    still processes, then waits. Go on once it reports ``STANDBY``. If it fails, or is not
    waiting within ``failover.readinessTimeoutSeconds``, go on without it (a Warning event
-   says why): step 3 removes it and step 4 creates a driver the usual way.
+   says why): step 3 removes it and step 4 creates a driver the usual way. If it refused
+   to start (exit 2: its configuration, pipeline or storage), the upgrade is given up before
+   the running job is touched (``failedSpec``: not retried until the spec changes).
    -> The pod is named by the operation id: a crash repeats the step and finds it.
 1. ``savepoint``: ask the running driver to stop with a savepoint (savepoint upgrades,
    rescales, suspends, deletes with a final savepoint; on-demand and periodic savepoints
    without stopping). If the driver is unreachable or refuses, fall back to the latest
-   completed checkpoint (an event and a condition say so) instead of blocking the upgrade.
+   completed checkpoint (an event and a condition say so) instead of blocking the upgrade;
+   but an upgrade to another checkpoint storage (which holds none of the job's checkpoints)
+   is given up as in 0: the running driver, if it still runs, keeps running.
    -> A crash after the request leaves a pending stop-with-savepoint; asked again, the driver
    answers 409 and the pending request is adopted rather than a second one made.
 2. ``await-savepoint``: poll the request until it completes (the path is recorded as the
@@ -72,6 +76,7 @@ from .observer import Observation, PrestartedDriver
 from .operation import Operation, OpKind, Step
 from .ports import DriverApi, EventSink, KubeApi
 from .resources import (
+    JOB_FAILED_EXIT_CODE,
     config_map,
     control_secret,
     driver_lease,
@@ -86,7 +91,15 @@ from .resources import (
     service_account,
     spark_app_id,
 )
-from .spec import Pinning, get, pinning, readiness_timeout, replicas
+from .spec import (
+    Pinning,
+    checkpoint_storage,
+    fingerprint,
+    get,
+    pinning,
+    readiness_timeout,
+    replicas,
+)
 from .status import StatusWriter, age_s, now
 from .storage import SavepointStorage
 
@@ -170,6 +183,10 @@ class Flows:
         if nxt.state == "STANDBY":
             self._goto(op, Step.SAVEPOINT, prestarted=True)
             return 0.0
+        if nxt.ended and nxt.exit_code == JOB_FAILED_EXIT_CODE:
+            # The new spec's driver refused to start (its configuration, its pipeline, its
+            # storage): the running job is not stopped for a spec that cannot run.
+            return self._abort(op, f"the new driver refused to start: {nxt.termination_message}")
         timeout = readiness_timeout(op.target or {})
         problem = None
         if nxt.ended:
@@ -196,8 +213,15 @@ class Flows:
             return self._fallback(op, "no running driver to take a savepoint")
         stop = op.kind is not OpKind.SAVEPOINT
         # A rescale reads only the key-groups each new subtask owns from a canonical
-        # savepoint, whole overlapping databases from a native one (docs/savepoints.md).
-        format_type = "canonical" if op.kind is OpKind.RESCALE else None
+        # savepoint, whole overlapping databases from a native one (docs/savepoints.md):
+        # also an upgrade that changes replicas with other fields.
+        running = self.pipeline.status.get("lastReconciledSpec")
+        rescales = op.kind is OpKind.RESCALE or (
+            op.target is not None
+            and running is not None
+            and replicas(op.target) != replicas(running)
+        )
+        format_type = "canonical" if rescales else None
         try:
             request = obs.driver.trigger_savepoint(stop=stop, format_type=format_type)
         except ControlUnreachable as exc:
@@ -249,7 +273,21 @@ class Flows:
         return 0.0
 
     def _fallback(self, op: Operation, reason: str) -> float:
-        """No savepoint: continue from the latest checkpoint instead of blocking."""
+        """No savepoint: continue from the latest checkpoint instead of blocking; but not
+        where the new spec's checkpoint storage is another (it holds none of the job's
+        checkpoints: the new driver would start empty), then the upgrade is given up."""
+        running = self.pipeline.status.get("lastReconciledSpec")
+        if (
+            op.kind in (OpKind.UPGRADE, OpKind.RESCALE)
+            and running is not None
+            and checkpoint_storage(op.target or {}) != checkpoint_storage(running)
+        ):
+            return self._abort(
+                op,
+                f"{reason}; the new spec's checkpoint storage holds none of the job's "
+                f"checkpoints (they are under {checkpoint_storage(running)}), so the upgrade "
+                f"needs the savepoint",
+            )
         self.event(
             "Warning",
             "SavepointFailed",
@@ -261,6 +299,28 @@ class Flows:
             return 5.0
         self._goto(op, Step.REMOVE_DRIVER, restore="latest")
         return 0.0
+
+    def _abort(self, op: Operation, reason: str) -> float:
+        """Give an upgrade or rescale up before the running job was stopped: the pre-started
+        driver (if any) is removed, the running driver keeps running (if it is gone, the
+        reconciler restarts it as for any lost driver), and the spec is remembered as failed
+        so it is not retried until it changes."""
+        p = self.pipeline
+        self.kube.delete_pod(p.namespace, driver_pod_name(p.name, op.id))
+        self.event("Warning", "UpgradeFailed", f"{reason}; the running job is left as it is")
+        p.condition(
+            "UpgradeSucceeded",
+            False,
+            "NotStarted",
+            f"{reason}; the running job was not changed. Change the spec to try again",
+        )
+        p.write(
+            operation=None,
+            phase="Running",
+            lastError=reason,
+            failedSpec=fingerprint(op.target or {}),
+        )
+        return 1.0
 
     def _end_savepoint(self, op: Operation, **fields: Any) -> None:
         if op.nonce is not None:  # answered, even if it failed: not retried

@@ -74,6 +74,10 @@ class PrestartedDriver:
     def termination_message(self) -> str | None:
         return Observation(pod=self.pod).termination_message
 
+    @property
+    def exit_code(self) -> int | None:
+        return Observation(pod=self.pod).exit_code
+
 
 @dataclass(frozen=True)
 class Observation:
@@ -218,7 +222,8 @@ class Observer:
                 return replace(base, savepoint_error=exc.error)
             except ControlUnreachable as exc:
                 unreachable = str(exc)
-        # The driver may have stopped before it was asked: look in storage.
-        spec = op.target or pipeline.spec
+        # The driver may have stopped before it was asked: look in storage, where the
+        # *running* spec's driver writes (an upgrade's target may name another directory).
+        spec = pipeline.status.get("lastReconciledSpec") or op.target or pipeline.spec
         found = self.storage.find(pipeline.namespace, spec, request_id)
         return replace(base, unreachable=unreachable, found_savepoint=found)

@@ -28,6 +28,7 @@ from .spec import (
     Pinning,
     SpecDiff,
     UpgradeMode,
+    check_transition,
     classify,
     fingerprint,
     get,
@@ -109,7 +110,7 @@ class Reconciler:
         spec, status = self.pipeline.spec, self.pipeline.status
         running = status.get("lastReconciledSpec")
         if not self._spec_valid():
-            if running is not None:
+            if running is not None and status.get("phase") != "Suspended":
                 self._watch(obs, running)  # the last good spec keeps running meanwhile
             return 30.0
         if running is None:
@@ -151,7 +152,18 @@ class Reconciler:
         return self._start(kind, Step.REMOVE_DRIVER, target=spec, mode=mode, restore=restore)
 
     def _first_deploy(self, spec: dict[str, Any], obs: Observation) -> float:
-        """Deploy, once the initial savepoint (if any) is known readable."""
+        """Deploy, once the initial savepoint (if any) is known readable; a pipeline created
+        suspended waits for ``state: running``."""
+        if spec.get("state") == "suspended":
+            if self.pipeline.status.get("phase") != "Suspended":
+                self._spec_accepted()
+                self.pipeline.write(phase="Suspended")
+                self.event(
+                    "Normal",
+                    "Suspended",
+                    "created suspended: nothing runs until spec.state is running",
+                )
+            return 30.0
         restore = get(spec, "restore", "initialSavepoint") or "latest"
         if restore != "latest" and obs.restore_problem is not None:
             self._spec_invalid(
@@ -374,6 +386,11 @@ class Reconciler:
             validate(p.spec)
             check_job_config(p.spec, p.name, p.namespace)
             check_pods(p.spec, p.name, p.namespace)
+            running = p.status.get("lastReconciledSpec")
+            if running is not None:
+                suspended = p.status.get("phase") == "Suspended"
+                with_ = (p.status.get("suspendedWith") or "latest") if suspended else None
+                check_transition(running, p.spec, with_)
         except ValueError as exc:
             self._spec_invalid("InvalidSpec", str(exc))
             return False

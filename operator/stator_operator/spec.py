@@ -187,15 +187,24 @@ def _operator_config(key: str) -> str | None:
     return None
 
 
+# Fields holding a location the driver and the operator reach with the pipeline's credentials.
+S3_FIELDS = (
+    ("checkpointing", "storage"),
+    ("savepoints", "directory"),
+    ("restore", "initialSavepoint"),
+)
+
+
 def validate(spec: dict[str, Any]) -> None:
     """Checks the schema cannot express."""
-    if get(spec, "checkpointing", "storage", default="").startswith("s3") and not get(
-        spec, "checkpointing", "credentialsSecret"
-    ):
-        raise SpecError(
-            "spec.checkpointing.credentialsSecret is required for s3:// storage: "
-            "name a Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
-        )
+    for path in S3_FIELDS:
+        value = get(spec, *path, default="") or ""
+        if str(value).startswith("s3") and not get(spec, "checkpointing", "credentialsSecret"):
+            raise SpecError(
+                f"spec.{'.'.join(path)} is on s3 ({value}): spec.checkpointing.credentialsSecret "
+                f"is required for s3:// locations: name a Secret with AWS_ACCESS_KEY_ID and "
+                f"AWS_SECRET_ACCESS_KEY"
+            )
     _check_local_recovery(spec)
     for key in get(spec, "config", default={}) or {}:
         name = key.replace("-", "_")  # as the runtime reads it
@@ -208,6 +217,37 @@ def validate(spec: dict[str, Any]) -> None:
         refused = _operator_config(key)
         if refused:
             raise SpecError(refused)
+
+
+def checkpoint_storage(spec: dict[str, Any]) -> str:
+    return str(get(spec, "checkpointing", "storage", default="") or "")
+
+
+def check_transition(
+    running: dict[str, Any], spec: dict[str, Any], suspended_with: str | None
+) -> None:
+    """Changes from the running spec that would start the job from empty state without a
+    word: a restore from ``latest`` looks for checkpoints under the *new* spec's storage,
+    which holds none of this job's. ``suspended_with``: the restore source of a suspended
+    pipeline (None: not suspended)."""
+    old, new = checkpoint_storage(running), checkpoint_storage(spec)
+    if old == new:
+        return
+    moved = f"spec.checkpointing.storage changed from {old} to {new}"
+    if suspended_with is not None:
+        if suspended_with == "latest":
+            raise SpecError(
+                f"{moved}, but the pipeline was suspended without a savepoint and resumes "
+                f"from its latest checkpoint, which is under {old}: put the storage back to "
+                f"resume, then change it with upgradeMode: savepoint"
+            )
+        return  # it resumes from its savepoint
+    if upgrade_mode(spec) is UpgradeMode.LAST_STATE:
+        raise SpecError(
+            f"{moved}: a last-state upgrade resumes from the latest checkpoint, and this "
+            f"job's checkpoints are under {old}; set upgradeMode: savepoint (the savepoint "
+            f"carries the state over) or stateless (start empty), or put the storage back"
+        )
 
 
 class Pinning(StrEnum):

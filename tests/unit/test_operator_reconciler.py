@@ -1337,3 +1337,111 @@ def test_an_api_error_at_any_step_is_retried_without_a_second_driver(
     bed.start_driver()
     bed.until(lambda: not bed.op)
     assert bed.status["phase"] == "Running" and restore_arg(bed) == "latest"
+
+
+# ---------------------------------------------------------------------- changes that lose state
+
+
+def test_a_pipeline_created_suspended_runs_nothing_until_it_is_resumed(tmp_path: Path) -> None:
+    bed = Bed(tmp_path, state="suspended")
+    for _ in range(3):
+        assert bed.step() == 30.0
+    assert bed.op is None and not bed.kube.pods and bed.status["phase"] == "Suspended"
+    assert bed.reasons().count("Suspended") == 1
+    bed.edit_spec(state="running")
+    bed.step()
+    op = bed.op
+    assert op is not None and (op.kind, op.restore) == (OpKind.DEPLOY, "latest")
+
+
+def test_a_last_state_upgrade_to_other_checkpoint_storage_is_refused(tmp_path: Path) -> None:
+    # latest would be looked up under the new storage, which holds none of the job's
+    # checkpoints: the job would start empty.
+    bed = Bed(tmp_path, upgradeMode="last-state")
+    bed.deploy()
+    first = bed.driver_pod()
+    bed.edit_spec(checkpointing={"storage": f"file://{tmp_path}/ck-new"})
+    bed.step()
+    assert bed.op is None and not bed.kube.deleted and bed.driver_pod() == first
+    status, reason = conditions(bed)["SpecValid"]
+    assert (status, reason) == ("False", "InvalidSpec")
+    assert conditions_message(bed, "SpecValid") == (
+        f"spec.checkpointing.storage changed from file://{tmp_path}/ck to file://{tmp_path}/"
+        f"ck-new: a last-state upgrade resumes from the latest checkpoint, and this job's "
+        f"checkpoints are under file://{tmp_path}/ck; set upgradeMode: savepoint (the savepoint "
+        f"carries the state over) or stateless (start empty), or put the storage back"
+    )
+    bed.edit_spec(upgradeMode="savepoint")  # the savepoint carries the state over
+    bed.step()
+    assert bed.op is not None and (bed.op.kind, bed.op.step) == (OpKind.UPGRADE, Step.SAVEPOINT)
+
+
+def test_a_failed_savepoint_gives_up_an_upgrade_to_other_storage(tmp_path: Path) -> None:
+    bed = Bed(tmp_path)
+    driver = bed.deploy()
+    first = bed.driver_pod()
+    new_storage = {"storage": f"file://{tmp_path}/ck-new"}
+    bed.edit_spec(checkpointing=new_storage)
+    bed.step()  # 1
+    bed.step()  # 1 -> 2
+    driver.fail("req1", "disk full")
+    bed.step()
+    assert bed.op is None and not bed.kube.deleted and bed.driver_pod() == first
+    assert bed.status["failedSpec"] == fingerprint(bed.kube.pipeline["spec"])
+    assert conditions(bed)["UpgradeSucceeded"] == ("False", "NotStarted")
+    assert bed.status["lastError"] == (
+        f"savepoint failed: disk full; the new spec's checkpoint storage holds none of the "
+        f"job's checkpoints (they are under file://{tmp_path}/ck), so the upgrade needs the "
+        f"savepoint"
+    )
+    bed.step()  # the running job is watched, the failed spec not retried
+    assert bed.op is None and bed.driver_pod() == first
+
+
+def test_a_new_driver_that_refuses_to_start_leaves_the_running_job_alone(tmp_path: Path) -> None:
+    bed = Bed(tmp_path, driver={"prestart": True})
+    old, first, new_pod = prestarted_rescale(bed)
+    bed.kube.set_phase(new_pod, "Failed", exit_code=2)  # e.g. replicas above maxParallelism
+    bed.step()
+    assert bed.op is None and not old.requests, "the running job was not asked to stop"
+    assert bed.kube.pods[new_pod]["metadata"].get("deleting") and not bed.kube.deleted
+    assert not bed.kube.pods[first]["metadata"].get("deleting")
+    assert bed.status["phase"] == "Running"
+    assert bed.status["failedSpec"] == fingerprint(bed.kube.pipeline["spec"])
+    assert bed.events[-1][:2] == ("Warning", "UpgradeFailed")
+
+
+def test_an_upgrade_that_also_changes_replicas_takes_a_canonical_savepoint(
+    tmp_path: Path,
+) -> None:
+    bed = Bed(tmp_path, savepoints={"directory": f"file://{tmp_path}/sp", "formatType": "native"})
+    driver = bed.deploy()
+    bed.edit_spec(image="stator-runtime:2")  # the same replicas: native, as the spec says
+    bed.step()
+    bed.step()
+    assert [r["format_type"] for r in driver.requests.values()] == [None]
+
+    bed = Bed(
+        tmp_path / "2", savepoints={"directory": f"file://{tmp_path}/sp", "formatType": "native"}
+    )
+    driver = bed.deploy()
+    bed.edit_spec(image="stator-runtime:2", replicas=3)
+    bed.step()
+    bed.step()
+    assert bed.op is not None and bed.op.kind is OpKind.UPGRADE
+    assert [r["format_type"] for r in driver.requests.values()] == ["canonical"]
+
+
+def test_a_stopped_driver_s_savepoint_is_looked_for_where_it_wrote_it(tmp_path: Path) -> None:
+    # The upgrade also moves the savepoint directory: the old driver wrote into its own.
+    bed = Bed(tmp_path)
+    driver = bed.deploy()
+    bed.edit_spec(image="stator-runtime:2", savepoints={"directory": f"file://{tmp_path}/sp2"})
+    bed.step()
+    bed.step()
+    location = f"file://{tmp_path}/sp/team.counts/savepoint-0000000009-req1"
+    write_savepoint(location)
+    driver.reachable = False
+    bed.step()
+    op = bed.op
+    assert op is not None and (op.step, op.restore) == (Step.REMOVE_DRIVER, location)

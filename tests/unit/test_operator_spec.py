@@ -216,7 +216,20 @@ def test_fingerprint_recognises_a_spec_but_not_its_flow_fields() -> None:
     [
         (
             changed(checkpointing={"storage": "s3://b/ck"}),
-            "spec.checkpointing.credentialsSecret is required for s3:// storage",
+            "spec.checkpointing.storage is on s3 (s3://b/ck): spec.checkpointing.credentialsSecret "
+            "is required",
+        ),
+        (
+            changed(checkpointing={"storage": "file:///ck"}, savepoints={"directory": "s3://b/sp"}),
+            "spec.savepoints.directory is on s3 (s3://b/sp): spec.checkpointing.credentialsSecret",
+        ),
+        (
+            changed(
+                checkpointing={"storage": "file:///ck"},
+                savepoints={"directory": "file:///sp"},
+                restore={"initialSavepoint": "s3://b/sp/savepoint-1"},
+            ),
+            "spec.restore.initialSavepoint is on s3 (s3://b/sp/savepoint-1): spec.checkpointing",
         ),
         (changed(config={"control.port": "1"}), "spec.config.control.port is set by the operator"),
         (
