@@ -221,7 +221,10 @@ class Flows:
             and running is not None
             and replicas(op.target) != replicas(running)
         )
-        format_type = "canonical" if rescales else None
+        # Named on every request: the running driver's default is the format of the spec it
+        # was deployed with, and a change of formatType alone does not redeploy.
+        chosen = get(self.pipeline.spec, "savepoints", "formatType") or "canonical"
+        format_type = "canonical" if rescales else str(chosen)
         try:
             request = obs.driver.trigger_savepoint(stop=stop, format_type=format_type)
         except ControlUnreachable as exc:

@@ -25,6 +25,8 @@ NO_REDEPLOY = (
     ("restore", "initialSavepoint"),
     ("failover", "readinessTimeoutSeconds"),
     ("driver", "prestart"),
+    ("upgradeMode",),  # how the next change is applied, not a change of the job
+    ("savepoints", "formatType"),  # the next savepoint's format
 )
 CONTROL_PORT = 8081
 # The runtime's default, used where the operator needs the effective value of an absent

@@ -1419,7 +1419,7 @@ def test_an_upgrade_that_also_changes_replicas_takes_a_canonical_savepoint(
     bed.edit_spec(image="stator-runtime:2")  # the same replicas: native, as the spec says
     bed.step()
     bed.step()
-    assert [r["format_type"] for r in driver.requests.values()] == [None]
+    assert [r["format_type"] for r in driver.requests.values()] == ["native"]
 
     bed = Bed(
         tmp_path / "2", savepoints={"directory": f"file://{tmp_path}/sp", "formatType": "native"}

@@ -52,6 +52,11 @@ def test_classify_ignores_fields_with_their_own_flows() -> None:
     nonce = {**SPEC["savepoints"], "triggerNonce": 3}
     assert classify(SPEC, changed(savepoints=nonce)).diff is SpecDiff.IGNORE
     assert classify(SPEC, changed(restore={"initialSavepoint": "s3://b/x"})).diff is SpecDiff.IGNORE
+    # How the next change or savepoint is taken, not a change of the job: switching to
+    # stateless must not start the running job over empty.
+    assert classify(SPEC, changed(upgradeMode="stateless")).diff is SpecDiff.IGNORE
+    native = {**SPEC["savepoints"], "formatType": "native"}
+    assert classify(SPEC, changed(savepoints=native)).diff is SpecDiff.IGNORE
 
 
 def test_a_new_savepoint_directory_redeploys_the_other_savepoint_fields_do_not() -> None:
