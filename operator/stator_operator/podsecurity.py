@@ -54,6 +54,12 @@ OPERATOR_OWNED = {
     ("spec", "nodeName"): "the scheduler places the pod (use nodeSelector or affinity)",
     ("spec", "serviceAccountName"): "the pipeline's service account runs the pod",
     ("spec", "serviceAccount"): "the pipeline's service account runs the pod",
+    ("spec", "restartPolicy"): (
+        "the driver's exit code tells the operator how the job ended (a restart in place "
+        "would resume a stopped job)"
+    ),
+    ("spec", "automountServiceAccountToken"): "the driver needs its token for its Lease",
+    ("spec", "activeDeadlineSeconds"): "a streaming driver runs until it is stopped",
     ("spec", "containers"): (
         "the operator writes the driver container (set its image in spec.image, its "
         "environment in spec.driver.env, its resources in spec.driver.resources; "
@@ -62,12 +68,22 @@ OPERATOR_OWNED = {
 }
 
 
+# Labels the operator selects its pods by (every stator.dev/ label is the operator's).
+OPERATOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/managed-by")
+
+
 def template_violations(template: dict[str, Any], where: str) -> list[str]:
     """Fields of a user's pod template that only the operator may set."""
     out = []
     for (section, key), why in OPERATOR_OWNED.items():
         if key in (template.get(section) or {}):
             out.append(f"{where}.{section}.{key}: not allowed, {why}; remove it")
+    for label in (template.get("metadata") or {}).get("labels") or {}:
+        if str(label).startswith("stator.dev/") or label in OPERATOR_LABELS:
+            out.append(
+                f"{where}.metadata.labels.{label}: not allowed, the operator finds its pods by "
+                f"these labels; use a label of your own prefix"
+            )
     return out
 
 

@@ -469,13 +469,22 @@ def reserved_env(kind: str, name: str) -> str | None:
 
 def env_violations(spec: dict[str, Any]) -> list[str]:
     """``spec.driver.env`` and ``spec.executor.env`` entries set by the operator or by Spark:
-    theirs would override or be overridden, silently."""
-    return [
+    theirs would override or be overridden, silently; and executor variables that look like
+    credentials (their value would be stored in the pipeline's ConfigMap)."""
+    out = [
         f"spec.{kind}.env[{e['name']}]: set by {why}; remove it"
         for kind in RESERVED_ENV
         for e in get(spec, kind, "env", default=None) or []
         if (why := reserved_env(kind, str(e.get("name")))) is not None
     ]
+    out += [
+        f"spec.executor.env[{e['name']}]: looks like a credential, and executor variables are "
+        f"stored in the pipeline's ConfigMap; put it in a Secret and give it with "
+        f"spec.sparkConf spark.kubernetes.executor.secretKeyRef.{e['name']}=<secret>:<key>"
+        for e in get(spec, "executor", "env", default=None) or []
+        if _plain_credential(str(e.get("name")).replace("_", "."))
+    ]
+    return out
 
 
 def volume_violations(template: dict[str, Any], where: str) -> list[str]:
@@ -590,16 +599,46 @@ SPARK_CONF_OWNED = {
     "spark.kubernetes.driver.service.deleteOnTermination": (
         "the operator (a client-mode driver has no Spark service)"
     ),
+    # How executor pods are made and whom they run as: the operator keeps them within the
+    # restricted Pod Security profile and the pipeline's service account.
+    "spark.kubernetes.executor.volumes.hostPath.*": (
+        "no one: executors may not mount host paths (the restricted pod profile); their "
+        "state volume is spec.localRecovery.volume"
+    ),
+    "spark.kubernetes.*.pod.featureSteps": (
+        "no one: feature steps may shape pods beyond the restricted pod profile"
+    ),
+    "spark.kubernetes.authenticate.*": "the operator (the pipeline's service account runs both)",
+    "spark.kubernetes.executor.scheduler.name": "the cluster's default scheduler",
 }
+# Words of a Spark setting that holds a secret in plain text (it would be stored in the
+# pipeline's ConfigMap); references to Secrets (secretKeyRef, secrets) are not secrets.
+_CREDENTIAL_WORDS = ("secret", "password", "token", "access.key", "accesskey", "credential")
+
+
+def _plain_credential(key: str) -> bool:
+    lowered = key.lower()
+    if "secretkeyref" in lowered or ".secrets." in lowered:
+        return False
+    return any(word in lowered for word in _CREDENTIAL_WORDS)
 
 
 def spark_conf_violations(spec: dict[str, Any]) -> list[str]:
-    """``spec.sparkConf`` keys the operator, the driver or the runtime sets."""
-    return [
+    """``spec.sparkConf`` keys the operator, the driver or the runtime sets, and secrets in
+    plain text."""
+    out = [
         f"spec.sparkConf.{key}: set by {why}; remove it"
         for key in spec.get("sparkConf") or {}
         if (why := _owned(SPARK_CONF_OWNED, key)) is not None
     ]
+    out += [
+        f"spec.sparkConf.{key}: credentials are not accepted in plain text (they would be "
+        f"stored in a ConfigMap); put them in a Secret and give them to executors with "
+        f"spark.kubernetes.executor.secretKeyRef.<ENV_NAME>=<secret>:<key>"
+        for key in spec.get("sparkConf") or {}
+        if _plain_credential(key) and _owned(SPARK_CONF_OWNED, key) is None
+    ]
+    return out
 
 
 def check_job_config(spec: dict[str, Any], name: str, namespace: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +188,26 @@ def test_spark_conf_may_not_set_what_the_operator_or_the_driver_sets() -> None:
         with pytest.raises(SpecError) as info:
             check_job_config(changed(sparkConf={key: "x"}), "counts", "team")
         assert f"spec.sparkConf.{key}: {by}" in str(info.value)
+    for key, by in (
+        ("spark.kubernetes.executor.volumes.hostPath.host.mount.path", "executors may not mount"),
+        ("spark.kubernetes.executor.pod.featureSteps", "feature steps may shape pods"),
+        ("spark.kubernetes.authenticate.executor.serviceAccountName", "service account runs"),
+        ("spark.hadoop.fs.s3a.secret.key", "credentials are not accepted in plain text"),
+        ("spark.authenticate.secret", "credentials are not accepted in plain text"),
+        ("spark.hadoop.fs.s3a.access.key", "credentials are not accepted in plain text"),
+    ):
+        with pytest.raises(SpecError, match=re.escape(f"spec.sparkConf.{key}: ")) as info:
+            check_job_config(changed(executor={}, sparkConf={key: "x"}), "counts", "team")
+        assert by in str(info.value), key
+    with pytest.raises(SpecError, match=r"spec.executor.env\[AWS_SESSION_TOKEN\]: looks like a"):
+        check_pods(
+            changed(executor={"env": [{"name": "AWS_SESSION_TOKEN", "value": "t"}]}), "c", "n"
+        )
+    refs = {
+        "spark.kubernetes.executor.secretKeyRef.KAFKA_PASSWORD": "kafka:password",
+        "spark.kubernetes.executor.secrets.kafka": "/etc/kafka",
+    }
+    check_job_config(changed(executor={}, sparkConf=refs), "counts", "team")  # references
     tuned = {
         "spark.executor.heartbeatInterval": "5s",
         "spark.kubernetes.executor.node.selector.disk": "ssd",
@@ -383,6 +404,17 @@ def test_driver_pod_is_non_root_with_argument_lists_and_secret_references() -> N
         check_pods(hostile, "counts", "team")
     assert "spec.driver.podTemplate.spec.containers: not allowed" in str(info.value)
     assert "spec.driver.env[AWS_ACCESS_KEY_ID]: set by the operator" in str(info.value)
+    # What the operator finds its driver by and learns its end from is its own too.
+    for where, template in (
+        (
+            "metadata.labels.stator.dev/pipeline",
+            {"metadata": {"labels": {"stator.dev/pipeline": "x"}}},
+        ),
+        ("spec.restartPolicy", {"spec": {"restartPolicy": "Always"}}),
+        ("spec.automountServiceAccountToken", {"spec": {"automountServiceAccountToken": False}}),
+    ):
+        with pytest.raises(SpecError, match=re.escape(f"spec.driver.podTemplate.{where}: not")):
+            check_pods(changed(driver={"podTemplate": template}), "counts", "team")
     pod = driver_pod(BODY, hostile, "d1", "latest", allow_non_restored=False)
     spec = pod["spec"]
     (container,) = spec["containers"]
