@@ -18,6 +18,7 @@ from typing import Any, Literal
 import yaml
 
 from .errors import ConfigError
+from .keygroups import MAX_MAX_PARALLELISM
 from .state.options import RocksDBOptions
 from .storage import S3Options
 
@@ -201,12 +202,21 @@ SPARK_REQUIRED = {  # key -> (value, why)
 }
 
 
+# Spark settings Stator derives from its own keys (``spark.conf`` may not set them: Stator's
+# reading of them, e.g. which task attempt is the last, would disagree with Spark's).
+SPARK_BY_KEY = {
+    "spark.task.maxFailures": "spark.task_attempts",
+    "spark.master": "spark.master",
+}
+
+
 @dataclass(frozen=True)
 class SparkConfig:
     # local[N], local-cluster[...], a Spark master URL, or "kubernetes": executors as pods,
     # the driver being in a pod the operator created (cluster/kubernetes.py).
     master: str = "local[*]"
-    # A local master gets this many task attempts (local[N] alone never retries a task).
+    # Attempts of each task (Spark's spark.task.maxFailures, for every master; local[N]
+    # alone never retries a task).
     task_attempts: int = 4
     ui: bool = False
     conf: dict[str, str] = field(default_factory=dict)
@@ -263,7 +273,24 @@ class JobConfig:
                 f"got {self.control.port}"
             )
         _positive(self, "parallelism", self.parallelism)
+        if (
+            self.max_parallelism is not None
+            and not 1 <= self.max_parallelism <= MAX_MAX_PARALLELISM
+        ):
+            raise ConfigError(
+                f"max_parallelism must be 1 to {MAX_MAX_PARALLELISM} (the key-groups of every "
+                f"keyed operator, fixed for the life of the state), got {self.max_parallelism}; "
+                f"leave it out for the pipeline's (else 128)"
+            )
         _positive(self, "epoch.max_records", self.epoch.max_records)
+        _at_least_zero("epoch.idle_wait_ms", self.epoch.idle_wait_ms)
+        _at_least_zero("control.linger_ms", self.control.linger_ms)
+        _at_least_zero("state.warm_cache_entries", self.state.warm_cache_entries)
+        if not 0 <= self.control.stopped_exit_code <= 255:
+            raise ConfigError(
+                f"control.stopped_exit_code is a process exit status, 0 to 255, got "
+                f"{self.control.stopped_exit_code}"
+            )
         _positive(self, "checkpoint.every_epochs", self.checkpoint.every_epochs)
         _check_schedule(self.checkpoint)
         _positive(self, "checkpoint.retained", self.checkpoint.retained)
@@ -286,6 +313,10 @@ class JobConfig:
         if self.local_recovery.executor_wait_ms < 0:
             raise ConfigError("local_recovery.executor_wait_ms must be >= 0")
         for key, value in self.spark.conf.items():
+            if key in SPARK_BY_KEY:
+                raise ConfigError(
+                    f"spark.conf.{key}: Stator sets it from {SPARK_BY_KEY[key]}; set that instead"
+                )
             needed, why = SPARK_REQUIRED.get(key, (None, ""))
             if needed is not None and str(value).strip().lower() != needed:
                 raise ConfigError(
@@ -325,16 +356,28 @@ def _check_restart(r: RestartConfig) -> None:
         )
     if not 0 <= r.jitter <= 1:
         raise ConfigError(f"restart.jitter is a fraction of the delay: 0 to 1, got {r.jitter}")
+    if r.strategy != "exponential-backoff":
+        return  # the other strategies have one delay: max_delay_ms and reset_after_ms unused
     if r.max_delay_ms < r.delay_ms:
         raise ConfigError(
             f"restart.max_delay_ms ({r.max_delay_ms}) is below restart.delay_ms ({r.delay_ms}); "
             f"raise max_delay_ms or lower delay_ms"
+        )
+    if r.reset_after_ms < 1:
+        raise ConfigError(
+            "restart.reset_after_ms must be >= 1 with exponential-backoff: at 0 every failure "
+            "would start the count over, and the strategy never gives up"
         )
 
 
 def _positive(_: object, key: str, value: int) -> None:
     if value < 1:
         raise ConfigError(f"{key} must be >= 1, got {value}")
+
+
+def _at_least_zero(key: str, value: int) -> None:
+    if value < 0:
+        raise ConfigError(f"{key} must be >= 0, got {value}")
 
 
 # ---------------------------------------------------------------------------- loading

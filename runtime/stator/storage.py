@@ -47,6 +47,13 @@ class S3Options:
             raise ValueError("s3.max_attempts must be >= 1")
         if self.multipart_chunk_bytes < 5 * 1024 * 1024:
             raise ValueError("s3.multipart_chunk_bytes must be at least 5 MiB (an S3 limit)")
+        if self.multipart_threshold_bytes < 0:
+            raise ValueError("s3.multipart_threshold_bytes must be >= 0")
+        if self.max_concurrency < 1:
+            raise ValueError("s3.max_concurrency must be >= 1 (parallel parts of one transfer)")
+        for key in ("connect_timeout_s", "read_timeout_s"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"s3.{key} must be > 0 (seconds), got {getattr(self, key)}")
 
 
 class ObjectStore(ABC):

@@ -57,6 +57,18 @@ def test_unknown_key_suggests_the_right_one() -> None:
         ("spark.conf.spark.python.worker.reuse=false", "remove the setting"),
         ("checkpoint.inline_max_bytes=-1", "checkpoint.inline_max_bytes must be 0 (off) to"),
         ("checkpoint.inline_max_bytes=2000000", "to 1048576 (1 MiB), got 2000000"),
+        ("max_parallelism=0", "max_parallelism must be 1 to 32768"),
+        ("max_parallelism=40000", "got 40000; leave it out"),
+        ("epoch.idle_wait_ms=-1", "epoch.idle_wait_ms must be >= 0, got -1"),
+        ("control.linger_ms=-5", "control.linger_ms must be >= 0"),
+        ("state.warm_cache_entries=-1", "state.warm_cache_entries must be >= 0"),
+        ("control.stopped_exit_code=256", "a process exit status, 0 to 255, got 256"),
+        ("spark.conf.spark.task.maxFailures=10", "from spark.task_attempts; set that instead"),
+        ("spark.conf.spark.master=local[2]", "spark.conf.spark.master: Stator sets it from"),
+        ("s3.max_concurrency=0", "s3.max_concurrency must be >= 1"),
+        ("s3.read_timeout_s=0", "s3.read_timeout_s must be > 0"),
+        ("state.rocksdb.max_background_jobs=0", "state.rocksdb.max_background_jobs must be"),
+        ("state.rocksdb.max_open_files=0", "state.rocksdb.max_open_files must be -1"),
     ],
 )
 def test_ill_typed_values_name_the_key(override: str, message: str) -> None:

@@ -195,3 +195,14 @@ def test_an_api_server_not_yet_reachable_is_waited_for() -> None:
     a = elector(api, "a")
     a.acquire()
     assert api.holder() == "a" and calls[0] == 3
+
+
+def test_the_published_duration_covers_the_holders_whole_write_window() -> None:
+    # The holder writes until duration - renew after its renewal; a contender waits the
+    # published whole seconds: rounded down, 10.4 s would be 10 s, 0.1 s of two writers.
+    api = FakeLeases()
+    holder = LeaseHolder(
+        "ops", "lead", identity="a", duration_s=10.4, renew_s=0.3, retry_s=0.05, api=api
+    )
+    holder.acquire()
+    assert api.leases["lead"]["spec"]["leaseDurationSeconds"] == 11

@@ -95,9 +95,18 @@ def test_history_round_trips_through_json() -> None:
         ("restart.multiplier=0.5", "restart.multiplier must be >= 1"),
         ("restart.delay_ms=-1", "restart.delay_ms must be >= 0"),
         ("restart.max_delay_ms=10", "restart.max_delay_ms (10) is below restart.delay_ms"),
+        ("restart.reset_after_ms=0", "restart.reset_after_ms must be >= 1 with exponential"),
         ("restart.interval_ms=-5", "restart.interval_ms must be >= 0"),
     ],
 )
 def test_bad_restart_settings_name_the_key(override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        load_config(None, [override])
+        load_config(None, ["restart.strategy=exponential-backoff", override])
+
+
+def test_a_strategy_with_one_delay_takes_any_delay() -> None:
+    # max_delay_ms and reset_after_ms are exponential-backoff's: a long fixed delay (or a
+    # failure-rate one) is not refused for being above the backoff's ceiling.
+    for strategy in ("fixed-delay", "failure-rate"):
+        cfg = load_config(None, [f"restart.strategy={strategy}", "restart.delay_ms=120000"])
+        assert cfg.restart.delay_ms == 120_000

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import os
 import threading
 import time
@@ -171,7 +172,8 @@ class LeaseHolder:
         stamp = micro_time()
         spec: dict[str, Any] = {
             "holderIdentity": self.identity,
-            "leaseDurationSeconds": max(1, round(self.duration_s)),
+            # Rounded up: a contender must never wait less than the holder keeps writing.
+            "leaseDurationSeconds": max(1, math.ceil(self.duration_s)),
             "renewTime": stamp,
             "leaseTransitions": transitions,
         }

@@ -92,8 +92,7 @@ def create_session(cfg: SparkConfig, app_name: str) -> Any:
         builder = builder.config("spark.driver.host", "127.0.0.1").config(
             "spark.driver.bindAddress", "127.0.0.1"
         )
-    if master.startswith("local"):
-        builder = builder.config("spark.task.maxFailures", str(cfg.task_attempts))
+    builder = builder.config("spark.task.maxFailures", str(cfg.task_attempts))
     conf = {**DEFAULTS, **cluster, **cfg.conf}
     conf.update(placement_conf(master, conf))
     for key, value in conf.items():

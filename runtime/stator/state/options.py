@@ -45,9 +45,27 @@ class RocksDBOptions:
     max_open_files: int = 1024
 
     def __post_init__(self) -> None:
-        for name in ("write_buffer_size", "block_cache_bytes", "target_file_size_base"):
+        for name in (
+            "write_buffer_size",
+            "block_cache_bytes",
+            "target_file_size_base",
+            "max_write_buffer_number",
+            "max_background_jobs",
+            "level0_file_num_compaction_trigger",
+            "universal_min_merge_width",
+            "universal_max_size_amplification_percent",
+        ):
             if getattr(self, name) <= 0:
-                raise ValueError(f"state.rocksdb.{name} must be positive")
+                raise ValueError(
+                    f"state.rocksdb.{name} must be positive, got {getattr(self, name)}"
+                )
+        if self.bloom_bits_per_key < 0:
+            raise ValueError("state.rocksdb.bloom_bits_per_key must be >= 0 (0: no bloom filter)")
+        if self.max_open_files < -1 or self.max_open_files == 0:
+            raise ValueError(
+                "state.rocksdb.max_open_files must be -1 (keep every file open) or positive, "
+                f"got {self.max_open_files}"
+            )
         if self.compaction_style not in ("level", "universal"):
             raise ValueError(
                 f"state.rocksdb.compaction_style must be 'level' or 'universal', "
