@@ -253,3 +253,26 @@ def test_copies_are_kept_until_the_driver_confirms_the_next_checkpoint(tmp_path:
     b, _ = open_state(spec(local, 3, completed_checkpoint=1), UID, 0, KG)
     b.close()
     assert sorted(p.name for p in state_dir.glob("chk-*")) == ["chk-1"]
+
+
+def test_rows_left_at_epoch_0_by_a_killed_restore_are_not_a_new_jobs_state(
+    tmp_path: Path,
+) -> None:
+    # A restore builds in the database's own directory and commits last: killed halfway, it
+    # leaves rows at epoch 0. A job that then starts empty on this disk (stateless upgrade,
+    # restore.source=none) must not find them.
+    local = tmp_path / "executor-a"
+    half = KeyedBackend(
+        Path(spec(local, 1).state_dir(UID, 0)) / "db", RocksDBOptions(), KG, MP, UID, 0
+    )
+    half.open()
+    assert half.db is not None
+    half.db[b"\x00\x00\x00\x01k\x00"] = b"restored halfway"
+    half.close()
+    backend, restored = open_state(spec(local, 1), UID, 0, KG)
+    try:
+        assert backend.epoch == 0 and restored.source == "none"
+        assert backend.db is not None
+        assert [k for k in backend.db.keys() if not k.startswith(b"\xff\xff")] == []
+    finally:
+        backend.close()

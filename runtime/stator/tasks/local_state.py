@@ -181,17 +181,20 @@ def _restore_from_copy(
 def _open_local(spec: EpochSpec, uid: str, subtask: int, backend: KeyedBackend) -> str | None:
     """Step 1: leave ``backend`` open on the local state if it is at ``base_epoch`` and the
     commit the job's state descends from (None); otherwise say what is there, for the error
-    that rewinds the job. At epoch 0 nothing was committed; without an expected commit
-    (metadata of an older Stator, an operator the restore source does not have) nothing
-    local is trusted."""
+    that rewinds the job. At epoch 0 nothing was committed, so whatever lies there (the rows
+    of a restore that was killed halfway, which builds in place) is not state: it is
+    started over. Without an expected commit (metadata of an older Stator, an operator the
+    restore source does not have) nothing local is trusted."""
     if not backend.path.exists():
         return "there is no local state"
+    if spec.base_epoch == 0:
+        return "nothing was committed at epoch 0"
     backend.open()
     if backend.epoch != spec.base_epoch:
         backend.close()
         return f"local state is at epoch {backend.epoch}"
     expected = spec.commits.get((uid, subtask), "")
-    if spec.base_epoch == 0 or (expected and backend.commit_token == expected):
+    if expected and backend.commit_token == expected:
         return None
     backend.close()
     log.info(
