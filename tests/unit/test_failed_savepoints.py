@@ -88,3 +88,27 @@ def test_a_target_that_held_files_keeps_them_and_an_existing_savepoint_is_never_
     with pytest.raises(SavepointRefused):
         take_savepoint(request, FailingEpoch(False), config, S3Options())
     assert files(tmp_path / "sp" / "taken") == ["_savepoint.json"]
+
+
+def test_a_savepoint_whose_metadata_landed_keeps_its_files(tmp_path: Path) -> None:
+    # The metadata write reported a failure, but landed (its response was lost): the files
+    # it names stay, or the savepoint lists as whole and cannot be restored.
+    class MetadataLanded(FailingEpoch):
+        def run_savepoint_epoch(self, task: SavepointTask) -> SavepointEpoch:
+            task.store.put("count/kg-00000.bin", b"part")
+            task.store.put("_savepoint.json", b"{}")
+            raise RuntimeError("the metadata write timed out")
+
+    target = f"file://{tmp_path}/sp/counts/mine"
+    request = SavepointRequest(target, stop=False)
+    with pytest.raises(RuntimeError):
+        take_savepoint(
+            request,
+            MetadataLanded(False),
+            SavepointConfig(dir=f"file://{tmp_path}/sp"),
+            S3Options(),
+        )
+    assert files(tmp_path / "sp") == [
+        "counts/mine/_savepoint.json",
+        "counts/mine/count/kg-00000.bin",
+    ]

@@ -340,12 +340,18 @@ def discard_failed(store: ObjectStore | None, uids: Iterable[str]) -> None:
     else None and nothing is deleted. S writes only under its keyed operators' ``<uid>/``;
     anything else that appeared meanwhile (a checkpoint or another savepoint someone put
     under the target) is left alone, and so is everything if a metadata file is among
-    those keys."""
+    those keys, or if S's own metadata is there: a write of it that reported failure may
+    have landed (a lost response), and a savepoint whose metadata names deleted files is
+    worse than one whose files were left behind."""
     if store is None:
         return
     prefixes = tuple(f"{uid}/" for uid in uids)
     try:
-        keys = [key for key, _ in store.listing() if key.startswith(prefixes)]
+        listing = [key for key, _ in store.listing()]
+        if METADATA_NAME in listing:
+            log.warning("failed savepoint %s: its metadata is there; nothing deleted", store.uri)
+            return
+        keys = [key for key in listing if key.startswith(prefixes)]
         if any(key.rsplit("/", 1)[-1] in (METADATA_NAME, CHECKPOINT_METADATA) for key in keys):
             return
         store.delete(keys)
