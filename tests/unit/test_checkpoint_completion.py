@@ -99,3 +99,15 @@ def test_failed_commit_retried_by_next_checkpoint(tmp_path: Path) -> None:
     assert [c.epoch for c in output.as_commits()["out"]] == [1]
     output.commit_upto(1)
     assert sink.committed == {1: ["1-0", "1-1"]} and output.as_commits()["out"] == ()
+
+
+def test_a_part_reported_twice_is_committed_once() -> None:
+    # Spark re-runs a map task whose output went with its executor and keeps the reports of
+    # both successful runs: the sink must see each staged part once.
+    sink = FlakySink(failures=0)
+    output = PendingOutput({"out": SinkNode(1, [0], "out", "out", sink)})
+    first, second = _staged(1)
+    assert output.add([first, second, first]) == first.records + second.records
+    output.add([second])  # a later report of the same part
+    output.commit_upto(1)
+    assert sink.committed == {1: ["1-0", "1-1"]}

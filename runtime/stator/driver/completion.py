@@ -50,10 +50,15 @@ class PendingOutput:
         self.pending: dict[str, dict[int, list[SinkReport]]] = {}
 
     def add(self, reports: list[SinkReport]) -> int:
-        """Staged parts of one epoch; returns their records."""
-        for rep in reports:
-            self.pending.setdefault(rep.uid, {}).setdefault(rep.epoch, []).append(rep)
-        return sum(r.records for r in reports)
+        """Staged parts of one epoch; returns their records. A part reported twice (Spark
+        re-ran a map task whose output was lost with its executor, and applies the reports
+        of every successful run) is one part: the later report stands for it."""
+        unique = list({(r.uid, r.epoch, r.part): r for r in reports}.values())
+        for rep in unique:
+            parts = self.pending.setdefault(rep.uid, {}).setdefault(rep.epoch, [])
+            parts[:] = [p for p in parts if p.part != rep.part]
+            parts.append(rep)
+        return sum(r.records for r in unique)
 
     def commit_upto(self, epoch: int) -> None:
         """Make every pending epoch up to ``epoch`` visible (idempotent per sink)."""
