@@ -7,6 +7,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +20,7 @@ from stator.checkpoint.metadata import (
     metadata_key,
 )
 from stator.checkpoint.registry import SharedStateRegistry
+from stator.errors import StorageError
 from stator.storage import FileStore
 
 
@@ -151,3 +153,22 @@ def test_metadata_is_version_2_only_with_an_inline_file() -> None:
     assert version_for(inline.operators) == 2
     written = replace(inline, format_version=version_for(inline.operators))
     assert CheckpointMetadata.from_json(written.to_json()) == written
+
+
+def test_a_metadata_object_the_store_fails_to_return_fails_the_recovery(tmp_path: Path) -> None:
+    # Unlike a corrupt one, it is not skipped: the job would restore checkpoint 1 and replay
+    # epochs whose output checkpoint 2 committed.
+    class Flaky(FileStore):
+        def get(self, key: str) -> bytes:
+            if key == metadata_key(2):
+                raise StorageError(f"cannot read {self.url(key)}: timed out")
+            return super().get(key)
+
+    store = FileStore(f"file://{tmp_path}")
+    coord = CheckpointCoordinator(store, 2)
+    for _ in range(2):
+        coord.complete(make_meta(coord.new_checkpoint_id(), []))
+        coord.subsume()
+    with pytest.raises(StorageError, match="cannot read checkpoint 2's metadata, listed in"):
+        CheckpointCoordinator(Flaky(f"file://{tmp_path}"), 2).recover()
+    assert store.exists(metadata_key(1)) and store.exists(metadata_key(2))

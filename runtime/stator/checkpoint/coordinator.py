@@ -164,7 +164,10 @@ class CheckpointCoordinator:
         Reads every checkpoint's metadata, retains the newest valid ones, rebuilds the shared
         registry from them, deletes files no retained checkpoint references (failed or
         half-subsumed checkpoints), and picks the newest checkpoint whose files are all
-        present. A corrupt or incomplete checkpoint is skipped with a reason, never used.
+        present. A corrupt or incomplete checkpoint is skipped with a reason, never used; a
+        store that fails to return a listed metadata object (after the client's retries) fails
+        the recovery instead: skipping it would restore an older checkpoint and replay epochs
+        whose output is already committed.
         """
         report = RecoveryReport()
         listing = dict(self.store.listing())
@@ -180,8 +183,16 @@ class CheckpointCoordinator:
             if key not in listing:
                 continue  # never completed: its files are garbage
             try:
-                meta = CheckpointMetadata.from_json(self.store.get(key), self.store.url(key))
-            except (CheckpointNotFoundError, StorageError) as exc:
+                raw = self.store.get(key)
+            except StorageError as exc:
+                raise StorageError(
+                    f"cannot read checkpoint {cid}'s metadata, listed in {self.store.uri}: "
+                    f"{exc}; the job does not start from an older checkpoint instead (retry "
+                    f"once the store answers)"
+                ) from exc
+            try:
+                meta = CheckpointMetadata.from_json(raw, self.store.url(key))
+            except CheckpointNotFoundError as exc:
                 report.skipped.append(f"checkpoint {cid}: {exc}")
                 if not valid:
                     unusable[checkpoint_dir(cid)] = set()
