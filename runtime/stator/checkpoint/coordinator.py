@@ -70,6 +70,10 @@ class CheckpointCoordinator:
         # Failed checkpoints whose uploads may still write: (until, id, their files).
         self._late: list[tuple[float, int, list[RemoteFile]]] = []
         self._id_floor = 0  # no id below it: ids skipped after a lease takeover
+        # Retained checkpoints of another lineage than the running job's (it started from a
+        # savepoint, empty on purpose, or from an older checkpoint of its own): never the
+        # latest nor a fall-back, and subsumed first.
+        self.stale: set[int] = set()
 
     # ------------------------------------------------------------------ ids and handles
 
@@ -80,7 +84,10 @@ class CheckpointCoordinator:
 
     @property
     def latest(self) -> CheckpointMetadata | None:
-        return self.completed[-1] if self.completed else None
+        """The newest retained checkpoint of the running job's lineage."""
+        return next(
+            (m for m in reversed(self.completed) if m.checkpoint_id not in self.stale), None
+        )
 
     # ------------------------------------------------------------------ completing
 
@@ -105,9 +112,11 @@ class CheckpointCoordinator:
         )
 
     def subsume(self) -> None:
-        """Step 5: drop checkpoints beyond ``retained``, oldest first."""
+        """Step 5: drop checkpoints beyond ``retained``: another lineage's first, then the
+        oldest."""
         while len(self.completed) > self.retained:
-            self._discard(self.completed.pop(0))
+            at = next((i for i, m in enumerate(self.completed) if m.checkpoint_id in self.stale), 0)
+            self._discard(self.completed.pop(at))
 
     def _discard(self, old: CheckpointMetadata) -> None:
         try:
@@ -236,7 +245,8 @@ class CheckpointCoordinator:
         return report
 
     def fall_back(self, failed: CheckpointMetadata, reason: str) -> CheckpointMetadata | None:
-        """Restoring ``failed`` broke (e.g. a corrupt file): forget it, return the one before."""
+        """Restoring ``failed`` broke (e.g. a corrupt file): forget it, return the one before
+        (of the same lineage)."""
         log.warning(
             "restore from checkpoint %d failed (%s); falling back", failed.checkpoint_id, reason
         )

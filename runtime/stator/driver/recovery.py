@@ -23,8 +23,13 @@ Failing over after a failed epoch:
    (a lost executor, a network or storage error) is retried.
 2. Ask the restart strategy for a delay; it may give up (:class:`JobFailed`, staged output
    removed as in 1).
-3. Wait, then rewind to the latest completed checkpoint (or the initial restore source).
-   If rewinding itself fails (storage unreachable), go back to 2.
+3. Wait, then rewind to the latest completed checkpoint of the job's lineage (or the
+   initial restore source, if the job has none yet). Checkpoints of another lineage kept
+   beside the job (it started from a savepoint, empty on purpose, or from an older
+   checkpoint of its own: those newer than it) are never rewound to. Once the job has a
+   checkpoint, it never goes back to its initial source: if every retained checkpoint failed
+   to restore, the job fails (that replay would commit output again). If rewinding itself
+   fails (storage unreachable), go back to 2.
 """
 
 from __future__ import annotations
@@ -84,7 +89,9 @@ class Recovery:
         self.position = Position()
         self._initial: Target | None = None
         self._failure: Failure | None = None  # the last failure, until an epoch completes
-        self._stale: set[int] = set()  # own checkpoints of another lineage (start())
+        # A checkpoint of this job's lineage was restored or completed: if every retained one
+        # then fails to restore, the job fails rather than start over from its initial source.
+        self._checkpointed = False
         self.restarting = False  # waiting out a restart delay or rewinding
 
     def start(self, loaded: Target | None = None) -> None:
@@ -116,10 +123,18 @@ class Recovery:
         self._initial = target
         # Started from elsewhere (a savepoint, another layout's checkpoint) or empty on purpose
         # (restore.force_empty): this job's own checkpoints from before are of another
-        # lineage, never to be rewound to, not even after a failure before its first one.
+        # lineage, never to be rewound to, not even after a failure before its first one. So
+        # are those newer than an older checkpoint of its own it was told to restore.
         foreign = target is not None and target.store.uri != self.store.uri
-        stale = foreign or source == "none"
-        self._stale = {m.checkpoint_id for m in self.coordinator.completed} if stale else set()
+        completed = self.coordinator.completed
+        if foreign or source == "none":
+            self.coordinator.stale = {m.checkpoint_id for m in completed}
+        elif explicit is not None and isinstance(explicit.meta, CheckpointMetadata):
+            chosen = explicit.meta.checkpoint_id
+            self.coordinator.stale = {
+                m.checkpoint_id for m in completed if m.checkpoint_id > chosen
+            }
+        self._checkpointed = target is not None and not foreign and not target.is_savepoint
         self.rewind(target)
         if target is not None:
             log.info("%s restores from %s", self.label, target.describe())
@@ -145,6 +160,7 @@ class Recovery:
 
     def checkpoint_completed(self, meta: CheckpointMetadata) -> None:
         self.position.target = Target(meta, self.store)
+        self._checkpointed = True
 
     def failover(self, exc: Exception) -> None:
         """Steps 1-3 of failing over (module docstring)."""
@@ -189,15 +205,23 @@ class Recovery:
                     f"'{self.config.restart.strategy}' gave up ({self.restart.why}): "
                     f"{self.status.last_error}"
                 ) from exc
+            latest = self.coordinator.latest
+            if latest is None and self._checkpointed:
+                # Every retained checkpoint failed to restore: the initial source (empty state,
+                # a savepoint) would replay epochs whose output checkpoints committed.
+                raise JobFailed(
+                    f"{self.label} failed: no retained checkpoint can be restored (the last: "
+                    f"{self.status.last_error}); it does not start over from "
+                    f"{self._initial.describe() if self._initial else 'empty state'}, which "
+                    f"would replay committed output. Restore a savepoint or a checkpoint of "
+                    f"your choice (restore.source)"
+                ) from exc
             self.status.restarts += 1
             log.info("%s restarts in %d ms (%s)", self.label, delay, self.restart.why)
             time.sleep(delay / 1000)
             try:
                 latest = self.coordinator.latest
-                if latest is not None and latest.checkpoint_id not in self._stale:
-                    self.rewind(Target(latest, self.store))
-                else:
-                    self.rewind(self._initial)
+                self.rewind(Target(latest, self.store) if latest is not None else self._initial)
                 return
             except Exception as again:
                 self.status.last_error = short_error(f"{type(again).__name__}: {again}")

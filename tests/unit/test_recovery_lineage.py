@@ -1,0 +1,99 @@
+"""Which checkpoint a failing job rewinds to, without Spark: never one of another lineage
+(checkpoints kept beside a job that started from a savepoint, empty, or from an older
+checkpoint of its own), and never its initial source once it has checkpointed (that would
+replay output its checkpoints committed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stator import Pipeline
+from stator.checkpoint.metadata import CheckpointMetadata, OperatorSnapshot, metadata_key
+from stator.config import load_config
+from stator.driver.epoch_loop import JobDriver
+from stator.errors import JobFailed
+from stator.sinks import CollectSink
+from stator.sources.generator import list_source
+from stator.storage import open_store
+from stator.tasks.local_state import RESTORE_ERROR_MARKER
+
+
+def pipeline() -> Pipeline:
+    p = Pipeline("job")
+    p.source(list_source([1, 2]), uid="in").key_by(lambda r: r).count(uid="count").sink(
+        CollectSink(), uid="out"
+    )
+    return p
+
+
+def write_checkpoint(root: Path, cid: int) -> None:
+    meta = CheckpointMetadata(
+        cid,
+        cid * 10,
+        "job",
+        cid * 1000,
+        128,
+        True,
+        {"count": OperatorSnapshot("count", 1, ())},
+        {"in": {"split-0": {"position": cid, "max_timestamp": 0, "finished": False}}},
+        {},
+        0,
+    )
+    open_store(f"file://{root}/ck/job").put(metadata_key(cid), meta.to_json())
+
+
+def driver(root: Path, *more: str) -> JobDriver:
+    cfg = load_config(
+        None,
+        [
+            f"checkpoint.storage=file://{root}/ck",
+            f"state.local_dir={root}/state",
+            "restart.delay_ms=0",
+            "restart.attempts=10",
+            *more,
+        ],
+    )
+    return JobDriver(pipeline(), cfg, None)
+
+
+def unrestorable(cid: int) -> RuntimeError:
+    """What a task reports when a checkpoint's files are missing."""
+    return RuntimeError(f"{RESTORE_ERROR_MARKER}[{cid}]: operator 'count' subtask 0: gone")
+
+
+def test_a_job_whose_every_checkpoint_fails_to_restore_fails_instead_of_starting_over(
+    tmp_path: Path,
+) -> None:
+    for cid in (4, 5):
+        write_checkpoint(tmp_path, cid)
+    job = driver(tmp_path)
+    job.recovery.start(None)
+    assert job.recovery.position.epoch == 50
+    job.recovery.failover(unrestorable(5))  # falls back to checkpoint 4: same lineage
+    assert job.recovery.position.epoch == 40
+    with pytest.raises(JobFailed, match="no retained checkpoint can be restored"):
+        job.recovery.failover(unrestorable(4))
+    assert job.recovery.position.epoch == 40, "not rewound to empty state"
+
+
+def test_a_job_restored_from_an_older_checkpoint_of_its_own_never_rewinds_past_it(
+    tmp_path: Path,
+) -> None:
+    # Rolled back to checkpoint 3 on purpose: 4 and 5 are another lineage from now on.
+    for cid in (3, 4, 5):
+        write_checkpoint(tmp_path, cid)
+    job = driver(tmp_path, f"restore.source=file://{tmp_path}/ck/job/chk-0000000003")
+    job.recovery.start(None)
+    assert job.recovery.position.epoch == 30
+    job.recovery.failover(RuntimeError("an executor was lost"))
+    assert job.recovery.position.epoch == 30, "not checkpoint 5 of the abandoned lineage"
+    assert job.coordinator.latest is not None and job.coordinator.latest.checkpoint_id == 3
+    # A new checkpoint subsumes the abandoned lineage's first, not the one the job runs on.
+    write_checkpoint(tmp_path, 6)
+    job.coordinator.complete(
+        CheckpointMetadata.from_json(open_store(f"file://{tmp_path}/ck/job").get(metadata_key(6)))
+    )
+    job.coordinator.subsume()
+    assert [m.checkpoint_id for m in job.coordinator.completed] == [3, 5, 6]
