@@ -174,6 +174,20 @@ def test_unreachable_store_is_not_a_restore_error(tmp_path: Path) -> None:
     assert RESTORE_ERROR_MARKER not in str(caught.value)
 
 
+def test_a_full_disk_is_not_a_restore_error(tmp_path: Path) -> None:
+    # The executor's disk, not the checkpoint: the checkpoint must not be dropped as corrupt.
+    class FullDisk(FileStore):
+        def get_file(self, key: str, path: Path) -> None:
+            raise OSError(28, "No space left on device")
+
+    store = FileStore(f"file://{tmp_path}/ck")
+    snap = checkpointed(tmp_path, store)
+    full = FullDisk(f"file://{tmp_path}/ck")
+    with pytest.raises(OSError, match="No space left") as caught:
+        open_state(spec(tmp_path / "b", 2, restore=restore_of(full, snap)), UID, 0, KG)
+    assert not isinstance(caught.value, RestoreError)
+
+
 # ---------------------------------------------------------------- task-local recovery
 
 

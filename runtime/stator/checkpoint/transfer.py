@@ -16,6 +16,11 @@ from ..storage import TRANSFER_CALLERS, ObjectStore
 from .metadata import RemoteFile, checkpoint_dir
 
 
+class TruncatedFile(ValueError):
+    """A downloaded checkpoint file is not the size its metadata says: the checkpoint's
+    fault (restoring it drops it), unlike an error of the executor's own disk."""
+
+
 def shared_key(uid: str, name: str) -> str:
     # A fresh uuid per upload: after a restore, RocksDB may reuse a file number for new
     # content, so the local name alone never identifies a shared file.
@@ -128,7 +133,9 @@ def download_snapshot(store: ObjectStore, files: tuple[RemoteFile, ...], target:
             store.get_file(f.key, dest)
             got = dest.stat().st_size
             if got != f.size:
-                raise OSError(f"{store.url(f.key)} has {got} bytes, the checkpoint says {f.size}")
+                raise TruncatedFile(
+                    f"{store.url(f.key)} has {got} bytes, the checkpoint says {f.size}"
+                )
             return got
 
         with ThreadPoolExecutor(max(1, min(TRANSFER_CALLERS, len(files)))) as pool:

@@ -123,6 +123,9 @@ def open_state(
         raise RestoreError(
             restore.checkpoint_id, f"operator '{uid}' subtask {subtask}: {exc}"
         ) from exc
+    except OSError:  # the executor's disk (full, gone), not the checkpoint: retried
+        backend.close()
+        raise
     except Exception as exc:
         backend.close()
         raise RestoreError(
