@@ -367,6 +367,16 @@ class JobDriver:
                     continue
                 if self.planner.finished():
                     self._settle(self.in_flight.wait(0))
+                    uncommitted = sorted({e for es in self.output.pending.values() for e in es})
+                    if uncommitted:
+                        # The last epoch's checkpoint failed: its output (and maybe earlier
+                        # epochs') would never be committed. Fail over: the replay ends with
+                        # a checkpoint again, under the restart strategy.
+                        raise RuntimeError(
+                            f"the input is finished, but the output of epochs "
+                            f"{uncommitted[0]}-{uncommitted[-1]} is not committed: the last "
+                            f"checkpoint failed"
+                        )
                     self.finished_work = True
                     self.status.state = JobState.FINISHED
                     if self.may_end is None or self.may_end():
