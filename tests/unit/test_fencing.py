@@ -14,6 +14,7 @@ from stator.checkpoint.coordinator import CheckpointCoordinator
 from stator.cluster import fencing
 from stator.cluster.lease import RELEASED_FOR
 from stator.config import LeaseConfig, load_config
+from stator.driver.completion import PendingOutput
 from stator.errors import ConfigError
 from stator.storage import open_store
 from tests.unit.test_lease import FakeLeases
@@ -158,3 +159,29 @@ def test_a_prestarted_driver_prepares_its_lease_client_before_the_hand_over(
     fencing.release()
     with pytest.raises(ConfigError, match="KUBERNETES_SERVICE_HOST is not"):
         fencing.hold(CONFIG, ENV)  # nothing prepared any more
+
+
+def test_a_replaced_driver_discards_no_staged_output(exits: list[int]) -> None:
+    # Its failover would delete what the new driver staged meanwhile (files.py deletes every
+    # staged object after the epoch, whoever wrote it).
+    from stator.api.pipeline import SinkNode
+    from tests.unit.epoch_fakes import RecordingSink
+
+    sink = RecordingSink()
+    output = PendingOutput({"out": SinkNode(1, [0], "out", "out", sink)})
+    api = FakeLeases()
+    api.create_namespaced_lease("team", {"metadata": {"name": "lead"}, "spec": {}})
+    assert fencing.hold(CONFIG, ENV, api=api)
+    output.rewind(3, {})
+    assert sink.discards == [3]
+    api.leases["lead"]["spec"]["holderIdentity"] = "driver-b"
+    before: list[int] = []
+    with pytest.raises(Exited):  # once this driver knows (its next renewal), it stops
+        for _ in range(50):
+            before = list(sink.discards)
+            output.rewind(3, {})
+            time.sleep(0.1)
+    assert sink.discards == before, "the call that found the lease taken discarded nothing"
+    with pytest.raises(Exited):
+        output.discard_after(3)
+    assert sink.discards == before

@@ -3,8 +3,9 @@
 When the node of a driver is lost (powered off, or cut off by a partition), Kubernetes cannot
 tell whether the driver still runs there. The operator replaces it once its Lease lapsed
 (config ``lease``; ``stator_operator.reconciler``), and the old driver, should it still run,
-must then write nothing more: no checkpoint metadata, no savepoint metadata, no sink commit,
-no new epoch. Every such write passes :func:`guard` first:
+must then write nothing more: no checkpoint metadata, no savepoint metadata, no sink commit
+or discard of staged output (its successor's would go with it), no new epoch. Every such
+write passes :func:`guard` first:
 
 1. No lease configured (one machine, one driver): go on.
 2. The lease is surely ours (renewed less than ``duration - renew`` ago): go on.

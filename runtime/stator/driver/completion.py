@@ -80,14 +80,18 @@ class PendingOutput:
         }
 
     def discard_after(self, epoch: int) -> None:
-        """Remove every sink's staged output of epochs after ``epoch`` (a failed job's)."""
+        """Remove every sink's staged output of epochs after ``epoch`` (a failed job's). Not
+        by a replaced driver: it would delete what its successor staged meanwhile."""
+        guard(f"discarding staged output after epoch {epoch}")
         self.pending = {}
         for uid, node in self.sinks.items():
             node.sink.discard_after(uid, epoch)
 
     def rewind(self, epoch: int, restored: dict[str, tuple[PendingCommit, ...]]) -> None:
         """Back to ``epoch``: staged output of later epochs is discarded (it will be replayed),
-        output the restored checkpoint covers but had not committed is committed again."""
+        output the restored checkpoint covers but had not committed is committed again (not
+        by a replaced driver: see :meth:`discard_after`)."""
+        guard(f"rewinding sink output to epoch {epoch}")
         self.pending = {}
         for uid, node in self.sinks.items():
             node.sink.discard_after(uid, epoch)
