@@ -173,7 +173,7 @@ class Flows:
         if nxt.pod is None:
             spec = op.target or {}
             body = self._ensure_objects(spec)
-            self.kube.ensure(driver_pod(body, spec, op.id, None, False))
+            self.kube.ensure(driver_pod(body, spec, op.id, None, False, lineage=op.id))
             self.event(
                 "Normal",
                 "DriverPrestarted",
@@ -411,7 +411,9 @@ class Flows:
         if op.prestarted:
             return self._hand_over(op, nxt or PrestartedDriver(), restore, allow)
         body = self._ensure_objects(spec)
-        self.kube.ensure(driver_pod(body, spec, op.id, restore, allow, op.avoid_node))
+        self.kube.ensure(
+            driver_pod(body, spec, op.id, restore, allow, op.avoid_node, op.lineage or op.id)
+        )
         return self._deployed(op, restore, "")
 
     def _deployed(self, op: Operation, restore: str, how: str) -> float:
@@ -493,6 +495,7 @@ class Flows:
             deployment={
                 "id": op.id,
                 "restoredFrom": op.restore,
+                "lineage": op.lineage or op.id,
                 "driverPod": driver_pod_name(p.name, op.id),
                 "readyAt": now(),
             },

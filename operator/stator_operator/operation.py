@@ -69,6 +69,9 @@ class Operation:
     step_started_at: str
     target: dict[str, Any] | None = None  # the spec the flow brings up (or stops)
     restore: str | None = None  # savepoint path, "latest" or "none"
+    # The run a restart continues (its checkpoints record it); other flows start their own,
+    # named by their id.
+    lineage: str | None = None
     mode: UpgradeMode | None = None
     nonce: int | None = None  # savepoints.triggerNonce answered by this savepoint
     trigger: str | None = None  # "periodic"; else the kind is the trigger

@@ -61,7 +61,9 @@ class Reconciler:
         result = self.flows.advance(op, obs)
         if isinstance(result, DriverFailed):
             target = op.target or self.pipeline.spec
-            return self._driver_failed(op.kind, target, op.savepoint, result.reason)
+            # A restart continues the run this flow started (or continued).
+            run = (op.restore or "latest", op.lineage or op.id)
+            return self._driver_failed(op.kind, target, op.savepoint, result.reason, run=run)
         return result
 
     def delete(self, obs: Observation) -> float | None:
@@ -322,7 +324,10 @@ class Reconciler:
         )
         self.event("Warning", "StoppedOutsideOperator", message)
         self.pipeline.write(lastError=message)
-        return self._start(OpKind.RESTART, Step.REMOVE_DRIVER, target=running, restore="latest")
+        restore, lineage = self._running_run()
+        return self._start(
+            OpKind.RESTART, Step.REMOVE_DRIVER, target=running, restore=restore, lineage=lineage
+        )
 
     def _driver_failed(
         self,
@@ -331,6 +336,7 @@ class Reconciler:
         savepoint: str | None,
         reason: str,
         avoid_node: str | None = None,
+        run: tuple[str, str | None] | None = None,
     ) -> float:
         """A driver failed (or never became ready). A failed upgrade or rescale rolls back to
         the last stable spec and remembers the failed one, so it is not retried; anything
@@ -368,14 +374,28 @@ class Reconciler:
         p.write(restarts=restarts, restartHistory=decision.history.to_json())
         delay_s = decision.delay_ms / 1000
         self.event("Warning", "DriverFailed", f"{reason}; {decision.why}, in {delay_s:.1f}s")
+        restore, lineage = run or self._running_run()
         return self._start(
             OpKind.RESTART,
             Step.REMOVE_DRIVER,
             target=target,
-            restore="latest",
+            restore=restore,
+            lineage=lineage,
             not_before=time.time() + delay_s,
             avoid_node=avoid_node,
         )
+
+    def _running_run(self) -> tuple[str, str | None]:
+        """What a restart of the running deployment restores: its own run's latest checkpoint
+        (``restore.lineage``), else where that run began (a savepoint, empty state). Not
+        ``latest`` alone: before the run's first checkpoint that is the storage's newest
+        checkpoint of another run, or none at all, and the job would start empty. A
+        deployment recorded before lineages were: ``latest``."""
+        deployment = self.pipeline.status.get("deployment") or {}
+        lineage = deployment.get("lineage")
+        if not lineage:
+            return "latest", None
+        return str(deployment.get("restoredFrom") or "latest"), str(lineage)
 
     # ------------------------------------------------------------------ spec validity
 

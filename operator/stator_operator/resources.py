@@ -697,10 +697,13 @@ def driver_pod(
     restore: str | None,
     allow_non_restored: bool,
     avoid_node: str | None = None,
+    lineage: str | None = None,
 ) -> dict[str, Any]:
     """The driver pod of one deployment, restoring from ``restore``; None: a pre-started
     driver, told what to restore from later (``POST /v1/handover``, flows.py step 4).
-    ``avoid_node``: the node a lost driver was on; any other is preferred."""
+    ``avoid_node``: the node a lost driver was on; any other is preferred. ``lineage``: the
+    run the driver starts or continues (``restore.lineage``: its checkpoints record it, and a
+    restarted driver resumes them instead of its starting point)."""
     meta = body["metadata"]
     name = meta["name"]
     env: list[dict[str, Any]] = [
@@ -754,6 +757,8 @@ def driver_pod(
     ]
     if restore == "none":
         args += ["--set", "restore.force_empty=true"]
+    if lineage:
+        args += ["--set", f"restore.lineage={lineage}"]
     if allow_non_restored:
         args += ["--set", "restore.allow_non_restored_state=true"]
     resources = get(spec, "driver", "resources", default=None) or {

@@ -229,6 +229,11 @@ class RestoreConfig:
     # or savepoint directory. A different parallelism than the state was written with rescales.
     source: str = "latest"
     force_empty: bool = False
+    # The run this job continues or starts (the operator sets its flow's id; its checkpoints
+    # record it). If this job's checkpoints include some of this lineage, the newest of
+    # them is restored whatever ``source`` says: a restarted driver resumes its own run, not
+    # the run's starting point (a savepoint, empty state) nor another run's checkpoint.
+    lineage: str | None = None
     # Restoring state that the new code no longer has (an operator uid, or a state name in an
     # operator) fails unless this is set; then that state is dropped.
     allow_non_restored_state: bool = False

@@ -1445,3 +1445,68 @@ def test_a_stopped_driver_s_savepoint_is_looked_for_where_it_wrote_it(tmp_path: 
     bed.step()
     op = bed.op
     assert op is not None and (op.step, op.restore) == (Step.REMOVE_DRIVER, location)
+
+
+# ---------------------------------------------------------------------- restarts resume their run
+
+
+def set_arg(bed: Bed, key: str, pod: str | None = None) -> str | None:
+    """The value of ``--set key=...`` in the driver pod's arguments."""
+    args = args_of(bed, pod)
+    found = [a.split("=", 1)[1] for a in args if a.startswith(f"{key}=")]
+    return found[-1] if found else None
+
+
+def test_a_restart_before_the_first_checkpoint_resumes_the_initial_savepoint(
+    tmp_path: Path,
+) -> None:
+    # "latest" would find no checkpoint (or another run's) and start the job empty.
+    initial = f"file://{tmp_path}/old/savepoint-1"
+    write_savepoint(initial)
+    bed = Bed(tmp_path, restore={"initialSavepoint": initial})
+    bed.until(lambda: bed.op is not None and bed.op.step is Step.AWAIT_READY)
+    run = bed.op.id if bed.op else ""
+    assert set_arg(bed, "restore.lineage") == run
+    bed.edit_operation(stepStartedAt=LONG_AGO)  # e.g. a large restore, OOM-killed
+    bed.step()
+    op = bed.op
+    assert op is not None and (op.kind, op.restore, op.lineage) == (OpKind.RESTART, initial, run)
+    bed.edit_operation(notBefore=0)
+    bed.finish()
+    assert restore_arg(bed) == initial and set_arg(bed, "restore.lineage") == run
+    assert bed.status["deployment"]["lineage"] == run
+
+    # The running deployment fails later: the restart continues the same run again (its
+    # driver resumes the run's latest checkpoint, else the savepoint it began from).
+    bed.kube.set_phase(bed.driver_pod(), "Failed", exit_code=137)
+    bed.step()
+    op = bed.op
+    assert op is not None and (op.kind, op.restore, op.lineage) == (OpKind.RESTART, initial, run)
+
+
+def test_a_restart_of_a_stateless_upgrade_resumes_its_own_run_not_the_old_one(
+    tmp_path: Path,
+) -> None:
+    bed = Bed(tmp_path, upgradeMode="stateless")
+    bed.deploy()
+    bed.edit_spec(image="stator-runtime:2")
+    bed.finish()
+    run = bed.status["deployment"]["id"]
+    assert restore_arg(bed) == "none" and set_arg(bed, "restore.force_empty") == "true"
+    bed.kube.set_phase(bed.driver_pod(), "Failed", exit_code=137)
+    bed.step()
+    bed.edit_operation(notBefore=0)
+    bed.finish()
+    # Its own checkpoints if it has any, else empty again: never the old run's "latest".
+    assert restore_arg(bed) == "none" and set_arg(bed, "restore.lineage") == run
+
+
+def test_a_deployment_recorded_without_a_lineage_restarts_from_latest(tmp_path: Path) -> None:
+    bed = Bed(tmp_path)
+    bed.deploy()
+    deployment = {k: v for k, v in bed.status["deployment"].items() if k != "lineage"}
+    bed.kube.pipeline["status"]["deployment"] = deployment  # written by an older operator
+    bed.kube.set_phase(bed.driver_pod(), "Failed", exit_code=137)
+    bed.step()
+    op = bed.op
+    assert op is not None and (op.restore, op.lineage) == ("latest", None)

@@ -28,7 +28,7 @@ def pipeline() -> Pipeline:
     return p
 
 
-def write_checkpoint(root: Path, cid: int) -> None:
+def write_checkpoint(root: Path, cid: int, lineage: str = "") -> None:
     meta = CheckpointMetadata(
         cid,
         cid * 10,
@@ -40,6 +40,7 @@ def write_checkpoint(root: Path, cid: int) -> None:
         {"in": {"split-0": {"position": cid, "max_timestamp": 0, "finished": False}}},
         {},
         0,
+        lineage=lineage,
     )
     open_store(f"file://{root}/ck/job").put(metadata_key(cid), meta.to_json())
 
@@ -97,3 +98,37 @@ def test_a_job_restored_from_an_older_checkpoint_of_its_own_never_rewinds_past_i
     )
     job.coordinator.subsume()
     assert [m.checkpoint_id for m in job.coordinator.completed] == [3, 5, 6]
+
+
+def test_a_restarted_run_resumes_its_own_checkpoints_whatever_it_started_from(
+    tmp_path: Path,
+) -> None:
+    # Run "b" started empty beside run "a"'s checkpoint 4 (a stateless upgrade) and took
+    # checkpoint 5; its driver died. Restarted with the same arguments, it resumes 5: not
+    # empty state again (its source), not "a"'s checkpoint.
+    write_checkpoint(tmp_path, 4, lineage="a")
+    fresh = ("restore.source=none", "restore.force_empty=true")
+    job = driver(tmp_path, *fresh, "restore.lineage=b")
+    job.recovery.start(None)
+    assert job.recovery.position.target is None and job.recovery.lineage == "b"
+    write_checkpoint(tmp_path, 5, lineage="b")
+    again = driver(tmp_path, *fresh, "restore.lineage=b")
+    again.recovery.start(None)
+    assert again.recovery.position.epoch == 50
+    assert again.coordinator.stale == {4}
+    with pytest.raises(JobFailed):  # and never falls back to "a"'s 4, nor to empty state
+        again.recovery.failover(unrestorable(5))
+    # Without checkpoints of its own a run starts from its source: "c" starts empty.
+    other = driver(tmp_path, *fresh, "restore.lineage=c")
+    other.recovery.start(None)
+    assert other.recovery.position.target is None
+
+
+def test_a_run_that_continues_a_checkpoint_records_its_lineage(tmp_path: Path) -> None:
+    write_checkpoint(tmp_path, 4, lineage="a")
+    job = driver(tmp_path)  # latest, no name given: it continues "a"
+    job.recovery.start(None)
+    assert job.recovery.lineage == "a"
+    named = driver(tmp_path, "restore.lineage=d")  # latest, named by its starter
+    named.recovery.start(None)
+    assert named.recovery.position.epoch == 40 and named.recovery.lineage == "d"

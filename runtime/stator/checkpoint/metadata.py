@@ -112,6 +112,10 @@ class CheckpointMetadata:
     watermark: int
     duration_ms: int = 0
     format_version: int = FORMAT_VERSION
+    # The run of the job that wrote it, as its starter named it (``restore.lineage``: the
+    # operator's flow id) or as inherited from the checkpoint the run restored; "" when no
+    # one named one. A restart finds its own run's checkpoints by it.
+    lineage: str = ""
 
     @property
     def state_bytes(self) -> int:
@@ -152,6 +156,7 @@ class CheckpointMetadata:
                 raw.integer("watermark"),
                 raw.integer("duration_ms", default=0, low=0),
                 raw.integer("format_version"),
+                raw.text("lineage") if "lineage" in raw.raw else "",
             )
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise CheckpointNotFoundError(f"checkpoint metadata {where} is corrupt: {exc}") from exc

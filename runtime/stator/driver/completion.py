@@ -106,6 +106,7 @@ class CheckpointRequest:
     checkpoint_id: int
     epoch: int
     incremental: bool
+    lineage: str = ""
 
 
 def assemble_checkpoint(
@@ -146,6 +147,7 @@ def assemble_checkpoint(
         sinks=output.as_commits(),
         watermark=min((r.watermark for r in states), default=MAX_TIMESTAMP),
         format_version=version_for(operators),
+        lineage=request.lineage,
     )
 
 

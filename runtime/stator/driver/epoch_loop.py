@@ -614,7 +614,9 @@ class JobDriver:
             cid = spec.checkpoint.checkpoint_id
             draft = assemble_checkpoint(
                 self.job,
-                CheckpointRequest(cid, spec.epoch, spec.checkpoint.incremental),
+                CheckpointRequest(
+                    cid, spec.epoch, spec.checkpoint.incremental, self.recovery.lineage
+                ),
                 self.parallelism.operators,
                 self.parallelism.max_parallelism,
                 states,

@@ -92,6 +92,7 @@ class Recovery:
         # A checkpoint of this job's lineage was restored or completed: if every retained one
         # then fails to restore, the job fails rather than start over from its initial source.
         self._checkpointed = False
+        self.lineage = ""  # recorded in this run's checkpoints (start())
         self.restarting = False  # waiting out a restart delay or rewinding
 
     def start(self, loaded: Target | None = None) -> None:
@@ -110,6 +111,10 @@ class Recovery:
         target = Target(report.restored, self.store) if report.restored else None
         if source == "latest" and loaded is not None and _newer(loaded, target):
             target = loaded  # a region: the job's checkpoint, newer than any of its own
+        lineage = self.config.restore.lineage
+        own_run = [m for m in self.coordinator.completed if lineage and m.lineage == lineage]
+        if own_run:  # a restarted run resumes itself, whatever it started from
+            target, explicit, source = Target(own_run[-1], self.store), None, "latest"
         if source == "none":
             if self.coordinator.completed and not self.config.restore.force_empty:
                 raise ConfigError(
@@ -135,6 +140,21 @@ class Recovery:
                 m.checkpoint_id for m in completed if m.checkpoint_id > chosen
             }
         self._checkpointed = target is not None and not foreign and not target.is_savepoint
+        if own_run:
+            # Other runs' checkpoints are not its own: newer ones (a run started beside it)
+            # never, and older ones only if it began from them (``latest``).
+            newest, began = own_run[-1].checkpoint_id, self.config.restore.source
+            self.coordinator.stale = {
+                m.checkpoint_id
+                for m in completed
+                if m.lineage != lineage and (began != "latest" or m.checkpoint_id > newest)
+            }
+        # What this run's checkpoints record: the name it was given, else the lineage of the
+        # checkpoint of its own it continues.
+        inherited = ""
+        if self._checkpointed and target and isinstance(target.meta, CheckpointMetadata):
+            inherited = target.meta.lineage
+        self.lineage = lineage or inherited
         self.rewind(target)
         if target is not None:
             log.info("%s restores from %s", self.label, target.describe())
@@ -211,10 +231,9 @@ class Recovery:
                 # a savepoint) would replay epochs whose output checkpoints committed.
                 raise JobFailed(
                     f"{self.label} failed: no retained checkpoint can be restored (the last: "
-                    f"{self.status.last_error}); it does not start over from "
-                    f"{self._initial.describe() if self._initial else 'empty state'}, which "
-                    f"would replay committed output. Restore a savepoint or a checkpoint of "
-                    f"your choice (restore.source)"
+                    f"{self.status.last_error}); it does not start over from where it began "
+                    f"(a savepoint, empty state), which would replay committed output. Restore "
+                    f"a savepoint or a checkpoint of your choice (restore.source)"
                 ) from exc
             self.status.restarts += 1
             log.info("%s restarts in %d ms (%s)", self.label, delay, self.restart.why)
