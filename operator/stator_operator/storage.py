@@ -3,9 +3,11 @@ The storage work itself is ``stator.lineage``'s; this only supplies where and wi
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
+import yaml
 from kubernetes.client.rest import ApiException
 
 from stator.errors import StatorError
@@ -15,6 +17,20 @@ from stator.storage import S3Options
 from .ports import SecretApi
 from .spec import get, savepoint_dir
 
+_S3_KEYS = {f.name for f in dataclasses.fields(S3Options)}
+
+
+def s3_options(spec: dict[str, Any], **credentials: str | None) -> S3Options:
+    """``S3Options`` of the spec's job config (its ``s3`` section), plus ``credentials``."""
+    endpoint = get(spec, "checkpointing", "endpoint")
+    section: dict[str, Any] = {"endpoint_url": endpoint} if endpoint else {}
+    for key, raw in (get(spec, "config", default=None) or {}).items():
+        name = key.replace("-", "_")
+        if name.startswith("s3.") and name[3:] in _S3_KEYS:
+            section[name[3:]] = yaml.safe_load(raw) if isinstance(raw, str) else raw
+    return S3Options(**{**section, **credentials})
+
+
 log = logging.getLogger("stator.operator")
 
 
@@ -23,11 +39,13 @@ class SavepointStorage:
         self.kube = kube
 
     def options(self, namespace: str, spec: dict[str, Any]) -> S3Options:
-        """S3 endpoint from the spec, credentials from ``checkpointing.credentialsSecret``."""
+        """The driver's S3 settings (the endpoint from the spec, ``s3.*`` of ``spec.config``:
+        region, path style, timeouts), credentials from ``checkpointing.credentialsSecret``:
+        the operator reaches the savepoints where and as the driver writes them."""
         secret = get(spec, "checkpointing", "credentialsSecret")
         creds = self.kube.read_secret(namespace, secret) if secret else {}
-        return S3Options(
-            endpoint_url=get(spec, "checkpointing", "endpoint"),
+        return s3_options(
+            spec,
             access_key_id=creds.get("AWS_ACCESS_KEY_ID"),
             secret_access_key=creds.get("AWS_SECRET_ACCESS_KEY"),
         )

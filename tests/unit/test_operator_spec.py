@@ -515,3 +515,21 @@ def test_an_event_names_the_pipeline_it_is_about() -> None:
     }
     assert e["metadata"] == {"generateName": "p.", "namespace": "ns"}
     assert (e["type"], e["reason"], len(e["message"])) == ("Normal", "DriverCreated", 1000)
+
+
+def test_the_operator_reaches_storage_with_the_drivers_s3_settings() -> None:
+    # Finding a stopped driver's savepoint, checking an initial savepoint and disposing ones
+    # go where and as the driver writes: spec.config's s3.* too, not the endpoint alone.
+    from stator_operator.storage import s3_options
+
+    spec = changed(
+        checkpointing={"storage": "s3://b/ck", "credentialsSecret": "s3", "endpoint": "http://m"},
+        config={"s3.region": "eu-west-1", "s3.path-style": "false", "s3.read_timeout_s": "30"},
+    )
+    options = s3_options(spec, access_key_id="AK", secret_access_key="SK")
+    assert (options.endpoint_url, options.region, options.path_style) == (
+        "http://m",
+        "eu-west-1",
+        False,
+    )
+    assert options.read_timeout_s == 30 and options.access_key_id == "AK"
