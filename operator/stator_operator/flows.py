@@ -135,6 +135,7 @@ class Flows:
             started_at=stamp,
             step_started_at=stamp,
             step_started=time.time(),
+            generation=self.pipeline.body["metadata"].get("generation"),
             **fields,
         )
         self.pipeline.write(phase=kind.phase, operation=op)
@@ -491,7 +492,8 @@ class Flows:
             lastStableSpec=spec,
             replicas=replicas(spec),
             selector=f"stator.dev/pipeline={p.name}",
-            observedGeneration=p.body["metadata"].get("generation"),
+            # The generation this flow brings up, not one applied while it ran.
+            observedGeneration=op.generation or p.body["metadata"].get("generation"),
             deployment={
                 "id": op.id,
                 "restoredFrom": op.restore,

@@ -72,6 +72,9 @@ class Operation:
     # The run a restart continues (its checkpoints record it); other flows start their own,
     # named by their id.
     lineage: str | None = None
+    # metadata.generation when the flow started: what status.observedGeneration says once
+    # it is up (a spec applied meanwhile is the next flow's).
+    generation: int | None = None
     mode: UpgradeMode | None = None
     nonce: int | None = None  # savepoints.triggerNonce answered by this savepoint
     trigger: str | None = None  # "periodic"; else the kind is the trigger

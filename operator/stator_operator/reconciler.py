@@ -63,7 +63,10 @@ class Reconciler:
             target = op.target or self.pipeline.spec
             # A restart continues the run this flow started (or continued).
             run = (op.restore or "latest", op.lineage or op.id)
-            return self._driver_failed(op.kind, target, op.savepoint, result.reason, run=run)
+            savepoint = op.savepoint
+            if op.kind is OpKind.RESUME and op.restore not in (None, "latest", "none"):
+                savepoint = op.restore  # what a rollback of the resumed spec restores
+            return self._driver_failed(op.kind, target, savepoint, result.reason, run=run)
         return result
 
     def delete(self, obs: Observation) -> float | None:
@@ -123,7 +126,11 @@ class Reconciler:
             return self._start(OpKind.SUSPEND, Step.SAVEPOINT, target=running)
         if spec.get("state", "running") == "running" and suspended:
             restore = status.get("suspendedWith") or "latest"
-            return self._start(OpKind.RESUME, Step.DEPLOY, target=spec, restore=restore)
+            # A spec rolled back before is not tried again by a resume: the last good one
+            # resumes (as it would have kept running), until the spec changes.
+            failed = status.get("failedSpec") == fingerprint(spec)
+            target = running if failed else spec
+            return self._start(OpKind.RESUME, Step.DEPLOY, target=target, restore=restore)
         if suspended:
             return 30.0
         change = classify(running, spec)
@@ -345,7 +352,13 @@ class Reconciler:
         p = self.pipeline
         stable = p.status.get("lastStableSpec")
         p.write(lastError=reason)
-        if kind in (OpKind.UPGRADE, OpKind.RESCALE) and stable is not None:
+        # A resume that brings up a spec changed while suspended is an upgrade too.
+        changed = (
+            kind is OpKind.RESUME
+            and stable is not None
+            and (fingerprint(target) != fingerprint(stable))
+        )
+        if (kind in (OpKind.UPGRADE, OpKind.RESCALE) or changed) and stable is not None:
             self.event("Warning", "UpgradeFailed", f"{reason}; rolling back")
             p.condition(
                 "UpgradeSucceeded",

@@ -1510,3 +1510,60 @@ def test_a_deployment_recorded_without_a_lineage_restarts_from_latest(tmp_path: 
     bed.step()
     op = bed.op
     assert op is not None and (op.restore, op.lineage) == ("latest", None)
+
+
+def test_a_resume_brings_up_the_last_good_spec_not_one_rolled_back(tmp_path: Path) -> None:
+    bed = Bed(tmp_path)
+    driver = bed.deploy()
+    stable = bed.status["lastStableSpec"]
+    bed.edit_spec(entrypoint="pipelines.counts:missing")
+    bed.step()
+    stopped_with_savepoint(bed, driver, f"file://{tmp_path}/sp/team.counts/savepoint-1-req1")
+    bed.until(lambda: bed.op is not None and bed.op.step is Step.AWAIT_READY)
+    bed.kube.set_phase(bed.driver_pod(), "Failed", exit_code=1)
+    bed.step()
+    assert bed.op is not None and bed.op.kind is OpKind.ROLLBACK
+    driver = bed.finish()
+    assert bed.status["lastReconciledSpec"] == stable
+    bed.edit_spec(state="suspended")
+    bed.step()
+    stopped_with_savepoint(bed, driver, f"file://{tmp_path}/sp/team.counts/savepoint-2-req1")
+    bed.until(lambda: bed.status["phase"] == "Suspended")
+    bed.edit_spec(state="running")  # the failed entrypoint is still in the spec
+    bed.step()
+    op = bed.op
+    assert op is not None and op.kind is OpKind.RESUME
+    assert op.target is not None and op.target["entrypoint"] == stable["entrypoint"]
+
+
+def test_a_resume_of_a_spec_changed_while_suspended_rolls_back_if_it_fails(
+    tmp_path: Path,
+) -> None:
+    bed = Bed(tmp_path)
+    driver = bed.deploy()
+    stable = bed.status["lastStableSpec"]
+    bed.edit_spec(state="suspended")
+    bed.step()
+    location = f"file://{tmp_path}/sp/team.counts/savepoint-0000000007-req1"
+    stopped_with_savepoint(bed, driver, location)
+    bed.until(lambda: bed.status["phase"] == "Suspended")
+    bed.edit_spec(state="running", entrypoint="pipelines.counts:missing")
+    bed.until(lambda: bed.op is not None and bed.op.step is Step.AWAIT_READY)
+    bed.kube.set_phase(bed.driver_pod(), "Failed", exit_code=1)
+    bed.step()
+    op = bed.op
+    assert op is not None and (op.kind, op.restore) == (OpKind.ROLLBACK, location)
+    assert op.target is not None and op.target["entrypoint"] == stable["entrypoint"]
+
+
+def test_observed_generation_is_the_one_the_flow_brought_up(tmp_path: Path) -> None:
+    bed = Bed(tmp_path, upgradeMode="last-state")
+    bed.deploy()
+    bed.kube.pipeline["metadata"]["generation"] = 2
+    bed.edit_spec(image="stator-runtime:2")
+    bed.until(lambda: bed.op is not None and bed.op.step is Step.AWAIT_READY)
+    bed.kube.pipeline["metadata"]["generation"] = 3  # applied while the upgrade runs
+    bed.edit_spec(image="stator-runtime:3")
+    bed.finish()
+    assert bed.status["observedGeneration"] == 2
+    assert bed.status["lastReconciledSpec"]["image"] == "stator-runtime:2"
