@@ -395,7 +395,11 @@ class Flows:
         """RBAC, Secret, Service, NetworkPolicy and config a driver of ``spec`` needs; the
         pipeline object with that spec."""
         body = {**self.pipeline.body, "spec": spec}
-        self.kube.apply(role(body))  # before its binding: binding a Role needs the Role
+        # Executor rules while the new or the running driver has executor pods (the running
+        # one still works during a pre-start); cut to the Lease at the next flow after.
+        running = self.pipeline.status.get("lastReconciledSpec") or {}
+        executors = spec.get("executor") is not None or running.get("executor") is not None
+        self.kube.apply(role(body, executors))  # before its binding: binding needs the Role
         objects = (service_account(body), role_binding(body), service(body))
         policy = network_policy(body, os.environ.get("STATOR_OPERATOR_NAMESPACE"))
         for obj in (*objects, control_secret(body), policy, driver_lease(body)):
@@ -507,6 +511,8 @@ class Flows:
         )
         if op.kind is not OpKind.ROLLBACK:  # a rollback keeps the error that caused it in view
             p.write(lastError=None, failedSpec=None)
+        if spec.get("executor") is None:  # the old driver's executor rules are not needed now
+            self.kube.apply(role({**p.body, "spec": spec}, executors=False))
         keep = executor_instances(spec) if pinning(spec) is not Pinning.OFF else 0
         surplus = self.kube.delete_claims(p.namespace, spark_app_id(p.namespace, p.name), keep)
         if surplus:

@@ -198,22 +198,39 @@ def driver_lease(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def role(body: dict[str, Any]) -> dict[str, Any]:
-    """What Spark's Kubernetes backend needs for executors, in this namespace only: watch
-    its executor pods, write their configuration (a ConfigMap), and create and scale the
-    StatefulSet that runs them (the StatefulSet controller creates the pods and claims).
-    And the driver's own Lease, by name: take and renew it, nothing else."""
+def role(body: dict[str, Any], executors: bool) -> dict[str, Any]:
+    """The driver's own Lease, by name: take and renew it, nothing else. With ``executors``
+    (pods), what Spark's Kubernetes backend needs for them, in this namespace only: watch
+    its executor pods, relabel and remove them, write their configuration (a ConfigMap), and
+    create and scale the StatefulSet that runs them (the StatefulSet controller creates the
+    pods and claims, so the driver never creates a pod). A driver that runs Spark in its own
+    pod gets no rule on pods at all: the user code it runs could otherwise start any pod."""
+    lease = {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "resourceNames": [driver_lease_name(body["metadata"]["name"])],
+        "verbs": ["get", "update", "patch"],
+    }
+    meta = _meta(body, f"{body['metadata']['name']}-stator", "rbac")
+    if not executors:
+        return {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta,
+            "rules": [lease],
+        }
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
-        "metadata": _meta(body, f"{body['metadata']['name']}-stator", "rbac"),
+        "metadata": meta,
         "rules": [
             {
                 # patch: a StatefulSet's executor pod is labelled with the id its executor
-                # got when it registered.
+                # got when it registered; deletecollection: Spark removes its executors by
+                # their application's label.
                 "apiGroups": [""],
                 "resources": ["pods"],
-                "verbs": ["get", "list", "watch", "create", "patch", "delete", "deletecollection"],
+                "verbs": ["get", "list", "watch", "patch", "delete", "deletecollection"],
             },
             {
                 "apiGroups": [""],
@@ -230,12 +247,7 @@ def role(body: dict[str, Any]) -> dict[str, Any]:
                 "resources": ["statefulsets/scale"],
                 "verbs": ["get", "patch", "update"],
             },
-            {
-                "apiGroups": ["coordination.k8s.io"],
-                "resources": ["leases"],
-                "resourceNames": [driver_lease_name(body["metadata"]["name"])],
-                "verbs": ["get", "update", "patch"],
-            },
+            lease,
         ],
     }
 

@@ -238,8 +238,9 @@ def test_a_user_function_that_raises_fails_the_pipeline_with_its_cause(space: Sp
 
 def test_rbac_grants_what_each_needs_and_nothing_more(space: Space) -> None:
     """``kubectl auth can-i`` as the operator's service account (namespaced mode: a Role in
-    each watched namespace) and as a pipeline's driver (what Spark's Kubernetes backend needs
-    for executors in its own namespace, nothing else)."""
+    each watched namespace) and as a pipeline's driver: this one runs Spark in its pod, so
+    its own Lease and nothing else (the user code it runs could otherwise start pods; what a
+    driver with executor pods gets is the unit test's, test_operator_spec.py)."""
     name = "rbac"
     space.apply(space.manifest(name, env={"COUNT": 3000, "RATE": 1000}))
     space.wait(name, "deployed", lambda s: bool(s.get("deployment")), timeout=120)
@@ -262,11 +263,6 @@ def test_rbac_grants_what_each_needs_and_nothing_more(space: Space) -> None:
         (operator, "create", "statefulsets.apps", ns),
         (operator, "update", "leases.coordination.k8s.io", "stator-system"),
         (operator, "list", "nodes", None),
-        (driver, "create", "pods", ns),
-        (driver, "patch", "pods", ns),
-        (driver, "create", "configmaps", ns),
-        (driver, "create", "statefulsets.apps", ns),
-        (driver, "patch", "statefulsets.apps/scale", ns),
         (driver, "update", f"leases.coordination.k8s.io/{name}-driver", ns),  # its own Lease
         (operator, "create", "leases.coordination.k8s.io", ns),
     ]
@@ -279,6 +275,11 @@ def test_rbac_grants_what_each_needs_and_nothing_more(space: Space) -> None:
         (operator, "delete", "nodes", None),
         (operator, "delete", "persistentvolumes", None),
         (driver, "get", "secrets", ns),
+        (driver, "create", "pods", ns),  # no executor pods: nothing on pods at all
+        (driver, "patch", "pods", ns),
+        (driver, "create", "configmaps", ns),
+        (driver, "create", "statefulsets.apps", ns),
+        (driver, "patch", "statefulsets.apps/scale", ns),
         (driver, "delete", "persistentvolumeclaims", ns),  # the claims outlive drivers
         (driver, "create", "roles.rbac.authorization.k8s.io", ns),
         (driver, "create", "services", ns),

@@ -533,3 +533,21 @@ def test_the_operator_reaches_storage_with_the_drivers_s3_settings() -> None:
         False,
     )
     assert options.read_timeout_s == 30 and options.access_key_id == "AK"
+
+
+def test_the_drivers_role_has_executor_rules_only_with_executor_pods() -> None:
+    from stator_operator.resources import role
+
+    def rules(executors: bool) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for rule in role(BODY, executors)["rules"]:
+            for resource in rule["resources"]:
+                out.setdefault(resource, set()).update(rule["verbs"])
+        return out
+
+    assert rules(False) == {"leases": {"get", "update", "patch"}}
+    with_pods = rules(True)
+    assert "create" not in with_pods["pods"], "the StatefulSet controller creates them"
+    assert with_pods["pods"] >= {"watch", "patch", "delete", "deletecollection"}
+    assert with_pods["statefulsets"] >= {"create", "delete"}
+    assert role(BODY, True)["rules"][-1]["resourceNames"] == ["counts-driver"]
