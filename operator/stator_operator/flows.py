@@ -99,12 +99,12 @@ from .spec import (
     pinning,
     readiness_timeout,
     replicas,
+    savepoint_timeout,
 )
 from .status import StatusWriter, age_s, now
 from .storage import SavepointStorage
 
 log = logging.getLogger("stator.operator.flows")
-SAVEPOINT_TIMEOUT_S = 300
 # Look again this soon while the old driver stops and until the new one restores: every
 # second is downtime (handlers.py looks again within the same call).
 QUICK_S = 0.25
@@ -249,14 +249,16 @@ class Flows:
                 return self._savepoint_completed(op, path, epoch, stopped)
             if status == "FAILED":
                 return self._fallback(op, f"savepoint failed: {request.get('error')}")
-            if age_s(op.step_started_at) > SAVEPOINT_TIMEOUT_S:
-                return self._fallback(op, f"savepoint still {status} after {SAVEPOINT_TIMEOUT_S}s")
+            timeout = savepoint_timeout(self.pipeline.spec)
+            if age_s(op.step_started_at) > timeout:
+                return self._fallback(op, f"savepoint still {status} after {timeout:.0f}s")
             return QUICK_S if request.get("stop") else 1.0
         if obs.savepoint_error is not None:
             return self._fallback(op, f"savepoint failed: {obs.savepoint_error}")
         if obs.found_savepoint is not None:
             return self._savepoint_completed(op, obs.found_savepoint, None)
-        if obs.pod is None or obs.ended or age_s(op.step_started_at) > SAVEPOINT_TIMEOUT_S:
+        gone = obs.pod is None or obs.ended
+        if gone or age_s(op.step_started_at) > savepoint_timeout(self.pipeline.spec):
             return self._fallback(op, f"the driver is unreachable: {obs.unreachable}")
         return 2.0  # the driver may be busy: ask again
 

@@ -27,6 +27,7 @@ NO_REDEPLOY = (
     ("driver", "prestart"),
     ("upgradeMode",),  # how the next change is applied, not a change of the job
     ("savepoints", "formatType"),  # the next savepoint's format
+    ("savepoints", "timeoutSeconds"),
 )
 CONTROL_PORT = 8081
 # The runtime's default, used where the operator needs the effective value of an absent
@@ -81,6 +82,11 @@ def upgrade_mode(spec: dict[str, Any]) -> UpgradeMode:
 def readiness_timeout(spec: dict[str, Any]) -> float:
     """Seconds a new driver gets to become ready (``failover.readinessTimeoutSeconds``)."""
     return float(get(spec, "failover", "readinessTimeoutSeconds", default=300))
+
+
+def savepoint_timeout(spec: dict[str, Any]) -> float:
+    """Seconds the operator waits for a savepoint it asked for (``savepoints.timeoutSeconds``)."""
+    return float(get(spec, "savepoints", "timeoutSeconds", default=300))
 
 
 def prestart(spec: dict[str, Any]) -> bool:

@@ -67,6 +67,7 @@ FULL: dict[str, Any] = {
         "historyMaxCount": 9,
         "historyMaxAgeSeconds": 3600,
         "disposeOnDelete": True,
+        "timeoutSeconds": 900,
     },
     "restore": {"initialSavepoint": "s3://bucket/sp/savepoint-1", "allowNonRestoredState": True},
     "failover": {

@@ -953,6 +953,22 @@ def test_a_savepoint_that_takes_too_long_falls_back(tmp_path: Path) -> None:
     _fell_back(bed, "savepoint still PENDING after 300s")
 
 
+def test_the_savepoint_timeout_is_the_specs(tmp_path: Path) -> None:
+    # Large canonical savepoints take longer than the default 300 s.
+    bed = Bed(tmp_path, savepoints={"directory": f"file://{tmp_path}/sp", "timeoutSeconds": 900})
+    bed.deploy()
+    bed.edit_spec(replicas=3)
+    bed.step()
+    bed.step()
+    ten_minutes_ago = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 600))
+    bed.edit_operation(stepStartedAt=ten_minutes_ago)
+    bed.step()
+    assert bed.op is not None and bed.op.step is Step.AWAIT_SAVEPOINT, "still waiting"
+    bed.edit_operation(stepStartedAt=LONG_AGO)
+    bed.step()
+    _fell_back(bed, "savepoint still PENDING after 900s")
+
+
 def test_a_request_the_driver_does_not_know_falls_back(tmp_path: Path) -> None:
     bed, driver = _at_savepoint_step(tmp_path)
     bed.step()
