@@ -161,3 +161,15 @@ def _savepoint_dirs(store: ObjectStore) -> list[str]:
 
 def _join(prefix: str, name: str) -> str:
     return f"{prefix}/{name}" if prefix else name
+
+
+def has_run(store_uri: str, lineage: str, s3: S3Options) -> bool:
+    """Whether the job's checkpoints at ``store_uri`` include one of run ``lineage``
+    (``restore.lineage``): then a restart resumes it, and does not need its starting point."""
+    try:
+        return any(
+            e.metadata is not None and e.metadata.lineage == lineage
+            for e in list_checkpoints(store_uri, s3)
+        )
+    except StatorError:
+        return False

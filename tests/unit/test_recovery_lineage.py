@@ -13,7 +13,7 @@ from stator import Pipeline
 from stator.checkpoint.metadata import CheckpointMetadata, OperatorSnapshot, metadata_key
 from stator.config import load_config
 from stator.driver.epoch_loop import JobDriver
-from stator.errors import JobFailed
+from stator.errors import JobFailed, StatorError
 from stator.sinks import CollectSink
 from stator.sources.generator import list_source
 from stator.storage import open_store
@@ -132,3 +132,31 @@ def test_a_run_that_continues_a_checkpoint_records_its_lineage(tmp_path: Path) -
     named = driver(tmp_path, "restore.lineage=d")  # latest, named by its starter
     named.recovery.start(None)
     assert named.recovery.position.epoch == 40 and named.recovery.lineage == "d"
+
+
+def test_a_run_resumes_its_checkpoints_when_its_starting_point_is_gone(tmp_path: Path) -> None:
+    # Restarted with the arguments it began with: the savepoint it began from was disposed
+    # since (or its bucket is unreachable); it does not need it.
+    write_checkpoint(tmp_path, 5, lineage="b")
+    gone = f"file://{tmp_path}/sp/savepoint-disposed"
+    job = driver(tmp_path, f"restore.source={gone}", "restore.lineage=b")
+    assert job.check_restore_source() is None
+    job.recovery.start(None)
+    assert job.recovery.position.epoch == 50
+    other = driver(tmp_path, f"restore.source={gone}", "restore.lineage=c")
+    with pytest.raises(StatorError, match="savepoint-disposed"):  # no run to resume: refused
+        other.check_restore_source()
+
+
+def test_an_explicit_checkpoint_older_than_the_retained_ones_is_rewound_to(
+    tmp_path: Path,
+) -> None:
+    # Checkpoint 2 is not among the retained (3, 4, 5 with the default 3), and 3-5 are newer:
+    # another lineage. A failure before the job's first checkpoint goes back to 2, it does
+    # not fail the job as if every checkpoint had failed to restore.
+    for cid in (2, 3, 4, 5):
+        write_checkpoint(tmp_path, cid)
+    job = driver(tmp_path, f"restore.source=file://{tmp_path}/ck/job/chk-0000000002")
+    job.recovery.start(None)
+    job.recovery.failover(RuntimeError("an executor was lost"))
+    assert job.recovery.position.epoch == 20

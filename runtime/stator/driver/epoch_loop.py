@@ -42,7 +42,8 @@ from ..cluster.session import share_python_path, starts_executor_pods, warm_pyth
 from ..config import JobConfig
 from ..epoch.reports import Report, SinkReport, SplitFailure, SplitReport, StateReport
 from ..epoch.spec import CheckpointTask, EpochSpec, SavepointTask
-from ..errors import JobFailed
+from ..errors import JobFailed, StatorError
+from ..lineage import has_run
 from ..storage import ObjectStore, open_store
 from .completion import (
     CheckpointRequest,
@@ -257,7 +258,18 @@ class JobDriver:
     def check_restore_source(self) -> Target | None:
         """Preflight step 2; :meth:`run` restores from what it found unless given another."""
         cfg = self.config
-        target = check_restore_source(self.job, cfg, self.parallelism, self.store)
+        try:
+            target = check_restore_source(self.job, cfg, self.parallelism, self.store)
+        except StatorError:
+            lineage = cfg.restore.lineage
+            if not lineage or not has_run(self.store.uri, lineage, cfg.s3):
+                raise
+            log.warning(
+                "restore.source %s cannot be read, but run %s has checkpoints: resuming them",
+                cfg.restore.source,
+                lineage,
+            )
+            target = None
         if target is not None and cfg.restore.source not in ("latest", "none"):
             check_covers(target, set(self.planner.sources))
         fresh = cfg.restore.source == "none" and cfg.restore.force_empty

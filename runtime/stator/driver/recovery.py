@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from ..checkpoint.coordinator import CheckpointCoordinator
 from ..checkpoint.metadata import CheckpointMetadata
 from ..config import JobConfig
-from ..errors import ConfigError, JobFailed
+from ..errors import ConfigError, JobFailed, StatorError
 from ..storage import ObjectStore
 from .completion import PendingOutput
 from .failures import Failure, Kind, classify, short_error
@@ -100,9 +100,15 @@ class Recovery:
         ``restore.source`` as preflight read it (not read again); with ``latest``, what a
         failover region without checkpoints of its own restores (``regions.py``)."""
         source = self.config.restore.source
-        explicit = None
+        lineage = self.config.restore.lineage
+        explicit, unreadable = None, None
         if source not in ("latest", "none"):
-            explicit = loaded or load_target(source, self.config.s3)
+            try:
+                explicit = loaded or load_target(source, self.config.s3)
+            except StatorError as exc:  # not needed if the run resumes its own checkpoints
+                if not lineage:
+                    raise
+                unreadable = exc
         same_store = explicit is not None and explicit.store.uri == self.store.uri
         own = explicit.meta if explicit and same_store else None
         report = self.coordinator.recover(own if isinstance(own, CheckpointMetadata) else None)
@@ -111,11 +117,12 @@ class Recovery:
         target = Target(report.restored, self.store) if report.restored else None
         if source == "latest" and loaded is not None and _newer(loaded, target):
             target = loaded  # a region: the job's checkpoint, newer than any of its own
-        lineage = self.config.restore.lineage
         own_run = [m for m in self.coordinator.completed if lineage and m.lineage == lineage]
         if own_run:  # a restarted run resumes itself, whatever it started from
-            target, explicit, source = Target(own_run[-1], self.store), None, "latest"
-        if source == "none":
+            target = Target(own_run[-1], self.store)
+        elif unreadable is not None:
+            raise unreadable
+        elif source == "none":
             if self.coordinator.completed and not self.config.restore.force_empty:
                 raise ConfigError(
                     f"restore.source=none but job '{self.job}' has checkpoints at "
@@ -126,38 +133,53 @@ class Recovery:
         elif explicit is not None:
             target = explicit
         self._initial = target
-        # Started from elsewhere (a savepoint, another layout's checkpoint) or empty on purpose
-        # (restore.force_empty): this job's own checkpoints from before are of another
-        # lineage, never to be rewound to, not even after a failure before its first one. So
-        # are those newer than an older checkpoint of its own it was told to restore.
-        foreign = target is not None and target.store.uri != self.store.uri
+        self.coordinator.stale = self._other_lineages(target, explicit, own_run)
+        # A checkpoint of its own the job continues: once it has one, it never goes back to
+        # where it began. And what this run's checkpoints record: the name it was given,
+        # else the lineage of that checkpoint.
+        retained = {m.checkpoint_id for m in self.coordinator.completed}
+        meta = target.meta if target is not None else None
+        continued = (
+            meta
+            if isinstance(meta, CheckpointMetadata)
+            and target is not None
+            and target.store.uri == self.store.uri
+            and meta.checkpoint_id in retained
+            else None
+        )
+        self._checkpointed = continued is not None
+        self.lineage = lineage or (continued.lineage if continued else "")
+        self.rewind(target)
+        if target is not None:
+            log.info("%s restores from %s", self.label, target.describe())
+
+    def _other_lineages(
+        self,
+        target: Target | None,
+        explicit: Target | None,
+        own_run: list[CheckpointMetadata],
+    ) -> set[int]:
+        """The retained checkpoints that are not this run's to rewind or fall back to. A run
+        resuming itself: other runs' newer ones always, older ones unless it began from
+        ``latest`` (then they are its past). A start from elsewhere (a savepoint, another
+        layout's checkpoint) or empty on purpose: all of them. A start from an older checkpoint
+        of its own: those newer than it."""
         completed = self.coordinator.completed
-        if foreign or source == "none":
-            self.coordinator.stale = {m.checkpoint_id for m in completed}
-        elif explicit is not None and isinstance(explicit.meta, CheckpointMetadata):
-            chosen = explicit.meta.checkpoint_id
-            self.coordinator.stale = {
-                m.checkpoint_id for m in completed if m.checkpoint_id > chosen
-            }
-        self._checkpointed = target is not None and not foreign and not target.is_savepoint
+        began = self.config.restore.source
         if own_run:
-            # Other runs' checkpoints are not its own: newer ones (a run started beside it)
-            # never, and older ones only if it began from them (``latest``).
-            newest, began = own_run[-1].checkpoint_id, self.config.restore.source
-            self.coordinator.stale = {
+            newest, lineage = own_run[-1].checkpoint_id, own_run[-1].lineage
+            return {
                 m.checkpoint_id
                 for m in completed
                 if m.lineage != lineage and (began != "latest" or m.checkpoint_id > newest)
             }
-        # What this run's checkpoints record: the name it was given, else the lineage of the
-        # checkpoint of its own it continues.
-        inherited = ""
-        if self._checkpointed and target and isinstance(target.meta, CheckpointMetadata):
-            inherited = target.meta.lineage
-        self.lineage = lineage or inherited
-        self.rewind(target)
-        if target is not None:
-            log.info("%s restores from %s", self.label, target.describe())
+        foreign = target is not None and target.store.uri != self.store.uri
+        if foreign or began == "none":
+            return {m.checkpoint_id for m in completed}
+        if explicit is not None and isinstance(explicit.meta, CheckpointMetadata):
+            chosen = explicit.meta.checkpoint_id
+            return {m.checkpoint_id for m in completed if m.checkpoint_id > chosen}
+        return set()
 
     def rewind(self, target: Target | None) -> None:
         """Sources, sinks and the epoch back to ``target`` (None: the beginning)."""
@@ -229,6 +251,7 @@ class Recovery:
             if latest is None and self._checkpointed:
                 # Every retained checkpoint failed to restore: the initial source (empty state,
                 # a savepoint) would replay epochs whose output checkpoints committed.
+                self.discard_staged()
                 raise JobFailed(
                     f"{self.label} failed: no retained checkpoint can be restored (the last: "
                     f"{self.status.last_error}); it does not start over from where it began "

@@ -50,8 +50,8 @@ from ..cluster.jvm import live_executors
 from ..cluster.placement import PlacementTracker
 from ..cluster.session import share_python_path, starts_executor_pods, warm_python_workers
 from ..config import JobConfig
-from ..errors import ConfigError
-from ..lineage import savepoint_location
+from ..errors import ConfigError, StatorError
+from ..lineage import has_run, savepoint_location
 from ..savepoint.metadata import METADATA_NAME
 from ..savepoint.native import remove_strays
 from ..storage import ObjectStore, open_store
@@ -147,8 +147,17 @@ class RegionalJob:
         source = cfg.restore.source
         root = self.store.uri
         if source not in ("latest", "none"):
-            whole = load_target(source, cfg.s3)
-            check_files(whole)
+            try:
+                whole = load_target(source, cfg.s3)
+                check_files(whole)
+            except StatorError:
+                stores = [root, *(d.store.uri for d in self.drivers.values())]
+                lineage = cfg.restore.lineage
+                if not lineage or not any(has_run(uri, lineage, cfg.s3) for uri in stores):
+                    raise
+                log.warning("restore.source %s cannot be read; run %s resumes", source, lineage)
+                self._plan = dict.fromkeys(self.regions)
+                return self._plan
             self._check_compatible(whole)
             check_covers(whole, {uid for d in self.drivers.values() for uid in d.planner.sources})
             self._plan = {rid: whole.part_for(rid, r.uids()) for rid, r in self.regions.items()}
