@@ -93,8 +93,8 @@ from .resources import (
 )
 from .spec import (
     Pinning,
+    attempt_fingerprint,
     checkpoint_storage,
-    fingerprint,
     get,
     pinning,
     readiness_timeout,
@@ -250,7 +250,9 @@ class Flows:
             if status == "FAILED":
                 return self._fallback(op, f"savepoint failed: {request.get('error')}")
             timeout = savepoint_timeout(self.pipeline.spec)
-            if age_s(op.step_started_at) > timeout:
+            if age_s(op.step_started_at) > timeout and not (
+                request.get("stop") and self._storage_moved(op)
+            ):
                 return self._fallback(op, f"savepoint still {status} after {timeout:.0f}s")
             return QUICK_S if request.get("stop") else 1.0
         if obs.savepoint_error is not None:
@@ -278,16 +280,23 @@ class Flows:
         )
         return 0.0
 
+    def _storage_moved(self, op: Operation) -> bool:
+        """An upgrade or rescale to another checkpoint storage: without its savepoint the new
+        driver finds none of the job's checkpoints. (A stop asked for is waited out, past the
+        timeout: given up, the stop would still land and end the running job.)"""
+        running = self.pipeline.status.get("lastReconciledSpec")
+        return (
+            op.kind in (OpKind.UPGRADE, OpKind.RESCALE)
+            and running is not None
+            and checkpoint_storage(op.target or {}) != checkpoint_storage(running)
+        )
+
     def _fallback(self, op: Operation, reason: str) -> float:
         """No savepoint: continue from the latest checkpoint instead of blocking; but not
         where the new spec's checkpoint storage is another (it holds none of the job's
         checkpoints: the new driver would start empty), then the upgrade is given up."""
-        running = self.pipeline.status.get("lastReconciledSpec")
-        if (
-            op.kind in (OpKind.UPGRADE, OpKind.RESCALE)
-            and running is not None
-            and checkpoint_storage(op.target or {}) != checkpoint_storage(running)
-        ):
+        running = self.pipeline.status.get("lastReconciledSpec") or {}
+        if self._storage_moved(op):
             return self._abort(
                 op,
                 f"{reason}; the new spec's checkpoint storage holds none of the job's "
@@ -324,7 +333,7 @@ class Flows:
             operation=None,
             phase="Running",
             lastError=reason,
-            failedSpec=fingerprint(op.target or {}),
+            failedSpec=attempt_fingerprint(op.target or {}),
         )
         return 1.0
 
@@ -511,7 +520,11 @@ class Flows:
             restores=None,
             placement=None,
         )
-        if op.kind is not OpKind.ROLLBACK:  # a rollback keeps the error that caused it in view
+        # The spec asked for runs (not a rollback's, nor a resume's of the last good one while
+        # the spec still holds a failed one): its error and its failure are over.
+        if op.kind is not OpKind.ROLLBACK and attempt_fingerprint(spec) == attempt_fingerprint(
+            p.spec
+        ):
             p.write(lastError=None, failedSpec=None)
         if spec.get("executor") is None:  # the old driver's executor rules are not needed now
             self.kube.apply(role({**p.body, "spec": spec}, executors=False))

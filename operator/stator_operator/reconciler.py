@@ -28,6 +28,7 @@ from .spec import (
     Pinning,
     SpecDiff,
     UpgradeMode,
+    attempt_fingerprint,
     check_transition,
     classify,
     fingerprint,
@@ -128,7 +129,7 @@ class Reconciler:
             restore = status.get("suspendedWith") or "latest"
             # A spec rolled back before is not tried again by a resume: the last good one
             # resumes (as it would have kept running), until the spec changes.
-            failed = status.get("failedSpec") == fingerprint(spec)
+            failed = status.get("failedSpec") == attempt_fingerprint(spec)
             target = running if failed else spec
             return self._start(OpKind.RESUME, Step.DEPLOY, target=target, restore=restore)
         if suspended:
@@ -137,7 +138,7 @@ class Reconciler:
         if change.diff is SpecDiff.IGNORE and status.get("phase") in ("Finished", "Failed"):
             return 10.0  # the job ended (or gave up): nothing to do until the spec changes
         if change.diff > SpecDiff.IGNORE:
-            if status.get("failedSpec") == fingerprint(spec):
+            if status.get("failedSpec") == attempt_fingerprint(spec):
                 return self._watch(obs, running)  # this spec was rolled back: wait for another
             return self._redeploy(spec, change.diff, change.fields)
         nonce = get(spec, "savepoints", "triggerNonce")
@@ -366,7 +367,7 @@ class Reconciler:
                 "RolledBack",
                 f"{reason}; rolled back to the last stable spec. Change the spec to try again",
             )
-            p.write(failedSpec=fingerprint(target))
+            p.write(failedSpec=attempt_fingerprint(target))
             restore = savepoint or "latest"
             return self._start(OpKind.ROLLBACK, Step.REMOVE_DRIVER, target=stable, restore=restore)
         restarts = int(p.status.get("restarts", 0)) + 1

@@ -769,8 +769,8 @@ def driver_pod(
     ]
     if restore == "none":
         args += ["--set", "restore.force_empty=true"]
-    if lineage:
-        args += ["--set", f"restore.lineage={lineage}"]
+    if lineage:  # quoted: an id of digits alone would be read as a number (YAML)
+        args += ["--set", f"restore.lineage='{lineage}'"]
     if allow_non_restored:
         args += ["--set", "restore.allow_non_restored_state=true"]
     resources = get(spec, "driver", "resources", default=None) or {

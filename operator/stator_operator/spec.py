@@ -302,6 +302,17 @@ def _check_local_recovery(spec: dict[str, Any]) -> None:
         )
 
 
+def attempt_fingerprint(spec: dict[str, Any]) -> str:
+    """A digest of the whole spec but ``state`` (and the savepoint trigger): what a failed
+    flow tried, so that any change (a longer savepoint timeout, another upgrade mode) tries
+    again while resuming or suspending does not."""
+    rest = {k: v for k, v in spec.items() if k != "state"}
+    savepoints = {k: v for k, v in (rest.get("savepoints") or {}).items() if k != "triggerNonce"}
+    if savepoints:
+        rest["savepoints"] = savepoints
+    return hashlib.sha256(json.dumps(rest, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def fingerprint(spec: dict[str, Any]) -> str:
     """A short digest of the fields that matter, to recognise a spec seen before."""
     return hashlib.sha256(json.dumps(comparable(spec), sort_keys=True).encode()).hexdigest()[:16]

@@ -262,8 +262,9 @@ def test_leader_killed_mid_rescale_the_standby_finishes_it(
 
 
 def test_failed_upgrade_rolls_back(space: Space) -> None:
+    # Without a pre-started driver the new one fails after the old one stopped: rolled back.
     name = "rollback"
-    start(space, name)
+    start(space, name, driver={"prestart": False})
     first = space.status(name)["deployment"]["id"]
     stable = space.status(name)["lastStableSpec"]
     patch(space, name, {"entrypoint": "tests.pipelines.e2e_counts:missing_function"})
@@ -288,6 +289,28 @@ def test_failed_upgrade_rolls_back(space: Space) -> None:
     s = space.status(name)
     assert s["deployment"]["id"] == rolled_back_to, "the failed spec is not retried"
     assert "missing_function" in json.dumps(space.get(name)["spec"]), "the user's spec is kept"
+    assert_exact(committed(space, name), COUNT)
+
+
+def test_an_upgrade_whose_new_driver_refuses_to_start_leaves_the_job_running(
+    space: Space,
+) -> None:
+    # The pre-started driver exits 2 (its pipeline cannot be loaded) before the running job
+    # was asked to stop: the upgrade is given up, the running deployment never stops.
+    name = "refused"
+    start(space, name)
+    first = space.status(name)["deployment"]["id"]
+    patch(space, name, {"entrypoint": "tests.pipelines.e2e_counts:missing_function"})
+    s = space.wait(
+        name, "upgrade given up", lambda s: bool(s.get("failedSpec")) and not s.get("operation")
+    )
+    assert s["deployment"]["id"] == first, "the running job was not redeployed"
+    assert "the new driver refused to start" in s["lastError"], s["lastError"]
+    upgrade = {c["type"]: c for c in s["conditions"]}["UpgradeSucceeded"]
+    assert (upgrade["status"], upgrade["reason"]) == ("False", "NotStarted")
+    assert "UpgradeFailed" in space.events()
+    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=300)
+    assert space.status(name)["deployment"]["id"] == first, "the failed spec is not retried"
     assert_exact(committed(space, name), COUNT)
 
 

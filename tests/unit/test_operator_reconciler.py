@@ -20,7 +20,7 @@ from stator.storage import open_store
 from stator_operator import flows, observer
 from stator_operator.operation import Operation, OpKind, Step
 from stator_operator.resources import spark_app_id
-from stator_operator.spec import UpgradeMode, fingerprint
+from stator_operator.spec import UpgradeMode, attempt_fingerprint
 from tests.unit.operator_fakes import Bed, FakeDriver
 from tests.unit.savepoints import write_savepoint
 
@@ -862,7 +862,7 @@ def test_a_failed_upgrade_rolls_back_and_is_not_retried(tmp_path: Path) -> None:
     assert "savepointRequest" not in stored and "mode" not in stored, "replaced whole"
     s = bed.status
     assert s["phase"] == "RollingBack" and s["lastError"] == "driver pod Failed"
-    assert s["failedSpec"] == fingerprint(bed.kube.pipeline["spec"])
+    assert s["failedSpec"] == attempt_fingerprint(bed.kube.pipeline["spec"])
     assert conditions(bed)["UpgradeSucceeded"] == ("False", "RolledBack")
     assert ("Warning", "UpgradeFailed", "driver pod Failed; rolling back") in bed.events
 
@@ -1403,7 +1403,7 @@ def test_a_failed_savepoint_gives_up_an_upgrade_to_other_storage(tmp_path: Path)
     driver.fail("req1", "disk full")
     bed.step()
     assert bed.op is None and not bed.kube.deleted and bed.driver_pod() == first
-    assert bed.status["failedSpec"] == fingerprint(bed.kube.pipeline["spec"])
+    assert bed.status["failedSpec"] == attempt_fingerprint(bed.kube.pipeline["spec"])
     assert conditions(bed)["UpgradeSucceeded"] == ("False", "NotStarted")
     assert bed.status["lastError"] == (
         f"savepoint failed: disk full; the new spec's checkpoint storage holds none of the "
@@ -1423,7 +1423,7 @@ def test_a_new_driver_that_refuses_to_start_leaves_the_running_job_alone(tmp_pat
     assert bed.kube.pods[new_pod]["metadata"].get("deleting") and not bed.kube.deleted
     assert not bed.kube.pods[first]["metadata"].get("deleting")
     assert bed.status["phase"] == "Running"
-    assert bed.status["failedSpec"] == fingerprint(bed.kube.pipeline["spec"])
+    assert bed.status["failedSpec"] == attempt_fingerprint(bed.kube.pipeline["spec"])
     assert bed.events[-1][:2] == ("Warning", "UpgradeFailed")
 
 
@@ -1467,10 +1467,10 @@ def test_a_stopped_driver_s_savepoint_is_looked_for_where_it_wrote_it(tmp_path: 
 
 
 def set_arg(bed: Bed, key: str, pod: str | None = None) -> str | None:
-    """The value of ``--set key=...`` in the driver pod's arguments."""
+    """The value of ``--set key=...`` in the driver pod's arguments, as the driver reads it."""
     args = args_of(bed, pod)
     found = [a.split("=", 1)[1] for a in args if a.startswith(f"{key}=")]
-    return found[-1] if found else None
+    return str(yaml.safe_load(found[-1])).lower() if found else None
 
 
 def test_a_restart_before_the_first_checkpoint_resumes_the_initial_savepoint(
@@ -1583,3 +1583,59 @@ def test_observed_generation_is_the_one_the_flow_brought_up(tmp_path: Path) -> N
     bed.finish()
     assert bed.status["observedGeneration"] == 2
     assert bed.status["lastReconciledSpec"]["image"] == "stator-runtime:2"
+
+
+def test_a_resumed_last_good_spec_is_not_upgraded_again_to_the_failed_one(
+    tmp_path: Path,
+) -> None:
+    bed = Bed(tmp_path)
+    driver = bed.deploy()
+    bed.edit_spec(entrypoint="pipelines.counts:missing")
+    bed.step()
+    stopped_with_savepoint(bed, driver, f"file://{tmp_path}/sp/team.counts/savepoint-1-req1")
+    bed.until(lambda: bed.op is not None and bed.op.step is Step.AWAIT_READY)
+    bed.kube.set_phase(bed.driver_pod(), "Failed", exit_code=1)
+    bed.step()
+    driver = bed.finish()  # rolled back
+    bed.edit_spec(state="suspended")
+    bed.step()
+    stopped_with_savepoint(bed, driver, f"file://{tmp_path}/sp/team.counts/savepoint-2-req1")
+    bed.until(lambda: bed.status["phase"] == "Suspended")
+    bed.edit_spec(state="running")
+    bed.finish()  # the last good spec resumed
+    assert bed.status["failedSpec"], "still the failed spec's: not retried"
+    for _ in range(3):
+        bed.step()
+    assert bed.op is None, "no upgrade to the failed spec right after the resume"
+    bed.edit_spec(entrypoint="pipelines.counts:build2")  # a new spec is tried
+    bed.step()
+    assert bed.op is not None and bed.op.kind is OpKind.UPGRADE
+
+
+def test_a_longer_savepoint_timeout_retries_an_upgrade_given_up(tmp_path: Path) -> None:
+    bed = Bed(tmp_path)
+    driver = bed.deploy()
+    bed.edit_spec(checkpointing={"storage": f"file://{tmp_path}/ck-new"})
+    bed.step()
+    bed.step()
+    driver.fail("req1", "timed out in the store")
+    bed.step()
+    assert bed.op is None and bed.status["failedSpec"]
+    bed.edit_spec(savepoints={"directory": f"file://{tmp_path}/sp", "timeoutSeconds": 900})
+    bed.step()
+    assert bed.op is not None and bed.op.kind is OpKind.UPGRADE, "any change tries again"
+
+
+def test_a_stop_for_an_upgrade_to_other_storage_is_waited_out_past_the_timeout(
+    tmp_path: Path,
+) -> None:
+    # Given up, the stop would still land and end the running job: it is waited for.
+    bed = Bed(tmp_path)
+    bed.deploy()
+    bed.edit_spec(checkpointing={"storage": f"file://{tmp_path}/ck-new"})
+    bed.step()
+    bed.step()
+    bed.edit_operation(stepStartedAt=LONG_AGO)
+    bed.step()
+    op = bed.op
+    assert op is not None and op.step is Step.AWAIT_SAVEPOINT

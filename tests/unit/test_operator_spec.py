@@ -551,3 +551,14 @@ def test_the_drivers_role_has_executor_rules_only_with_executor_pods() -> None:
     assert with_pods["pods"] >= {"watch", "patch", "delete", "deletecollection"}
     assert with_pods["statefulsets"] >= {"create", "delete"}
     assert role(BODY, True)["rules"][-1]["resourceNames"] == ["counts-driver"]
+
+
+def test_a_run_id_of_digits_reaches_the_driver_as_text() -> None:
+    # --set values are YAML: 12345678 unquoted would be a number, and the driver would refuse
+    # restore.lineage (about 2% of flow ids are digits alone).
+    args = driver_pod(BODY, SPEC, "12345678", "latest", False, lineage="01234567")["spec"][
+        "containers"
+    ][0]["args"]
+    sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
+    cfg = load_config(None, [s for s in sets if s.startswith("restore.")])
+    assert cfg.restore.lineage == "01234567"
