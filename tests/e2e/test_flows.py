@@ -36,8 +36,13 @@ def running(s: dict[str, Any]) -> bool:
     return s.get("phase") == "Running" and not s.get("operation")
 
 
-def start(space: Space, name: str, count: int = COUNT, rate: int = 500, **spec: Any) -> None:
-    space.apply(space.manifest(name, env={"COUNT": count, "RATE": rate}, **spec))
+def start(
+    space: Space, name: str, count: int = COUNT, rate: int = 500, prestart: bool = True, **spec: Any
+) -> None:
+    manifest = space.manifest(name, env={"COUNT": count, "RATE": rate}, **spec)
+    if not prestart:  # beside the driver's environment the manifest sets
+        manifest["spec"]["driver"]["prestart"] = False
+    space.apply(manifest)
     space.wait(
         name,
         "running with a checkpoint",
@@ -264,7 +269,7 @@ def test_leader_killed_mid_rescale_the_standby_finishes_it(
 def test_failed_upgrade_rolls_back(space: Space) -> None:
     # Without a pre-started driver the new one fails after the old one stopped: rolled back.
     name = "rollback"
-    start(space, name, driver={"prestart": False})
+    start(space, name, prestart=False)
     first = space.status(name)["deployment"]["id"]
     stable = space.status(name)["lastStableSpec"]
     patch(space, name, {"entrypoint": "tests.pipelines.e2e_counts:missing_function"})
