@@ -54,7 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--value-bytes", type=int, default=4096)
     parser.add_argument("--count", type=int, default=1_500_000)
     parser.add_argument("--keys", type=int, default=50_000)
-    parser.add_argument("--only", nargs="*", default=["recovery", "throughput", "rescale"])
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        default=["recovery", "throughput", "rescale", "rescale-pods"],
+        choices=["recovery", "throughput", "rescale", "rescale-pods"],
+    )
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     args = parser.parse_args(argv)
     compile_sources(ROOT)
@@ -72,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
             c = rescale(space, args)
             rows.append(c.row())
             results["rescale"] = _dump(c)
+        if "rescale-pods" in args.only:
+            c = rescale(space, args, executors=True)
+            rows.append(c.row())
+            results["rescale-pods"] = _dump(c)
     print(table(rows))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
@@ -337,14 +346,23 @@ def _count_run(
 RESCALE_RATE = 400  # events/s per pipeline while it is rescaled
 
 
-def rescale(space: Any, args: argparse.Namespace) -> Comparison:
+def rescale(space: Any, args: argparse.Namespace, executors: bool = False) -> Comparison:
+    """``executors``: the pipelines' executors are pods (one core each, on local volumes),
+    not ``local[*]`` in the driver pod."""
     from tests.e2e.test_operator import assert_exact, committed
 
     # Enough input for every rescale of both pipelines, which share the machine.
-    count = RESCALE_RATE * (120 + 60 * args.runs)
-    contenders = {"prestarted": True, "cold": False}
+    count = RESCALE_RATE * (120 + (120 if executors else 60) * args.runs)
+    suffix = "-pods" if executors else ""
+    contenders = {f"prestarted{suffix}": True, f"cold{suffix}": False}
+    pods: dict[str, Any] = {}
+    if executors:
+        pods = {
+            "executor": {"cores": 1, "env": _executors(space, 1, 1)["env"]},
+            "localRecovery": {"volume": {"storageClassName": space.storage_class, "size": "1Gi"}},
+        }
     for name, prestart in contenders.items():
-        manifest = space.manifest(name, env={"COUNT": count, "RATE": RESCALE_RATE})
+        manifest = space.manifest(name, env={"COUNT": count, "RATE": RESCALE_RATE}, **pods)
         manifest["spec"]["driver"]["prestart"] = prestart
         space.apply(manifest)
     for name in contenders:
@@ -375,14 +393,17 @@ def rescale(space: Any, args: argparse.Namespace) -> Comparison:
         except AssertionError as exc:
             raise WrongOutput(f"{name}: the committed counts are not exact: {exc}") from exc
         space.kube.kubectl("delete", "statefulpipeline", name, "-n", space.name, "--wait=false")
+    where = "local[*] in the driver pod"
+    if executors:
+        where = "executors as pods of one core on local volumes"
     return Comparison(
         f"kubectl scale 2 <-> 3 of a running keyed count ({RESCALE_RATE} events/s, small "
-        f"state, local[*] in the driver pod): downtime from the old driver's last epoch of "
+        f"state, {where}): downtime from the old driver's last epoch of "
         f"records (its savepoint's epoch began) to the end of the new driver's first epoch "
         f"(status.lastOperation.downtimeSeconds); new driver pre-started (driver.prestart) vs "
         f"started after the old one stopped",
-        runs.runs_of("prestarted", "pre-started", "s"),
-        runs.runs_of("cold", "started after the stop", "s"),
+        runs.runs_of(f"prestarted{suffix}", "pre-started", "s"),
+        runs.runs_of(f"cold{suffix}", "started after the stop", "s"),
         higher_is_better=False,
         target="<= 10 s",
         fmt="{:.1f}",

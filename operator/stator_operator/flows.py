@@ -85,6 +85,7 @@ from .resources import (
     driver_pod_name,
     executor_instances,
     network_policy,
+    new_executor_set,
     role,
     role_binding,
     service,
@@ -138,9 +139,39 @@ class Flows:
             generation=self.pipeline.body["metadata"].get("generation"),
             **fields,
         )
+        op = self._with_executor_set(op)
         self.pipeline.write(phase=kind.phase, operation=op)
         self._announce(op)
         return op
+
+    def _with_executor_set(self, op: Operation) -> Operation:
+        """The executors the flow's new driver runs, decided before any step is taken.
+
+        A rescale by savepoint with a pre-started driver (and an upgrade from Spark in the
+        driver pod to executor pods) gets a set of its own: none of the running executors'
+        local state would be of use to the new driver (each new subtask reads its key-groups
+        from the savepoint), so its executors start while the old driver still processes,
+        and the old set's claims are deleted once it runs. Every other flow takes over the
+        running deployment's set: its executors come back to their volumes and restore
+        locally, after the old driver's executors are gone."""
+        p = self.pipeline
+        target = op.target or {}
+        if target.get("executor") is None or op.kind in (OpKind.SAVEPOINT, OpKind.DELETE):
+            return op
+        running = p.status.get("lastReconciledSpec") or {}
+        current = (p.status.get("deployment") or {}).get("executorSet")
+        own = (
+            op.kind in (OpKind.UPGRADE, OpKind.RESCALE)
+            and op.step is Step.PRESTART
+            and (running.get("executor") is None or replicas(running) != replicas(target))
+        )
+        if own:
+            return replace(
+                op,
+                executor_set=new_executor_set(p.namespace, p.name, op.id),
+                new_executor_set=True,
+            )
+        return replace(op, executor_set=current or spark_app_id(p.namespace, p.name))
 
     def advance(self, op: Operation, obs: Observation) -> float | DriverFailed:
         """Take the operation's current step; seconds until the next look, or DriverFailed."""
@@ -173,12 +204,17 @@ class Flows:
         pod = driver_pod_name(p.name, op.id)
         if nxt.pod is None:
             spec = op.target or {}
-            body = self._ensure_objects(spec)
-            self.kube.ensure(driver_pod(body, spec, op.id, None, False, lineage=op.id))
+            body = self._ensure_objects(spec, op.executor_set)
+            start = op.new_executor_set
+            self.kube.ensure(
+                driver_pod(body, spec, op.id, None, False, lineage=op.id, start_executors=start)
+            )
+            executors = f", with executor set {op.executor_set} of its own" if start else ""
             self.event(
                 "Normal",
                 "DriverPrestarted",
-                f"driver pod {pod} started ahead of the savepoint; it waits for the hand-over",
+                f"driver pod {pod} started ahead of the savepoint{executors}; it waits for "
+                "the hand-over",
             )
             return 1.0
         if nxt.state == "STANDBY":
@@ -322,6 +358,8 @@ class Flows:
         so it is not retried until it changes."""
         p = self.pipeline
         self.kube.delete_pod(p.namespace, driver_pod_name(p.name, op.id))
+        if op.new_executor_set and op.executor_set:  # its executors went with its pod
+            self.kube.delete_claims(p.namespace, op.executor_set, 0)
         self.event("Warning", "UpgradeFailed", f"{reason}; the running job is left as it is")
         p.condition(
             "UpgradeSucceeded",
@@ -367,8 +405,14 @@ class Flows:
         keep = op.id if op.prestarted else None
         if self.kube.delete_drivers(p.namespace, p.name, keep=keep):
             return 1.0  # every deployment's driver (but a pre-started one), until none is left
-        if self.kube.executors_left(p.namespace, spark_app_id(p.namespace, p.name)):
-            return 1.0  # garbage-collected with their driver pod
+        # The new driver's executors: a set of its own that the pre-started driver already
+        # runs, or the old driver's, whose StatefulSet and claims it takes over once they are
+        # garbage-collected with their driver pod.
+        executors = op.executor_set or spark_app_id(p.namespace, p.name)
+        if not (op.prestarted and op.new_executor_set) and self.kube.executors_left(
+            p.namespace, executors
+        ):
+            return 1.0
         # Every old driver's pod is gone: a Lease one of them still holds (killed, or removed
         # from a lost node after its Lease lapsed) is released, so the next driver does not
         # wait out its duration.
@@ -390,21 +434,22 @@ class Flows:
         """Step 3 hands over before the old driver is removed: the new driver is waiting,
         the old one completed its stop-with-savepoint (its loop has ended: a fallback to the
         latest checkpoint may have a driver still processing), and the new one runs Spark in
-        its pod (executor pods would need the StatefulSet and claims the old ones hold)."""
+        its pod or executors of its own (the old driver's executors would hold the
+        StatefulSet and claims its new ones take over)."""
         return (
             op.prestarted
             and op.handed_over_ms is None
             and op.savepoint is not None
             and op.restore == op.savepoint
             and op.processing_stopped_ms is not None
-            and get(op.target or {}, "executor") is None
+            and (get(op.target or {}, "executor") is None or op.new_executor_set)
         )
 
     # ------------------------------------------------------------------ 4, 5: deploy
 
-    def _ensure_objects(self, spec: dict[str, Any]) -> dict[str, Any]:
-        """RBAC, Secret, Service, NetworkPolicy and config a driver of ``spec`` needs; the
-        pipeline object with that spec."""
+    def _ensure_objects(self, spec: dict[str, Any], executor_set: str | None) -> dict[str, Any]:
+        """RBAC, Secret, Service, NetworkPolicy and config a driver of ``spec`` needs (running
+        executor set ``executor_set``); the pipeline object with that spec."""
         body = {**self.pipeline.body, "spec": spec}
         # Executor rules while the new or the running driver has executor pods (the running
         # one still works during a pre-start); cut to the Lease at the next flow after.
@@ -415,7 +460,7 @@ class Flows:
         policy = network_policy(body, os.environ.get("STATOR_OPERATOR_NAMESPACE"))
         for obj in (*objects, control_secret(body), policy, driver_lease(body)):
             self.kube.ensure(obj)
-        self.kube.apply(config_map(body, spec))
+        self.kube.apply(config_map(body, spec, executor_set))
         return body
 
     def _deploy(self, op: Operation, nxt: PrestartedDriver | None) -> float:
@@ -426,7 +471,7 @@ class Flows:
             return self._deployed(op, restore, " (pre-started, handed over at step 3)")
         if op.prestarted:
             return self._hand_over(op, nxt or PrestartedDriver(), restore, allow)
-        body = self._ensure_objects(spec)
+        body = self._ensure_objects(spec, op.executor_set)
         self.kube.ensure(
             driver_pod(body, spec, op.id, restore, allow, op.avoid_node, op.lineage or op.id)
         )
@@ -515,6 +560,7 @@ class Flows:
                 "lineage": op.lineage or op.id,
                 "driverPod": driver_pod_name(p.name, op.id),
                 "readyAt": now(),
+                "executorSet": op.executor_set,
             },
             # What the previous driver reported: the new one reports its own.
             restores=None,
@@ -528,8 +574,13 @@ class Flows:
             p.write(lastError=None, failedSpec=None)
         if spec.get("executor") is None:  # the old driver's executor rules are not needed now
             self.kube.apply(role({**p.body, "spec": spec}, executors=False))
+        # The claims of executors the deployment no longer has: those of other sets (a
+        # rescale's old one) and of ordinals past its executors (a rescale to fewer).
         keep = executor_instances(spec) if pinning(spec) is not Pinning.OFF else 0
-        surplus = self.kube.delete_claims(p.namespace, spark_app_id(p.namespace, p.name), keep)
+        surplus = []
+        for executors in self.kube.executor_sets(p.namespace, spark_app_id(p.namespace, p.name)):
+            kept = keep if executors == op.executor_set else 0
+            surplus += self.kube.delete_claims(p.namespace, executors, kept)
         if surplus:
             self.event("Normal", "ClaimsDeleted", f"state claims no executor uses: {surplus}")
         if op.kind in (OpKind.UPGRADE, OpKind.RESCALE):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import re
 from typing import Any
 
 from kubernetes import client
@@ -185,7 +186,8 @@ class Kube:
         its pods) are still there. Those being deleted on an unreachable node are removed at
         once: no kubelet will confirm their end, and without their driver they do nothing."""
         sets = self.apps.list_namespaced_stateful_set(namespace).items
-        if any(s.metadata.name.startswith(f"spark-s-{app_id}-") for s in sets):
+        ours = re.compile(rf"spark-s-{re.escape(app_id)}-\d+")  # not another set's: id-<dep>-0
+        if any(ours.fullmatch(s.metadata.name) for s in sets):
             return True
         pods = self.core.list_namespaced_pod(namespace, label_selector=_executors(app_id)).items
         stuck = [p for p in pods if p.metadata.deletion_timestamp]
@@ -211,6 +213,14 @@ class Kube:
                 )
                 deleted.append(claim.metadata.name)
         return deleted
+
+    def executor_sets(self, namespace: str, base: str) -> list[str]:
+        """The application ids (``base``, or ``base-<deployment>``) that have state claims."""
+        claims = self.core.list_namespaced_persistent_volume_claim(
+            namespace, label_selector="spark-role=executor"
+        ).items
+        ids = {(c.metadata.labels or {}).get("spark-app-selector", "") for c in claims}
+        return sorted(i for i in ids if i == base or i.startswith(f"{base}-"))
 
     def release_lost(self, namespace: str, app_id: str, claim_prefix: str) -> list[str]:
         """Executor pods on unreachable nodes (the node lifecycle controller's

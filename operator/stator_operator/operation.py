@@ -97,6 +97,11 @@ class Operation:
     # A lost driver's node (its Lease lapsed): the new driver prefers any other, as that
     # node may look Ready for a while yet (the node lifecycle controller's grace period).
     avoid_node: str | None = None
+    # The Spark application id of the executors the new driver runs (executor pods only):
+    # the running deployment's set, or a set of its own (``new_executor_set``: a rescale's
+    # pre-started driver starts its executors while the old driver still processes).
+    executor_set: str | None = None
+    new_executor_set: bool = False
 
     def at(self, step: Step, started_at: str, **changes: Any) -> Operation:
         """This operation moved on to ``step``."""

@@ -56,6 +56,10 @@ class KubeApi(StatusApi, SecretApi, Protocol):
         """Delete the executors' state claims of ordinal ``keep`` and up; their names."""
         ...
 
+    def executor_sets(self, namespace: str, base: str) -> list[str]:
+        """The application ids (``base``, or ``base-<deployment>``) that have state claims."""
+        ...
+
     def release_lost(self, namespace: str, app_id: str, claim_prefix: str) -> list[str]:
         """Move executors off unreachable nodes (claim deleted, pod removed); their pods."""
         ...

@@ -99,7 +99,9 @@ class Reconciler:
             )
             self.kube.delete_drivers(self.pipeline.namespace, self.pipeline.name)
         p = self.pipeline
-        claims = self.kube.delete_claims(p.namespace, spark_app_id(p.namespace, p.name), 0)
+        claims = []
+        for executors in self.kube.executor_sets(p.namespace, spark_app_id(p.namespace, p.name)):
+            claims += self.kube.delete_claims(p.namespace, executors, 0)
         if claims:
             self.event("Normal", "ClaimsDeleted", f"executors' state claims: {claims}")
         if get(spec, "savepoints", "disposeOnDelete", default=False):
@@ -301,7 +303,9 @@ class Reconciler:
         up its volume there and starts on another node (its key-groups restore from the
         object store); ``required`` waits for the node instead."""
         p = self.pipeline
-        moved = self.kube.release_lost(p.namespace, spark_app_id(p.namespace, p.name), STATE_VOLUME)
+        executors = (p.status.get("deployment") or {}).get("executorSet")
+        executors = executors or spark_app_id(p.namespace, p.name)
+        moved = self.kube.release_lost(p.namespace, executors, STATE_VOLUME)
         if moved:
             self.event(
                 "Warning",

@@ -53,11 +53,26 @@ EXECUTOR_DEFAULTS = {
 
 
 def spark_app_id(namespace: str, name: str) -> str:
-    """The pipeline's Spark application id, the same for every driver it ever runs: Spark's
-    StatefulSet of executors (``spark-s-<id>-0``) and its claims keep their names across
-    drivers, so a new driver's executors come back to the same volumes and nodes."""
+    """The pipeline's Spark application id: its first executor set's, and the prefix of every
+    later one's (``new_executor_set``). A driver that takes over a set (a restart, an
+    upgrade at the same parallelism, a resume) runs under its id: Spark's StatefulSet of
+    executors (``spark-s-<id>-0``) and its claims keep their names across drivers, so the new
+    driver's executors come back to the same volumes and nodes."""
     digest = hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()[:10]
     return f"stator-{digest}"
+
+
+def new_executor_set(namespace: str, name: str, deployment: str) -> str:
+    """The application id of a set of executors of its own for one deployment (a rescale's
+    new driver: it starts its executors before the old driver stops, as none of their local
+    state would be of use to it)."""
+    return f"{spark_app_id(namespace, name)}-{deployment}"
+
+
+def is_executor_set_of(app_id: str, namespace: str, name: str) -> bool:
+    """Whether ``app_id`` is one of the pipeline's executor sets."""
+    base = spark_app_id(namespace, name)
+    return app_id == base or app_id.startswith(f"{base}-")
 
 
 def executor_set(app_id: str) -> str:
@@ -273,10 +288,13 @@ UPLOAD_FIELDS = (
 )
 
 
-def job_config(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any]:
+def job_config(
+    spec: dict[str, Any], name: str, namespace: str, app_id: str | None = None
+) -> dict[str, Any]:
     """The Stator job configuration (stator config keys) for this spec. Only what the spec
     sets: the defaults are the runtime's (``JobConfig``), in one place. spec.config goes
-    last, so every key written before it is refused there (``spec.OPERATOR_CONFIG``)."""
+    last, so every key written before it is refused there (``spec.OPERATOR_CONFIG``).
+    ``app_id``: the executor set the driver runs (default: the pipeline's first)."""
     ck = spec.get("checkpointing", {})
     cfg: dict[str, Any] = {
         "name": f"{namespace}.{name}",
@@ -291,7 +309,7 @@ def job_config(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any
         "control": {"port": CONTROL_PORT},
         "restart": _restart(spec),
         "failover": {"strategy": get(spec, "failover", "strategy", default="region")},
-        "spark": _spark(spec, name, namespace),
+        "spark": _spark(spec, name, namespace, app_id),
         "savepoint": {"dir": savepoint_dir(spec)},
         "lease": {"name": driver_lease_name(name)},
     }
@@ -317,21 +335,21 @@ def job_config(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any
     return cfg
 
 
-def _spark(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any]:
+def _spark(spec: dict[str, Any], name: str, namespace: str, app_id: str | None) -> dict[str, Any]:
     """Spark in the driver pod (``local[*]``), or executors as pods when ``spec.executor`` is
     set: the settings known here; what only the running pod knows (API server, pod name
     and IP, token) the driver derives itself (``stator.cluster.kubernetes``).
 
-    Executors run in a StatefulSet (Spark's ``statefulset`` allocator) under an application
-    id that never changes: a killed executor restarts in its pod, on its node, with its
-    volume, and a new driver's executors get the same pods and claims back. Their state
-    lives on ``/var/lib/stator``: a claim on a local volume (``localRecovery.volume``), or the
-    pod's emptyDir."""
+    Executors run in a StatefulSet (Spark's ``statefulset`` allocator) under the application
+    id of their executor set (``app_id``), which the drivers that take the set over keep: a
+    killed executor restarts in its pod, on its node, with its volume, and a new driver's
+    executors get the same pods and claims back. Their state lives on ``/var/lib/stator``: a
+    claim on a local volume (``localRecovery.volume``), or the pod's emptyDir."""
     conf = dict(spec.get("sparkConf") or {})  # no key the operator or driver sets (checked)
     executor = spec.get("executor")
     if executor is None:
         return {"master": "local[*]", "conf": conf}
-    app_id = spark_app_id(namespace, name)
+    app_id = app_id or spark_app_id(namespace, name)
     pods: dict[str, str] = {
         "spark.app.id": app_id,
         "spark.kubernetes.allocation.pods.allocator": "statefulset",
@@ -374,11 +392,12 @@ def _spark(spec: dict[str, Any], name: str, namespace: str) -> dict[str, Any]:
     return {"master": "kubernetes", "conf": {**EXECUTOR_DEFAULTS, **conf, **pods}}
 
 
-def executor_pod_template(name: str) -> dict[str, Any]:
+def executor_pod_template(name: str, app_id: str) -> dict[str, Any]:
     """The executor pods' template (spark.kubernetes.executor.podTemplateFile): non-root,
-    no privilege escalation, all capabilities dropped; spread evenly over the nodes (at most
-    one more on any node than on another schedulable one), so that one lost node takes as
-    few key-group ranges as possible with it."""
+    no privilege escalation, all capabilities dropped; the executors of set ``app_id`` spread
+    evenly over the nodes (at most one more on any node than on another schedulable one), so
+    that one lost node takes as few key-group ranges as possible with it. (Per set: a
+    rescale's new set starts while the old one runs, and outlives it.)"""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -391,7 +410,9 @@ def executor_pod_template(name: str) -> dict[str, Any]:
                     # A lost (tainted) or excluded node is not a domain to balance against.
                     "nodeTaintsPolicy": "Honor",
                     "nodeAffinityPolicy": "Honor",
-                    "labelSelector": {"matchLabels": labels(name, "executor")},
+                    "labelSelector": {
+                        "matchLabels": {**labels(name, "executor"), "spark-app-selector": app_id}
+                    },
                 }
             ],
             "securityContext": {
@@ -669,16 +690,22 @@ def check_job_config(spec: dict[str, Any], name: str, namespace: str) -> None:
         raise SpecError(f"spec.config: {exc}") from exc
 
 
-def config_map(body: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+def config_map(
+    body: dict[str, Any], spec: dict[str, Any], app_id: str | None = None
+) -> dict[str, Any]:
+    """The job's configuration for the next driver of ``spec`` (``app_id``: its executor
+    set; default the pipeline's first). Drivers read it when they start."""
     meta = body["metadata"]
-    cfg = job_config(spec, meta["name"], meta["namespace"])
+    app_id = app_id or spark_app_id(meta["namespace"], meta["name"])
+    cfg = job_config(spec, meta["name"], meta["namespace"], app_id)
+    template = executor_pod_template(meta["name"], app_id)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta(body, f"{meta['name']}-config", "config"),
         "data": {
             "job.yaml": yaml.safe_dump(cfg, sort_keys=True),
-            EXECUTOR_TEMPLATE: yaml.safe_dump(executor_pod_template(meta["name"]), sort_keys=True),
+            EXECUTOR_TEMPLATE: yaml.safe_dump(template, sort_keys=True),
         },
     }
 
@@ -710,9 +737,12 @@ def driver_pod(
     allow_non_restored: bool,
     avoid_node: str | None = None,
     lineage: str | None = None,
+    start_executors: bool = False,
 ) -> dict[str, Any]:
     """The driver pod of one deployment, restoring from ``restore``; None: a pre-started
-    driver, told what to restore from later (``POST /v1/handover``, flows.py step 4).
+    driver, told what to restore from later (``POST /v1/handover``, flows.py step 4), which
+    with ``start_executors`` starts its executor pods before the hand-over (they are a set of
+    their own, not the running driver's).
     ``avoid_node``: the node a lost driver was on; any other is preferred. ``lineage``: the
     run the driver starts or continues (``restore.lineage``: its checkpoints record it, and a
     restarted driver resumes them instead of its starting point)."""
@@ -760,6 +790,7 @@ def driver_pod(
         "--config",
         f"{CONFIG_MOUNT}/job.yaml",
         *(["--await-handover"] if restore is None else ["--restore", restore]),
+        *(["--start-executors"] if restore is None and start_executors else []),
         "--set",
         "control.host=$(POD_IP)",
         "--set",

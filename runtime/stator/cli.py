@@ -41,6 +41,12 @@ def main(argv: list[str] | None = None) -> int:
         help="start, then wait until POST /v1/handover on the control API names the savepoint "
         "or checkpoint to restore from (the operator pre-starts upgrades' drivers this way)",
     )
+    run.add_argument(
+        "--start-executors",
+        action="store_true",
+        help="with --await-handover and executors as pods: start them before the hand-over "
+        "(they are a set of their own, not the running driver's; a rescale's)",
+    )
 
     job = sub.add_parser("job", help="a running job's state and its failover regions")
     job.add_argument("url", help="the driver's control API, e.g. http://driver:8081")
@@ -124,6 +130,7 @@ def _seconds(text: str) -> float:
 
 def _run(args: argparse.Namespace) -> int:
     from .cluster import fencing  # noqa: PLC0415 - the Kubernetes client only when running
+    from .cluster.session import starts_executor_pods  # noqa: PLC0415
     from .config import load_config  # noqa: PLC0415
     from .control.server import serving  # noqa: PLC0415 - aiohttp only when running a job
     from .driver.regions import build_job  # noqa: PLC0415
@@ -136,6 +143,12 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError(
             "--await-handover and --restore exclude each other: the hand-over names the "
             "restore source; drop one of them"
+        )
+    if args.start_executors and not (args.await_handover and starts_executor_pods(config.spark)):
+        raise ConfigError(
+            "--start-executors starts a pre-started driver's executor pods before its "
+            "hand-over: it needs --await-handover and spark.master kubernetes (executors as "
+            "pods); drop it"
         )
     if args.await_handover and config.control.port < 0:
         raise ConfigError(
@@ -162,7 +175,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         with serving(driver, config.control):
             if args.await_handover:
-                driver.await_handover()
+                driver.await_handover(start_executors=args.start_executors)
                 fencing.hold(config.lease, os.environ)  # the old driver released it
                 driver.check_restore_source()
             status = driver.run()

@@ -292,10 +292,14 @@ def checkpoint_share(space: Space, name: str, checkpoint_id: int, subtasks: list
 
 
 def test_kubectl_scale_4_6_3_with_executor_pods(space: Space) -> None:
-    """Rescales move executors too: 2, then 3, then 2 executor pods; the claim of the third
-    executor is deleted once it is not needed. Exact output."""
+    """Rescales move executors too: 2, then 3, then 2 executor pods. Each rescale's new
+    driver runs an executor set of its own, started before the old driver stopped (it reads
+    its key-groups from the savepoint, so none of the old executors' state is of use): it is
+    handed the savepoint as soon as the old driver stopped with it, and the old set's claims
+    are deleted once it runs. Then an upgrade at the same parallelism (the rest of the input
+    at full speed) takes the running set over. Exact output."""
     name = "scaled"
-    count = 36_000
+    count = 240_000  # at 600/s: longer than both rescales, whose new executors start first
     space.apply(executor_manifest(space, name, 4, count, rate=600, per_epoch=900))
     space.wait(
         name,
@@ -303,6 +307,7 @@ def test_kubectl_scale_4_6_3_with_executor_pods(space: Space) -> None:
         lambda s: s.get("phase") == "Running" and s.get("latestCheckpoint", {}).get("id", 0) >= 2,
         timeout=300,
     )
+    sets = [space.status(name)["deployment"]["executorSet"]]
     for replicas, pods in ((6, 3), (3, 2)):
         space.kube.kubectl(
             "scale", "statefulpipeline", name, "-n", space.name, f"--replicas={replicas}"
@@ -318,11 +323,36 @@ def test_kubectl_scale_4_6_3_with_executor_pods(space: Space) -> None:
             timeout=300,
         )
         assert status["phase"] == "Running", status.get("phase")
+        sets.append(status["deployment"]["executorSet"])
+        last = status["lastOperation"]
+        assert last["stepSeconds"]["prestart"] is not None and last.get("handedOverAtMs"), last
         assert len(running_executors(space, name, pods)) == pods
+        assert {
+            p["metadata"]["labels"]["spark-app-selector"]
+            for p in running_executors(space, name, pods)
+        } == {sets[-1]}
         assert sorted(s["subtask"] for s in status["placement"]["subtasks"]) == list(
             range(replicas)
         )
+    assert len(set(sets)) == 3, sets  # a set of its own per rescale
     claims = space.kube.kubectl_json("get", "pvc", "-n", space.name)["items"]
-    assert sorted(c["metadata"]["name"][-2:] for c in claims) == ["-0", "-1"]
+    kept = [c for c in claims if not c["metadata"].get("deletionTimestamp")]
+    assert sorted(c["metadata"]["name"] for c in kept) == [
+        f"stator-state-spark-s-{sets[-1]}-0-{i}" for i in (0, 1)
+    ]
+    # The rest of the input at full speed: an upgrade by savepoint at the same parallelism,
+    # whose new driver takes the running executor set (and its claims) over.
+    before = space.status(name)["deployment"]["id"]
+    env = space.get(name)["spec"]["driver"]["env"]
+    env = [e for e in env if e["name"] != "RATE"] + [{"name": "RATE", "value": "100000"}]
+    patch = json.dumps({"spec": {"driver": {"env": env}}})
+    space.kube.kubectl("patch", "spl", name, "-n", space.name, "--type=merge", "-p", patch)
+    status = space.wait(
+        name,
+        "upgraded, or finished",
+        lambda s: s.get("deployment", {}).get("id") != before and not s.get("operation"),
+        timeout=400,
+    )
+    assert status["deployment"]["executorSet"] == sets[-1]
     space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=400)
     assert_exact(committed(space, name), count)

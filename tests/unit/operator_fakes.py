@@ -38,6 +38,12 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return out
 
 
+def _app_of(name: str) -> str:
+    """The application id in an executor pod's (``spark-s-<app>-0-<n>``) or its claim's
+    (``stator-state-spark-s-<app>-0-<n>``) name."""
+    return name.partition("spark-s-")[2].rsplit("-", 2)[0]
+
+
 class FakeKube:
     """One StatefulPipeline and what the operator creates for it."""
 
@@ -129,12 +135,18 @@ class FakeKube:
 
     def executors_left(self, namespace: str, app_id: str) -> bool:
         self._call("executors_left")
-        return bool(self.executor_pods)
+        return any(_app_of(p) == app_id for p in self.executor_pods)
 
     def delete_claims(self, namespace: str, app_id: str, keep: int) -> list[str]:
-        gone = sorted(c for c in self.claims if int(c.rpartition("-")[2]) >= keep)
+        gone = sorted(
+            c for c in self.claims if _app_of(c) == app_id and int(c.rpartition("-")[2]) >= keep
+        )
         self.claims -= set(gone)
         return gone
+
+    def executor_sets(self, namespace: str, base: str) -> list[str]:
+        apps = {_app_of(c) for c in self.claims}
+        return sorted(a for a in apps if a == base or a.startswith(f"{base}-"))
 
     def release_lost(self, namespace: str, app_id: str, claim_prefix: str) -> list[str]:
         moved = sorted(p for p, node in self.executor_pods.items() if node in self.lost_nodes)

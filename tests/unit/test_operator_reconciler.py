@@ -615,15 +615,16 @@ def test_a_rescale_after_the_input_ended_finishes_instead_of_rolling_back(tmp_pa
     assert "UpgradeFailed" not in bed.reasons() and "failedSpec" not in s
 
 
-def prestarted_rescale(bed: Bed) -> tuple[FakeDriver, str, str]:
-    """Deploy with pre-started drivers on, ask for replicas 4, and run step 0 until the new
-    driver waits: the old driver, the old pod and the new pod."""
+def prestarted_rescale(bed: Bed, **change: Any) -> tuple[FakeDriver, str, str]:
+    """Deploy with pre-started drivers on, ask for replicas 4 (or ``change``), and run step 0
+    until the new driver waits: the old driver, the old pod and the new pod."""
     old = bed.deploy()
     first = bed.driver_pod()
-    bed.edit_spec(replicas=4)
+    bed.edit_spec(**(change or {"replicas": 4}))
     bed.step()
     op = bed.op
-    assert op is not None and (op.kind, op.step) == (OpKind.RESCALE, Step.PRESTART)
+    kind = OpKind.UPGRADE if change else OpKind.RESCALE
+    assert op is not None and (op.kind, op.step) == (kind, Step.PRESTART)
     assert bed.step() > 0  # 0: the new driver pod is created
     new_pod = f"counts-driver-{op.id}"
     args = args_of(bed, new_pod)
@@ -708,12 +709,17 @@ def test_a_rescale_prestarts_the_new_driver_and_hands_it_the_savepoint(tmp_path:
     assert last["downtimeSeconds"] == pytest.approx((handed + 2400 - stopped_at) / 1000, abs=0.01)
 
 
-def test_a_prestarted_driver_with_executor_pods_is_handed_over_after_the_old_one_left(
+def test_an_upgrade_s_prestarted_driver_with_executor_pods_is_handed_over_after_the_old_one_left(
     tmp_path: Path,
 ) -> None:
-    """Its executors need the StatefulSet and claims the old driver's still hold."""
+    """At the same parallelism its executors take over the running ones' StatefulSet and
+    claims (their local state is the savepoint's), which the old driver's still hold: Spark
+    starts after the hand-over, once the old executors are gone."""
     bed = Bed(tmp_path, driver={"prestart": True}, executor={"cores": 1})
-    old, first, new_pod = prestarted_rescale(bed)
+    old, first, new_pod = prestarted_rescale(bed, image="stator-runtime:2")
+    assert "--start-executors" not in args_of(bed, new_pod)
+    assert job_yaml(bed)["spark"]["conf"]["spark.app.id"] == spark_app_id("team", "counts")
+    bed.kube.executor_pods = {f"spark-s-{spark_app_id('team', 'counts')}-0-0": "n0"}
     new = bed.start_driver(new_pod)
     new.state = "STANDBY"
     bed.step()  # 0 -> 1
@@ -721,11 +727,77 @@ def test_a_prestarted_driver_with_executor_pods_is_handed_over_after_the_old_one
     stopped_with_savepoint(bed, old, location)  # 1 -> 2 -> 3
     bed.step()  # 3: the old driver is asked to go, and nothing is handed over yet
     assert bed.kube.deleted == [first] and not new.handed_over
+    bed.step()
+    bed.step()  # the old driver is gone, its executors not yet
+    assert bed.op is not None and bed.op.step is Step.REMOVE_DRIVER and not new.handed_over
+    bed.kube.executor_pods.clear()  # garbage-collected with their driver
     bed.until(lambda: bed.op is not None and bed.op.step is Step.DEPLOY)
     assert not new.handed_over and bed.op is not None and bed.op.handed_over_ms is None
     bed.step()  # 4: the hand-over
     assert new.handed_over == [(location, False)]
     assert bed.op is not None and bed.op.step is Step.AWAIT_READY
+
+
+def test_a_rescale_s_prestarted_driver_with_executor_pods_runs_a_set_of_its_own(
+    tmp_path: Path,
+) -> None:
+    """A rescale reads the savepoint whatever the old executors hold: the new driver starts
+    its own executor set (StatefulSet, claims) before the old driver stops, is handed over as
+    soon as the stop-with-savepoint completed, and the old set's claims are deleted once it
+    runs. A later restart takes the new set over."""
+    bed = Bed(tmp_path, driver={"prestart": True}, executor={"cores": 1}, localRecovery=LOCAL)
+    base = spark_app_id("team", "counts")
+    old, first, new_pod = prestarted_rescale(bed)
+    op = bed.op
+    assert op is not None and op.new_executor_set and op.executor_set == f"{base}-{op.id}"
+    assert "--start-executors" in args_of(bed, new_pod)
+    assert job_yaml(bed)["spark"]["conf"]["spark.app.id"] == op.executor_set
+    # The old set's executors and claims, and the new set's, side by side.
+    executor_pods(bed, ["n0", "n1"])
+    mine = [f"spark-s-{op.executor_set}-0-{i}" for i in range(4)]
+    bed.kube.executor_pods.update(dict.fromkeys(mine, "n2"))
+    bed.kube.claims |= {f"stator-state-{p}" for p in mine}
+    new = bed.start_driver(new_pod)
+    new.state = "STANDBY"
+    bed.step()  # 0 -> 1
+    location = f"file://{tmp_path}/sp/team.counts/savepoint-0000000007-req1"
+    stopped_with_savepoint(bed, old, location)  # 1 -> 2 -> 3
+    bed.step()  # 3: handed over before the old driver is asked to go
+    assert new.handed_over == [(location, False)] and bed.kube.deleted == []
+    bed.until(lambda: bed.op is not None and bed.op.step is Step.AWAIT_READY)
+    assert bed.kube.deleted == [first]  # its executors may still be going: nobody waits
+    new.state = "RUNNING"
+    bed.until(lambda: not bed.op)
+    assert bed.status["deployment"]["executorSet"] == op.executor_set
+    assert bed.kube.claims == {f"stator-state-{p}" for p in mine}  # the old set's are gone
+    # A restart (the driver fails) runs the same set: its executors restore locally.
+    bed.kube.set_phase(new_pod, "Failed", exit_code=1)
+    bed.step()
+    restart = bed.op
+    assert restart is not None and restart.kind is OpKind.RESTART
+    assert restart.executor_set == op.executor_set and not restart.new_executor_set
+    bed.edit_operation(notBefore=0)  # past the restart backoff
+    bed.step()
+    bed.step()  # the failed driver is gone, its executors not yet: they hold the set
+    assert bed.op is not None and bed.op.step is Step.REMOVE_DRIVER
+    bed.kube.executor_pods.clear()
+    bed.until(lambda: bed.op is not None and bed.op.step is Step.AWAIT_READY)
+    assert job_yaml(bed)["spark"]["conf"]["spark.app.id"] == op.executor_set
+
+
+def test_a_rescale_given_up_before_it_began_deletes_its_executor_set_s_claims(
+    tmp_path: Path,
+) -> None:
+    bed = Bed(tmp_path, driver={"prestart": True}, executor={"cores": 1}, localRecovery=LOCAL)
+    old_pods = executor_pods(bed, ["n0", "n1"])
+    _, _, new_pod = prestarted_rescale(bed)
+    op = bed.op
+    assert op is not None and op.executor_set is not None
+    bed.kube.claims.add(f"stator-state-spark-s-{op.executor_set}-0-0")
+    bed.kube.set_phase(new_pod, "Failed", exit_code=2)  # it refused to start
+    bed.step()
+    assert bed.op is None and bed.status["phase"] == "Running"
+    assert bed.kube.claims == {f"stator-state-{p}" for p in old_pods}
 
 
 def test_a_fallback_to_the_latest_checkpoint_hands_over_only_after_the_old_driver_left(
@@ -768,7 +840,7 @@ def test_a_prestarted_driver_that_fails_is_replaced_the_usual_way(tmp_path: Path
 
 @pytest.mark.parametrize(
     ("executor", "hand_over_at"),
-    [(None, Step.REMOVE_DRIVER), ({"cores": 1}, Step.DEPLOY)],
+    [(None, Step.REMOVE_DRIVER), ({"cores": 1}, Step.REMOVE_DRIVER)],
     ids=["spark-in-the-driver-pod", "executor-pods"],
 )
 def test_a_prestarted_driver_gone_before_its_hand_over_is_replaced(

@@ -476,7 +476,9 @@ def test_the_executor_env_the_operator_or_spark_sets_is_refused_by_name() -> Non
     conf = job_config(full, "counts", "team")["spark"]["conf"]
     given = {k.split(".")[-1] for k in conf if k.startswith("spark.executorEnv.")}
     given |= {k.split(".")[-1] for k in conf if "executor.secretKeyRef." in k}
-    (container,) = executor_pod_template("counts")["spec"]["containers"]
+    (container,) = executor_pod_template("counts", spark_app_id("team", "counts"))["spec"][
+        "containers"
+    ]
     given |= {e["name"] for e in container["env"]}
     assert given == {
         "STATOR_STATE_DIR",

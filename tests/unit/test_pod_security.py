@@ -13,6 +13,7 @@ from stator_operator.resources import (
     check_pods,
     driver_pod,
     executor_pod_template,
+    spark_app_id,
 )
 from stator_operator.spec import SpecError, validate
 from tests.hostile_specs import HOSTILE
@@ -38,7 +39,8 @@ def test_hostile_spec_is_refused_with_field_and_rule(case: str) -> None:
 def test_the_operators_own_pods_are_restricted() -> None:
     body = {"metadata": {"name": "counts", "namespace": "team", "uid": "u"}}
     assert pod_violations(driver_pod(body, GOOD, "1", "none", False), "driver") == []
-    assert pod_violations(executor_pod_template("counts"), "executor") == []
+    template = executor_pod_template("counts", spark_app_id("team", "counts"))
+    assert pod_violations(template, "executor") == []
     harmless = {
         **GOOD,
         "driver": {"podTemplate": {"spec": {"nodeSelector": {"disk": "ssd"}}}},

@@ -279,16 +279,17 @@ class JobDriver:
         self._preflighted = target
         return target
 
-    def await_handover(self) -> HandoverRequest:
+    def await_handover(self, start_executors: bool = False) -> HandoverRequest:
         """A pre-started driver: start what does not touch the job's state while the old
         driver still runs, then wait for the hand-over and restore from what it names
         (``handover.py``). Spark, with warm Python workers that hold clients of the job's
-        stores, starts now unless its executors are pods: the old driver's executors hold the
-        StatefulSet and the claims the new ones take over, until the old driver is gone."""
+        stores, starts now unless its executors are pods that the old driver's executors
+        hold (their StatefulSet and claims, until the old driver is gone); with
+        ``start_executors`` they are a set of its own, and start now too."""
         assert self.handover is not None, "built without await_handover"
         startup = self.status.startup
         startup.driver_started_ms = now_ms()
-        warm = not starts_executor_pods(self.config.spark)
+        warm = start_executors or not starts_executor_pods(self.config.spark)
         if warm:
             self._start_spark()
             warm_python_workers(self.spark, self.connections())

@@ -309,11 +309,11 @@ class RegionalJob:
 
     # ------------------------------------------------------------------ running
 
-    def await_handover(self) -> HandoverRequest:
+    def await_handover(self, start_executors: bool = False) -> HandoverRequest:
         """As :meth:`JobDriver.await_handover`, for every region at once."""
         assert self.handover is not None, "built without await_handover"
         self.startup.driver_started_ms = now_ms()
-        warm = not starts_executor_pods(self.config.spark)
+        warm = start_executors or not starts_executor_pods(self.config.spark)
         connect: list[Callable[[], None]] = [
             c for d in self.drivers.values() for c in d.connections()
         ]
