@@ -351,8 +351,10 @@ def rescale(space: Any, args: argparse.Namespace, executors: bool = False) -> Co
     not ``local[*]`` in the driver pod."""
     from tests.e2e.test_operator import assert_exact, committed
 
-    # Enough input for every rescale of both pipelines, which share the machine.
-    count = RESCALE_RATE * (120 + (120 if executors else 60) * args.runs)
+    # Enough input for every rescale of both pipelines, which share the machine (with
+    # executor pods a pre-started driver's executors took 4-5 minutes to start here, on two
+    # cores beside both pipelines' executors).
+    count = RESCALE_RATE * (120 + (900 if executors else 60) * args.runs)
     suffix = "-pods" if executors else ""
     contenders = {f"prestarted{suffix}": True, f"cold{suffix}": False}
     pods: dict[str, Any] = {}
@@ -360,6 +362,9 @@ def rescale(space: Any, args: argparse.Namespace, executors: bool = False) -> Co
         pods = {
             "executor": {"cores": 1, "env": _executors(space, 1, 1)["env"]},
             "localRecovery": {"volume": {"storageClassName": space.storage_class, "size": "1Gi"}},
+            # A pre-started driver with executors of its own waits in STANDBY only once they
+            # run: up to 5 minutes on this machine (not downtime), the default's limit.
+            "failover": {"restartDelaySeconds": 0.5, "readinessTimeoutSeconds": 900},
         }
     for name, prestart in contenders.items():
         manifest = space.manifest(name, env={"COUNT": count, "RATE": RESCALE_RATE}, **pods)

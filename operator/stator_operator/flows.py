@@ -12,8 +12,10 @@ what a failure or a crash of the operator leaves behind:
 
 0. ``prestart`` (upgrades and rescales by savepoint, unless ``driver.prestart`` is false):
    create the new driver pod, named by the operation id, with ``--await-handover``; it starts
-   its interpreter, pipeline and (unless its executors are pods) Spark while the old driver
-   still processes, then waits. Go on once it reports ``STANDBY``. If it fails, or is not
+   its interpreter, pipeline and Spark while the old driver still processes, then waits.
+   With executor pods, Spark (and its executors) start here only when the new driver runs an
+   executor set of its own (a rescale: ``_with_executor_set``); one that takes the running
+   set over starts Spark after the hand-over. Go on once it reports ``STANDBY``. If it fails, or is not
    waiting within ``failover.readinessTimeoutSeconds``, go on without it (a Warning event
    says why): step 3 removes it and step 4 creates a driver the usual way. If it refused
    to start (exit 2: its configuration, pipeline or storage), the upgrade is given up before
@@ -31,13 +33,13 @@ what a failure or a crash of the operator leaves behind:
    restore source and in the savepoint history) or fails (fall back as in 1). If the driver
    is gone before it answered, the savepoint is looked for in storage by request id.
    -> A crash leaves the request id in status; the next operator polls the same request.
-3. ``remove-driver``: delete the driver pod(s) and wait until none is left, nor any of
-   their executors (after the restart backoff, for restarts): the next driver's executor
-   StatefulSet has the same name and takes the same claims back. The pre-started driver of
-   step 0 stays. Suspend and delete end here. A pre-started driver whose Spark runs in its
-   pod is handed the completed stop-with-savepoint first (as in step 4): the old driver has
-   ended its loop and touches neither state nor sinks again, and its pod's exit is then no
-   downtime.
+3. ``remove-driver``: delete the driver pod(s) and wait until none is left, nor any
+   executor of the set the next driver takes over (after the restart backoff, for
+   restarts): its executor StatefulSet has the same name and takes the same claims back. The
+   pre-started driver of step 0 stays. Suspend and delete end here. A pre-started driver
+   whose Spark runs in its pod, or on an executor set of its own, is handed the completed
+   stop-with-savepoint first (as in step 4): the old driver has ended its loop and touches
+   neither state nor sinks again, and its pod's (and executors') exit is then no downtime.
    -> Deletion is idempotent; a crash repeats it. A crash after the hand-over but before it
    was recorded sends it again, which the driver accepts again.
 4. ``deploy``: ensure RBAC, config and service; create the driver pod of this operation's id,
@@ -48,8 +50,9 @@ what a failure or a crash of the operator leaves behind:
    crash between creating the pod and recording step 5 never creates a second driver; a
    hand-over sent twice is accepted twice.
 5. ``await-ready``: wait until the new driver reports ready, then record it as the running
-   deployment (``lastReconciledSpec``, ``lastStableSpec``, ``deployment``) and delete the
-   state claims of executors it no longer has (after a rescale to fewer). A driver that
+   deployment (``lastReconciledSpec``, ``lastStableSpec``, ``deployment`` with its executor
+   set) and delete the state claims of executors it no longer has (another set's, and those
+   past its executors after a rescale to fewer). A driver that
    fails, or is not ready within ``failover.readinessTimeoutSeconds``, is handed back to the
    reconciler: an upgrade or rescale rolls back to the last stable spec (restoring the
    savepoint of step 2), anything else restarts from the latest checkpoint with backoff. A
