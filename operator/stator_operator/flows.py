@@ -15,9 +15,9 @@ what a failure or a crash of the operator leaves behind:
    its interpreter, pipeline and Spark while the old driver still processes, then waits.
    With executor pods, Spark (and its executors) start here only when the new driver runs an
    executor set of its own (a rescale: ``_with_executor_set``); one that takes the running
-   set over starts Spark after the hand-over. Go on once it reports ``STANDBY``. If it fails, or is not
-   waiting within ``failover.readinessTimeoutSeconds``, go on without it (a Warning event
-   says why): step 3 removes it and step 4 creates a driver the usual way. If it refused
+   set over starts Spark after the hand-over. Go on once it reports ``STANDBY``. If it fails,
+   or is not waiting within ``failover.readinessTimeoutSeconds``, go on without it (a Warning
+   event says why): step 3 removes it and step 4 creates a driver the usual way. If it refused
    to start (exit 2: its configuration, pipeline or storage), the upgrade is given up before
    the running job is touched (``failedSpec``: not retried until the spec changes).
    -> The pod is named by the operation id: a crash repeats the step and finds it.
