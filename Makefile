@@ -28,6 +28,7 @@ $(VENV)/.installed: requirements.lock pyproject.toml | $(UV)
 	$(UV) pip sync --quiet --compile-bytecode --python $(PY) requirements.lock
 	$(UV) pip install --quiet --compile-bytecode --python $(PY) --no-deps -e .
 	$(PY) -m compileall -q runtime operator
+	$(PY) -m stator.cluster.cds || echo "warning: Spark's JVMs start without class-data archives"
 	touch $@
 
 install: $(VENV)/.installed  ## create .venv from the lock (reuses the uv cache)

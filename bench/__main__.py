@@ -19,7 +19,9 @@ Groups (``--only``):
 - ``savepoint``: savepoint and rescaled restore, and a native-format savepoint and its
   restore at the same parallelism, against raw MinIO bandwidth;
 - ``local_restore``: a subtask's restore from its task-local copy vs from MinIO (restore
-  only: the time from an executor's failure to processing is ``python -m bench.pods``).
+  only: the time from an executor's failure to processing is ``python -m bench.pods``);
+- ``spark_start``: a session and its first job on ``local-cluster[2,1,1024]`` (a driver
+  and two executor JVMs) with Stator's class-data archives vs the JDK's own.
 
 ``--quick`` runs a reduced ``count`` and ``tws`` once each without MinIO, in under three
 minutes, for development: its numbers are not the README's.
@@ -104,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         nargs="*",
-        default=["count", "uploads", "tws", "churn", "savepoint", "local_restore"],
+        default=["count", "uploads", "tws", "churn", "savepoint", "local_restore", "spark_start"],
     )
     parser.add_argument("--json", type=Path, help="also write every run's result here")
     parser.add_argument(
@@ -411,6 +413,28 @@ def _run(args: argparse.Namespace, s3: str) -> int:
                 f"from the executor's local copy (0 bytes from MinIO) vs from MinIO",
                 runs.runs_of("restore", "local copy", "s"),
                 _field(runs, "restore", "from MinIO", "s", "remote_s"),
+                higher_is_better=False,
+                fmt="{:.2f}",
+            ).row()
+        )
+
+    if "spark_start" in args.only:
+        runs = Alternating(args.runs, log)
+        master = "local-cluster[2,1,1024]"
+        runs.measure(
+            {
+                "shared": _case("spark_start", "start_s", master=master, class_sharing=True),
+                "jdk": _case("spark_start", "start_s", master=master, class_sharing=False),
+            }
+        )
+        dumps["spark_start"] = runs.results
+        rows.append(
+            Comparison(
+                f"Spark start on {master} (a driver and two executor JVMs): from "
+                f"`create_session` to the first job's result (a shuffle through Python workers, "
+                f"checked): Stator's class-data archives (`stator.cluster.cds`) vs the JDK's own",
+                runs.runs_of("shared", "with Stator's archives", "s"),
+                runs.runs_of("jdk", "JDK archive only", "s"),
                 higher_is_better=False,
                 fmt="{:.2f}",
             ).row()

@@ -668,4 +668,37 @@ def local_restore(total_bytes: int, storage: str, value_bytes: int = 4096) -> di
     return results
 
 
-CASES.update({f.__name__: f for f in (raw_bandwidth, savepoint_rescale, local_restore)})
+def spark_start(master: str, class_sharing: bool) -> dict[str, Any]:
+    """A session and its first job, a shuffle through Python workers (what a driver, a
+    rescale's new driver or a replacement executor pays before it processes): with this
+    installation's class-data archives (``stator.cluster.cds``, the default) or with the
+    JDK's own archive only (what a JVM maps without Stator's: the user's
+    ``-XX:SharedArchiveFile`` comes last and wins)."""
+    import pyspark
+
+    from stator.cluster import cds
+
+    if class_sharing and not cds.java_option(cds.DRIVER):
+        raise WrongOutput(f"no class-data archives in {cds.archive_dir()}: make install")
+    conf: dict[str, str] = {}
+    if not class_sharing:
+        base = f"-XX:SharedArchiveFile={cds.jdk_archive()}"
+        conf = {"spark.driver.extraJavaOptions": base, "spark.executor.extraJavaOptions": base}
+    started = time.monotonic()
+    spark = create_session(SparkConfig(master=master, conf=conf), "stator-bench")
+    try:
+        pairs = spark.sparkContext.parallelize(range(20_000), 4).map(lambda x: (x % 97, 1))
+        counts = dict(pairs.reduceByKey(lambda a, b: a + b, 4).collect())
+        elapsed = time.monotonic() - started
+        expected = {k: len(range(k, 20_000, 97)) for k in range(97)}
+        if counts != expected:
+            raise WrongOutput(f"per-key counts differ from the formula's: {counts}")
+        options = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions", "")
+    finally:
+        spark.stop()
+    return {"start_s": elapsed, "driver_options": options, "spark": pyspark.__version__}
+
+
+CASES.update(
+    {f.__name__: f for f in (raw_bandwidth, savepoint_rescale, local_restore, spark_start)}
+)

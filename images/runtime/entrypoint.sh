@@ -3,6 +3,8 @@
 # passes everything else in the environment. Anything else is run as given (e.g. the driver:
 # `stator run module:function`). Arguments are passed as an array, never through a shell string.
 # The main class is Spark 4's Kubernetes backend: CoarseGrainedExecutorBackend rejects --podName.
+# The classpath is the one stator.cluster.cds makes the executors' class-data archive with (the
+# driver passes -XX:SharedArchiveFile in SPARK_JAVA_OPT_n): a JVM with another ignores it.
 set -euo pipefail
 
 if [ "${1:-}" = "executor" ]; then
@@ -12,7 +14,7 @@ if [ "${1:-}" = "executor" ]; then
   exec "${JAVA_HOME}/bin/java" \
     "${java_opts[@]}" \
     -Xms"${SPARK_EXECUTOR_MEMORY:-1g}" -Xmx"${SPARK_EXECUTOR_MEMORY:-1g}" \
-    -cp "${SPARK_HOME}/jars/*:${SPARK_EXTRA_CLASSPATH:-}" \
+    -cp "${SPARK_HOME}/jars/*${SPARK_EXTRA_CLASSPATH:+:${SPARK_EXTRA_CLASSPATH}}" \
     org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend \
     --driver-url "${SPARK_DRIVER_URL}" \
     --executor-id "${SPARK_EXECUTOR_ID}" \

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..config import SPARK_REQUIRED, SparkConfig
 from ..errors import ConfigError
+from . import cds
 from .jvm import ensure_jar
 from .kubernetes import MASTER, in_cluster_conf
 from .placement import uses_placement
@@ -68,6 +69,23 @@ def placement_conf(master: str, conf: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def class_sharing_conf(master: str, conf: dict[str, str]) -> dict[str, str]:
+    """The JVM options that map this installation's class-data archives (``cds.py``): the
+    driver's, and the executors' (``local-cluster`` executors run with the driver's
+    classpath, executor pods with the image entrypoint's)."""
+    out = {}
+    roles = {"spark.driver.extraJavaOptions": cds.DRIVER}
+    if master.startswith("local-cluster"):
+        roles["spark.executor.extraJavaOptions"] = cds.DRIVER
+    elif master.startswith("k8s://"):
+        roles["spark.executor.extraJavaOptions"] = cds.EXECUTOR
+    for key, role in roles.items():
+        option = cds.java_option(role)
+        if option:
+            out[key] = cds.with_option(conf.get(key), option)
+    return out
+
+
 def create_session(cfg: SparkConfig, app_name: str) -> Any:
     # Workers must run this interpreter (and see this environment's packages).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -95,6 +113,7 @@ def create_session(cfg: SparkConfig, app_name: str) -> Any:
     builder = builder.config("spark.task.maxFailures", str(cfg.task_attempts))
     conf = {**DEFAULTS, **cluster, **cfg.conf}
     conf.update(placement_conf(master, conf))
+    conf.update(class_sharing_conf(master, conf))
     for key, value in conf.items():
         builder = builder.config(key, value)
     for key, (value, _) in SPARK_REQUIRED.items():  # the config refuses other values
