@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     args = parser.parse_args(argv)
     compile_sources(ROOT)
-    with _Bed() as space:
+    with _Bed(_volume_gi(args.state_bytes)) as space:
         rows, results = [], {}
         if "recovery" in args.only:
             c = recovery(space, args)
@@ -99,8 +99,17 @@ def _dump(c: Comparison) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- the test bed
 
 
+def _volume_gi(state_bytes: int) -> int:
+    """Size of each local volume and claim: room for the recovery case's state, its
+    checkpoints' local copies (hard links, mostly) and compactions, with a margin."""
+    return max(4, -(-3 * state_bytes // (1 << 30)))
+
+
 class _Bed:
     """The test bed with the operator running, and one namespace with a bucket."""
+
+    def __init__(self, volume_gi: int) -> None:
+        self.volume_gi = volume_gi
 
     def __enter__(self) -> Any:
         from contextlib import ExitStack
@@ -128,7 +137,9 @@ class _Bed:
             extra_env={"PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable},
         ).start()
         self.stack.callback(agent.stop)
-        agent.provide_local_volumes(LOCAL_STORAGE_CLASS, per_node=4, capacity="8Gi")
+        agent.provide_local_volumes(
+            LOCAL_STORAGE_CLASS, per_node=4, capacity=f"{2 * self.volume_gi}Gi"
+        )
         ns = f"bench-{uuid.uuid4().hex[:6]}"
         _render_and_apply(kube, [ns])
         wait_for_crd(kube)
@@ -194,7 +205,12 @@ def recovery(space: Any, args: argparse.Namespace) -> Comparison:
     env = {"KEYS": keys, "VALUE_BYTES": args.value_bytes, "RATE": 100}
     config = {"epoch.max_records": str(keys)}
     contenders = {
-        "local": {"volume": {"storageClassName": space.storage_class, "size": "4Gi"}},
+        "local": {
+            "volume": {
+                "storageClassName": space.storage_class,
+                "size": f"{_volume_gi(args.state_bytes)}Gi",
+            }
+        },
         "remote": {"enabled": False},
     }
     for name, local in contenders.items():
