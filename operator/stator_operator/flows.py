@@ -91,6 +91,7 @@ from .resources import (
     new_executor_set,
     role,
     role_binding,
+    running_executor_set,
     service,
     service_account,
     spark_app_id,
@@ -162,7 +163,6 @@ class Flows:
         if target.get("executor") is None or op.kind in (OpKind.SAVEPOINT, OpKind.DELETE):
             return op
         running = p.status.get("lastReconciledSpec") or {}
-        current = (p.status.get("deployment") or {}).get("executorSet")
         own = (
             op.kind in (OpKind.UPGRADE, OpKind.RESCALE)
             and op.step is Step.PRESTART
@@ -174,7 +174,7 @@ class Flows:
                 executor_set=new_executor_set(p.namespace, p.name, op.id),
                 new_executor_set=True,
             )
-        return replace(op, executor_set=current or spark_app_id(p.namespace, p.name))
+        return replace(op, executor_set=running_executor_set(p.status, p.namespace, p.name))
 
     def advance(self, op: Operation, obs: Observation) -> float | DriverFailed:
         """Take the operation's current step; seconds until the next look, or DriverFailed."""

@@ -14,6 +14,8 @@ from kubernetes.client.rest import ApiException
 
 from stator.cluster.lease import RELEASED_FOR
 
+from .resources import is_executor_set_of
+
 GROUP, VERSION, PLURAL = "stator.dev", "v1alpha1", "statefulpipelines"
 UNREACHABLE = "node.kubernetes.io/unreachable"  # the node lifecycle controller's taint
 log = logging.getLogger(__name__)
@@ -220,7 +222,7 @@ class Kube:
             namespace, label_selector="spark-role=executor"
         ).items
         ids = {(c.metadata.labels or {}).get("spark-app-selector", "") for c in claims}
-        return sorted(i for i in ids if i == base or i.startswith(f"{base}-"))
+        return sorted(i for i in ids if is_executor_set_of(i, base))
 
     def release_lost(self, namespace: str, app_id: str, claim_prefix: str) -> list[str]:
         """Executor pods on unreachable nodes (the node lifecycle controller's

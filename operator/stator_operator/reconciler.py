@@ -22,6 +22,7 @@ from .resources import (
     check_job_config,
     check_pods,
     restart_config,
+    running_executor_set,
     spark_app_id,
 )
 from .spec import (
@@ -303,8 +304,7 @@ class Reconciler:
         up its volume there and starts on another node (its key-groups restore from the
         object store); ``required`` waits for the node instead."""
         p = self.pipeline
-        executors = (p.status.get("deployment") or {}).get("executorSet")
-        executors = executors or spark_app_id(p.namespace, p.name)
+        executors = running_executor_set(p.status, p.namespace, p.name)
         moved = self.kube.release_lost(p.namespace, executors, STATE_VOLUME)
         if moved:
             self.event(

@@ -69,10 +69,17 @@ def new_executor_set(namespace: str, name: str, deployment: str) -> str:
     return f"{spark_app_id(namespace, name)}-{deployment}"
 
 
-def is_executor_set_of(app_id: str, namespace: str, name: str) -> bool:
-    """Whether ``app_id`` is one of the pipeline's executor sets."""
-    base = spark_app_id(namespace, name)
+def is_executor_set_of(app_id: str, base: str) -> bool:
+    """Whether ``app_id`` is one of the executor sets of the pipeline whose first set is
+    ``base`` (``spark_app_id``)."""
     return app_id == base or app_id.startswith(f"{base}-")
+
+
+def running_executor_set(status: dict[str, Any], namespace: str, name: str) -> str:
+    """The executor set the running deployment runs (``status.deployment.executorSet``), or
+    the pipeline's first (a deployment recorded before executor sets)."""
+    recorded = (status.get("deployment") or {}).get("executorSet")
+    return str(recorded) if recorded else spark_app_id(namespace, name)
 
 
 def executor_set(app_id: str) -> str:

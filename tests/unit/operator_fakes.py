@@ -22,6 +22,7 @@ from stator.control.client import (
 )
 from stator_operator.operation import Operation, Step
 from stator_operator.pipeline import Pipeline
+from stator_operator.resources import is_executor_set_of
 from tests.unit.savepoints import write_savepoint
 
 
@@ -146,7 +147,7 @@ class FakeKube:
 
     def executor_sets(self, namespace: str, base: str) -> list[str]:
         apps = {_app_of(c) for c in self.claims}
-        return sorted(a for a in apps if a == base or a.startswith(f"{base}-"))
+        return sorted(a for a in apps if is_executor_set_of(a, base))
 
     def release_lost(self, namespace: str, app_id: str, claim_prefix: str) -> list[str]:
         moved = sorted(p for p, node in self.executor_pods.items() if node in self.lost_nodes)

@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from ..errors import ConfigError
+from .jvm import java_tool
 
 log = logging.getLogger("stator.cluster")
 
@@ -121,11 +123,7 @@ def build(out: Path | None = None, java: str | None = None) -> list[Path]:
 
 
 def _java() -> str:
-    home = os.environ.get("JAVA_HOME")
-    found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
-    if not found:
-        raise RuntimeError("no java on PATH and JAVA_HOME is not set")
-    return found
+    return java_tool("java", "making Spark's class-data archives")
 
 
 def jdk_archive() -> Path:
@@ -142,7 +140,7 @@ def main() -> int:
     try:
         for path in build(out):
             log.info("class-data archive %s (%.0f MB)", path, path.stat().st_size / 1e6)
-    except (RuntimeError, OSError) as exc:
+    except (RuntimeError, OSError, ConfigError) as exc:
         log.warning("no class-data archives: %s (Spark's JVMs start without them)", exc)
         return 1
     return 0

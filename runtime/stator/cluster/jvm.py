@@ -52,18 +52,21 @@ def _spark_version() -> str:
     return str(pyspark.__version__)
 
 
-def _java_tool(name: str) -> str:
-    """``javac``/``jar`` from JAVA_HOME if set, else from PATH."""
+def java_tool(name: str, purpose: str) -> str:
+    """A JDK tool (``java``, ``javac``, ``jar``) from JAVA_HOME if set, else from PATH;
+    ``purpose`` says in the error what needs it."""
     home = os.environ.get("JAVA_HOME")
     if home and (Path(home) / "bin" / name).exists():
         return str(Path(home) / "bin" / name)
     found = shutil.which(name)
     if found is None:
         raise ConfigError(
-            f"'{name}' not found: task placement on several executors needs a JDK (17+) to "
-            f"build Stator's JVM helper once; install one or set JAVA_HOME"
+            f"'{name}' not found: {purpose} needs a JDK (17+); install one or set JAVA_HOME"
         )
     return found
+
+
+_HELPER = "task placement on several executors (Stator's JVM helper, built once)"
 
 
 def ensure_jar() -> Path:
@@ -81,11 +84,11 @@ def ensure_jar() -> Path:
         classes = Path(tmp) / "classes"
         classpath = str(_spark_home() / "jars" / "*")
         _run(
-            [_java_tool("javac"), "-nowarn", "-d", str(classes), "-cp", classpath]
+            [java_tool("javac", _HELPER), "-nowarn", "-d", str(classes), "-cp", classpath]
             + [str(s) for s in sources]
         )
         packed = Path(tmp) / "out.jar"
-        _run([_java_tool("jar"), "cf", str(packed), "-C", str(classes), "."])
+        _run([java_tool("jar", _HELPER), "cf", str(packed), "-C", str(classes), "."])
         os.replace(packed, jar)
     return jar
 
