@@ -308,7 +308,7 @@ class Flows:
     ) -> float:
         entry = {"path": path, "time": now(), "trigger": op.trigger or op.kind.value}
         history = [*self.pipeline.status.get("savepoints", []), {**entry, "epoch": epoch}]
-        self.pipeline.write(savepoints=self._prune(history))
+        self.pipeline.write(savepoints=self.prune(history))
         self.event("Normal", "SavepointCompleted", f"savepoint at {path}")
         self.pipeline.condition("SavepointSucceeded", True, "Completed", path)
         if op.kind is OpKind.SAVEPOINT:
@@ -383,9 +383,11 @@ class Flows:
             fields["savepointNonce"] = op.nonce
         self.pipeline.write(operation=None, phase="Running", **fields)
 
-    def _prune(self, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def prune(self, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Keep ``historyMaxCount`` within ``historyMaxAgeSeconds``; dispose of the pruned
-        savepoints this operator took on its own (those of upgrades belong to their owner)."""
+        savepoints this operator took on its own (those of upgrades belong to their owner).
+        At each savepoint, and while the pipeline runs (a lowered limit, an entry growing
+        past the age limit)."""
         spec = self.pipeline.spec
         keep = int(get(spec, "savepoints", "historyMaxCount", default=5) or 5)
         max_age = get(spec, "savepoints", "historyMaxAgeSeconds")

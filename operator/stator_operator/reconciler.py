@@ -216,6 +216,10 @@ class Reconciler:
             return ended
         if pinning(running) is Pinning.PREFERRED:
             self._release_lost_executors()
+        history = status.get("savepoints") or []
+        kept = self.flows.prune(history)
+        if kept != history:
+            self.pipeline.write(savepoints=kept)
         if obs.driver is None:
             return 2.0
         if obs.phase == "Running" and status.get("phase") != "Running":

@@ -234,10 +234,21 @@ def checkpoint_storage(spec: dict[str, Any]) -> str:
 def check_transition(
     running: dict[str, Any], spec: dict[str, Any], suspended_with: str | None
 ) -> None:
-    """Changes from the running spec that would start the job from empty state without a
+    """Changes from the running spec that would do something else than they say without a
     word: a restore from ``latest`` looks for checkpoints under the *new* spec's storage,
-    which holds none of this job's. ``suspended_with``: the restore source of a suspended
-    pipeline (None: not suspended)."""
+    which holds none of this job's (the job would start empty), and a new
+    ``restore.initialSavepoint`` is read by no one (only the first deployment restores from
+    it). ``suspended_with``: the restore source of a suspended pipeline (None: not
+    suspended)."""
+    was = get(running, "restore", "initialSavepoint", default="") or ""
+    now = get(spec, "restore", "initialSavepoint", default="") or ""
+    if now and now != was:
+        raise SpecError(
+            f"spec.restore.initialSavepoint changed from {was or 'none'} to {now}: only the "
+            f"first deployment restores from it, and this pipeline runs from its own "
+            f"checkpoints and savepoints; put it back (or remove it), or delete the pipeline "
+            f"and apply it again to start from {now}"
+        )
     old, new = checkpoint_storage(running), checkpoint_storage(spec)
     if old == new:
         return

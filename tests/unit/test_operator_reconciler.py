@@ -463,12 +463,36 @@ def test_fields_with_their_own_flows_do_not_redeploy(tmp_path: Path) -> None:
     bed.edit_spec(
         deletion={"finalSavepoint": False},
         savepoints={"directory": f"file://{tmp_path}/sp", "historyMaxCount": 3},
-        restore={"initialSavepoint": "file:///elsewhere"},
         failover={"readinessTimeoutSeconds": 60},
     )
     bed.step()
     assert bed.op is None and bed.status["phase"] == "Running"
     assert "SpecChanged" not in bed.reasons() and not bed.kube.deleted
+    assert "lastError" not in bed.status
+
+
+def test_a_new_initial_savepoint_on_a_running_pipeline_is_refused(tmp_path: Path) -> None:
+    """Only the first deployment reads it: accepting the edit would change nothing."""
+    initial = f"file://{tmp_path}/old/savepoint-1"
+    write_savepoint(initial)
+    bed = Bed(tmp_path, restore={"initialSavepoint": initial})
+    bed.deploy()
+    first = bed.driver_pod()
+    other = f"file://{tmp_path}/old/savepoint-2"
+    write_savepoint(other)
+    bed.edit_spec(restore={"initialSavepoint": other})
+    bed.step()
+    assert bed.op is None and bed.driver_pod() == first and bed.status["phase"] == "Running"
+    assert conditions(bed)["SpecValid"] == ("False", "InvalidSpec")
+    assert conditions_message(bed, "SpecValid") == (
+        f"spec.restore.initialSavepoint changed from {initial} to {other}: only the first "
+        f"deployment restores from it, and this pipeline runs from its own checkpoints and "
+        f"savepoints; put it back (or remove it), or delete the pipeline and apply it again "
+        f"to start from {other}"
+    )
+    bed.edit_spec(restore={})  # removing it is fine: it was read already
+    bed.step()
+    assert conditions(bed)["SpecValid"] == ("True", "Valid") and bed.driver_pod() == first
 
 
 def test_a_rescale_stops_with_a_savepoint_and_restores_it(tmp_path: Path) -> None:
@@ -1176,6 +1200,31 @@ def test_periodic_savepoints_keep_a_bounded_history(tmp_path: Path) -> None:
     history = bed.status["savepoints"]
     assert [(h["path"], h["trigger"]) for h in history] == [(taken[1], "periodic")]
     assert not is_savepoint(taken[0]) and is_savepoint(taken[1]), "the pruned one is disposed"
+
+
+def test_a_lowered_limit_or_an_aged_savepoint_is_pruned_while_the_pipeline_runs(
+    tmp_path: Path,
+) -> None:
+    """Not only at the next savepoint, which may never come without periodic ones."""
+    bed = Bed(tmp_path, savepoints={"directory": f"file://{tmp_path}/sp"})
+    driver = bed.deploy()
+    taken = []
+    for n in (1, 2, 3):
+        bed.edit_spec(savepoints={"directory": f"file://{tmp_path}/sp", "triggerNonce": n})
+        bed.step()
+        taken.append(f"file://{tmp_path}/sp/team.counts/savepoint-000000000{n}-req1")
+        stopped_with_savepoint(bed, driver, taken[-1])
+    assert [h["path"] for h in bed.status["savepoints"]] == taken
+    sp = {"directory": f"file://{tmp_path}/sp", "triggerNonce": 3}
+    bed.edit_spec(savepoints={**sp, "historyMaxCount": 2})
+    bed.step()
+    assert [h["path"] for h in bed.status["savepoints"]] == taken[1:]
+    assert not is_savepoint(taken[0]) and is_savepoint(taken[1])
+    bed.kube.pipeline["status"]["savepoints"][0]["time"] = LONG_AGO
+    bed.edit_spec(savepoints={**sp, "historyMaxCount": 2, "historyMaxAgeSeconds": 3600})
+    bed.step()
+    assert [h["path"] for h in bed.status["savepoints"]] == taken[2:]
+    assert not is_savepoint(taken[1]) and is_savepoint(taken[2])
 
 
 def test_savepoints_of_upgrades_are_pruned_but_left_to_their_owner(tmp_path: Path) -> None:
