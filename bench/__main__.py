@@ -20,6 +20,14 @@ Groups (``--only``):
   restore at the same parallelism, against raw MinIO bandwidth;
 - ``local_restore``: a subtask's restore from its task-local copy vs from MinIO (restore
   only: the time from an executor's failure to processing is ``python -m bench.pods``);
+- ``standby``: an executor holding ``--standby-bytes`` of keyed state is killed and a
+  standby executor on the same machine (``local-cluster[2,1,1024]``: two executors of one
+  node sharing its disk) takes its subtask over: from the node's local state vs from MinIO
+  (its state gone with the executor); time from the kill to the end of the first epoch
+  processed on the standby;
+- ``epoch_access``: what a keyed task pays for its state in a quiet epoch (open, timer
+  check, 300 lookups, close) after one epoch wrote ``--epoch-access-bytes`` at once, with
+  partitioned index and filters (the default) vs monolithic ones (before);
 - ``spark_start``: a session and its first job on ``local-cluster[2,1,1024]`` (a driver
   and two executor JVMs) with Stator's class-data archives vs the JDK's own.
 
@@ -104,9 +112,25 @@ def main(argv: list[str] | None = None) -> int:
         "--local-restore-bytes", type=int, default=1 << 30, help="state of the local_restore case"
     )
     parser.add_argument(
+        "--epoch-access-bytes", type=int, default=1 << 30, help="state of the epoch_access case"
+    )
+    parser.add_argument(
+        "--standby-bytes", type=int, default=1 << 30, help="state of the standby case"
+    )
+    parser.add_argument(
         "--only",
         nargs="*",
-        default=["count", "uploads", "tws", "churn", "savepoint", "local_restore", "spark_start"],
+        default=[
+            "count",
+            "uploads",
+            "tws",
+            "churn",
+            "savepoint",
+            "local_restore",
+            "standby",
+            "epoch_access",
+            "spark_start",
+        ],
     )
     parser.add_argument("--json", type=Path, help="also write every run's result here")
     parser.add_argument(
@@ -415,6 +439,57 @@ def _run(args: argparse.Namespace, s3: str) -> int:
                 _field(runs, "restore", "from MinIO", "s", "remote_s"),
                 higher_is_better=False,
                 fmt="{:.2f}",
+            ).row()
+        )
+
+    if "standby" in args.only and s3:
+        runs = Alternating(args.runs, log)
+        size = {"total_bytes": args.standby_bytes, "storage": s3}
+        runs.measure(
+            {
+                "local": _case("standby_recovery", "seconds", local=True, **size),
+                "remote": _case("standby_recovery", "seconds", local=False, **size),
+            }
+        )
+        dumps["standby"] = runs.results
+        gb = runs.results["local"][0][1]["state_bytes"] / 1e9
+        rows.append(
+            Comparison(
+                f"an executor holding {gb:.2f} GB of keyed state is SIGKILLed mid-epoch; a "
+                f"standby executor on the same node (local-cluster[2,1,1024], one disk) takes "
+                f"its subtask over: time from the kill to the end of the first epoch it "
+                f"processed there, with the node's local state (0 bytes from MinIO) vs "
+                f"restored from MinIO (the state gone with the executor, local recovery off)",
+                runs.runs_of("local", "node-local state", "s"),
+                runs.runs_of("remote", "from MinIO", "s"),
+                higher_is_better=False,
+                target=">= 5x",
+                fmt="{:.1f}",
+            ).row()
+        )
+
+    if "epoch_access" in args.only:
+        runs = Alternating(args.runs, log)
+        size = {"total_bytes": args.epoch_access_bytes}
+        runs.measure(
+            {
+                "partitioned": _case("epoch_access", "seconds", partitioned=True, **size),
+                "monolithic": _case("epoch_access", "seconds", partitioned=False, **size),
+            }
+        )
+        dumps["epoch_access"] = runs.results
+        gb = args.epoch_access_bytes / 1e9
+        rows.append(
+            Comparison(
+                f"a keyed task's state access in an epoch of few changes, after one epoch wrote "
+                f"{gb:.2f} GB (4 KiB values, one write batch): open, timer check of 64 "
+                f"key-groups, 300 lookups (checked), close; median of 5 epochs per run: "
+                f"partitioned index and filters vs monolithic (`state.rocksdb."
+                f"partitioned_index=false`, the default before)",
+                runs.runs_of("partitioned", "partitioned", "s"),
+                runs.runs_of("monolithic", "monolithic", "s"),
+                higher_is_better=False,
+                fmt="{:.3f}",
             ).row()
         )
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 import time
 import uuid
@@ -580,8 +581,15 @@ def savepoint_rescale(
     }
 
 
-def _entries(local_dir: Path, uid: str, parallelism: int, max_parallelism: int) -> int:
-    """State entries in a stopped job's local databases of operator ``uid``."""
+def _entries(
+    local_dir: Path,
+    uid: str,
+    parallelism: int,
+    max_parallelism: int,
+    states: tuple[str, ...] = ("payload",),
+) -> int:
+    """Entries in a stopped job's local databases of operator ``uid``, whose keyed states
+    are ``states``."""
     from stator.epoch.spec import state_root
     from stator.keygroups import range_for_subtask
     from stator.savepoint.transfer import database_entries
@@ -590,7 +598,7 @@ def _entries(local_dir: Path, uid: str, parallelism: int, max_parallelism: int) 
     for db in sorted(state_root(str(local_dir)).glob(f"*/{uid}/*-of-{parallelism}/db")):
         subtask = int(db.parent.name.split("-of-")[0])
         owned = range_for_subtask(subtask, parallelism, max_parallelism)
-        total += sum(1 for _ in database_entries(db, owned, ["payload"]))
+        total += sum(1 for _ in database_entries(db, owned, list(states)))
     return total
 
 
@@ -702,3 +710,183 @@ def spark_start(master: str, class_sharing: bool) -> dict[str, Any]:
 CASES.update(
     {f.__name__: f for f in (raw_bandwidth, savepoint_rescale, local_restore, spark_start)}
 )
+
+
+def standby_recovery(
+    total_bytes: int, storage: str, local: bool, value_bytes: int = 4096, rate: int = 100
+) -> dict[str, Any]:
+    """Issue 9's recovery with a standby executor on the same node: ``local-cluster[2,1,1024]``
+    runs two executor JVMs that share this machine's disk, as two executors of one node
+    would share a node-local volume. One keyed subtask holds ``total_bytes`` of state on one
+    executor, the other executor is idle; a checkpoint every epoch on ``storage``. Mid-epoch
+    the subtask's executor and its Python workers are SIGKILLed; the time counts from the
+    kill to the second epoch the job completes after it (``bench.pods``'s measure).
+
+    ``local``: task-local recovery as built (the state directory is still on the node).
+    Otherwise the peer of issue 9: local recovery off and the killed executor's state
+    directory gone with it (renamed away at the kill, as an emptyDir goes with its pod), so
+    the standby restores the checkpoint from the object store. A run counts only if the
+    restores read what they should from the store (nothing, or the whole state) and the
+    final state holds every key."""
+    import threading
+
+    from pyspark.sql import SparkSession
+
+    from bench.pipelines import Payload
+    from stator.epoch.spec import state_root
+    from tests.helpers import executor_process
+
+    keys = total_bytes // value_bytes
+    work = _workdir("standby")
+    spark = create_session(SparkConfig(master="local-cluster[2,1,1024]"), "stator-bench")
+    assert isinstance(spark, SparkSession)
+    sc = spark.sparkContext
+    p = Pipeline("standby", max_parallelism=64)
+    (
+        p.source(
+            GeneratorSource(
+                SweepEvents(keys), count=None, splits=2, rate_per_second=rate, burst=keys
+            ),
+            uid="events",
+        )
+        .key_by(lambda e: e[0])
+        .process(Payload(value_bytes), uid="payload")
+        .sink(NoopSink(), uid="out")
+    )
+    cfg = load_config(
+        None,
+        [
+            f"checkpoint.storage={storage}/{work.name}",
+            f"state.local_dir={work}/state",
+            f"epoch.max_records={keys}",
+            "parallelism=1",
+            f"local_recovery.enabled={'true' if local else 'false'}",
+        ],
+    )
+    root = Path(__file__).resolve().parent.parent
+    job = JobDriver(p, cfg, spark, python_path=[str(root)])
+    marks: dict[str, Any] = {}
+    killing = threading.Event()
+
+    def kill(victim: str, subtask_dir: Path) -> None:
+        time.sleep(0.2)  # into the next epoch: its task and map outputs are lost too
+        jvm = executor_process(sc.applicationId, victim)
+        procs = [jvm, *jvm.children(recursive=True)]
+        marks["restores_before"] = job.status.restores.to_json()
+        marks["t0"] = time.monotonic()
+        for proc in procs:
+            os.kill(proc.pid, signal.SIGKILL)
+        if not local:
+            subtask_dir.rename(work / "lost-with-the-executor")
+
+    def after(result: EpochResult) -> None:
+        last = job.status.last_checkpoint
+        if "t0" in marks:
+            at = time.monotonic() - marks["t0"]
+            ran_on = {st.executor for st in result.states if st.uid == "payload"}
+            marks.setdefault("epochs", []).append((result.epoch, round(at, 2), sorted(ran_on)))
+            # Processing again: the first epoch whose keyed task ran on another executor
+            # (one the victim finished before it died would not count).
+            if "seconds" not in marks and ran_on and marks["victim"] not in ran_on:
+                marks["seconds"] = at
+            elif "seconds" in marks:
+                marks["second_epoch_s"] = at
+                job.stop()
+            return
+        if killing.is_set() or last is None or last.state_bytes < 0.9 * keys * value_bytes:
+            return
+        assert job.placement is not None
+        marks["victim"] = job.placement.to_json()["payload"][0]["executor"]
+        [subtask_dir] = state_root(str(work / "state")).glob("*/payload/0-of-1")
+        marks["state_bytes"] = last.state_bytes
+        marks["epoch_before_s"] = result.duration_s
+        killing.set()
+        threading.Thread(target=kill, args=(marks["victim"], subtask_dir), daemon=True).start()
+
+    job.on_epoch(after)
+    job.run()
+    restores = job.status.restores.to_json()
+    spark.stop()
+    # Payload keeps a count and a payload per key.
+    entries = _entries(work / "state", "payload", 1, 64, ("count", "payload"))
+    shutil.rmtree(work, ignore_errors=True)
+    if "seconds" not in marks:
+        raise WrongOutput(f"the job stopped before it processed again after the kill: {marks}")
+    read = restores["remote_bytes"] - marks["restores_before"]["remote_bytes"]
+    if local and read:
+        raise WrongOutput(f"task-local recovery read {read} bytes from the object store")
+    if not local and read < 0.9 * marks["state_bytes"]:
+        raise WrongOutput(f"read {read} bytes from the object store, the state is {marks}")
+    if entries != 2 * keys:
+        raise WrongOutput(f"the state holds {entries} entries after recovery, not 2 x {keys}")
+    return {
+        "seconds": marks["seconds"],
+        "state_bytes": marks["state_bytes"],
+        "remote_bytes": read,
+        "restores": restores,
+        "second_epoch_s": marks.get("second_epoch_s"),
+        # (epoch, seconds after the kill it completed, where its keyed task ran)
+        "epochs_after": marks["epochs"],
+        "epoch_before_s": marks["epoch_before_s"],
+    }
+
+
+CASES[standby_recovery.__name__] = standby_recovery
+
+
+def epoch_access(
+    total_bytes: int, partitioned: bool, value_bytes: int = 4096, epochs: int = 5
+) -> dict[str, Any]:
+    """What a keyed task pays for its state in an epoch that changes little, once one epoch
+    wrote ``total_bytes`` at once (a first load, a backfill: one write batch, so one large
+    SST): open the database, the timer check over the subtask's 64 key-groups in both
+    domains, 300 point lookups, close. ``partitioned``: the default index and filters
+    (``state.rocksdb.partitioned_index``) or the monolithic ones of before. No Spark: the
+    state backend itself, median of ``epochs`` epochs in one process (the block cache warm,
+    as in a reused Python worker). Each lookup must return the value written."""
+    import random
+    import statistics
+
+    import rocksdict
+
+    from stator.api.time import MAX_TIMESTAMP
+    from stator.state.backend import KeyedBackend
+    from stator.state.layout import EVENT_TIME, PROCESSING_TIME, kkey_of
+    from stator.state.options import RocksDBOptions
+
+    work = _workdir("epoch-access")
+    options = RocksDBOptions(partitioned_index=partitioned)
+    kg = range_for_subtask(0, 1, 64)
+    rng = random.Random(SEED)  # noqa: S311 - which keys to look up, not secrets
+    keys = [kkey_of(f"k{i}".encode(), i % 64) + b"\x01" for i in range(total_bytes // value_bytes)]
+
+    def value(key: bytes) -> bytes:
+        return random.Random(key).randbytes(value_bytes)  # noqa: S311 - reproducible bytes
+
+    backend = KeyedBackend(work / "db", options, kg, 64, "op").open()
+    assert backend.db is not None
+    batch = rocksdict.WriteBatch(raw_mode=True)
+    for key in keys:
+        batch.put(key, value(key))
+    backend.db.write(batch)
+    backend.commit(1, 0)
+    backend.close()
+    seconds = []
+    groups = range(kg.start, kg.end)
+    for _ in range(epochs):
+        wanted: list[Any] = rng.sample(keys, 300)
+        t0 = time.perf_counter()
+        b = KeyedBackend(work / "db", options, kg, 64, "op").open()
+        assert b.db is not None and b.timers is not None
+        fired = b.timers.pop_due(EVENT_TIME, MAX_TIMESTAMP, groups)
+        fired += b.timers.pop_due(PROCESSING_TIME, MAX_TIMESTAMP, groups)
+        got = b.db.get(wanted)
+        b.close()
+        seconds.append(time.perf_counter() - t0)
+        if fired or got != [value(k) for k in wanted]:
+            raise WrongOutput(f"lookups returned other values, or timers fired: {fired[:3]}")
+    shutil.rmtree(work, ignore_errors=True)
+    return {"seconds": statistics.median(seconds), "all": seconds, "keys": len(keys)}
+
+
+CASES[epoch_access.__name__] = epoch_access
