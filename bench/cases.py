@@ -720,7 +720,8 @@ def standby_recovery(
     would share a node-local volume. One keyed subtask holds ``total_bytes`` of state on one
     executor, the other executor is idle; a checkpoint every epoch on ``storage``. Mid-epoch
     the subtask's executor and its Python workers are SIGKILLed; the time counts from the
-    kill to the second epoch the job completes after it (``bench.pods``'s measure).
+    kill to the end of the first epoch whose keyed task ran on another executor (processing
+    again; the second epoch's end is in the details).
 
     ``local``: task-local recovery as built (the state directory is still on the node).
     Otherwise the peer of issue 9: local recovery off and the killed executor's state
@@ -732,7 +733,7 @@ def standby_recovery(
 
     from pyspark.sql import SparkSession
 
-    from bench.pipelines import Payload
+    from bench.pipelines import payload_state
     from stator.epoch.spec import state_root
     from tests.helpers import executor_process
 
@@ -741,18 +742,7 @@ def standby_recovery(
     spark = create_session(SparkConfig(master="local-cluster[2,1,1024]"), "stator-bench")
     assert isinstance(spark, SparkSession)
     sc = spark.sparkContext
-    p = Pipeline("standby", max_parallelism=64)
-    (
-        p.source(
-            GeneratorSource(
-                SweepEvents(keys), count=None, splits=2, rate_per_second=rate, burst=keys
-            ),
-            uid="events",
-        )
-        .key_by(lambda e: e[0])
-        .process(Payload(value_bytes), uid="payload")
-        .sink(NoopSink(), uid="out")
-    )
+    p = payload_state("standby", keys, value_bytes, rate, NoopSink())
     cfg = load_config(
         None,
         [

@@ -9,6 +9,7 @@ from typing import Any
 
 from stator import BYTES, INT64, KeyedProcessFunction, Pipeline, ValueStateDescriptor
 from stator.sinks import FileSink
+from stator.sinks.base import Sink
 from stator.sources import GeneratorSource, KeyedEvents, SweepEvents
 
 
@@ -32,28 +33,36 @@ class Payload(KeyedProcessFunction):
         yield [ctx.current_key, n]
 
 
-def big_state() -> Pipeline:
-    """KEYS keys of VALUE_BYTES each, all written at once (the first KEYS records come as a
-    burst), then RATE records per second updating the counts: the job keeps running with
-    KEYS x VALUE_BYTES of keyed state, for recovery measurements."""
-    keys = int(os.environ["KEYS"])
-    p = Pipeline("big-state", max_parallelism=64)
+def payload_state(name: str, keys: int, value_bytes: int, rate: float, sink: Sink) -> Pipeline:
+    """``keys`` keys of ``value_bytes`` each, all written at once (the first ``keys`` records
+    come as a burst), then ``rate`` records per second updating the counts: the job keeps
+    running with keys x value_bytes of keyed state (operator ``payload``, states ``count``
+    and ``payload``), for recovery measurements."""
+    p = Pipeline(name, max_parallelism=64)
     (
         p.source(
             GeneratorSource(
-                SweepEvents(keys),
-                count=None,
-                splits=2,
-                rate_per_second=float(os.environ.get("RATE", "200")),
-                burst=keys,
+                SweepEvents(keys), count=None, splits=2, rate_per_second=rate, burst=keys
             ),
             uid="events",
         )
         .key_by(lambda e: e[0])
-        .process(Payload(int(os.environ["VALUE_BYTES"])), uid="payload")
-        .sink(FileSink(os.environ["OUT"]), uid="out")
+        .process(Payload(value_bytes), uid="payload")
+        .sink(sink, uid="out")
     )
     return p
+
+
+def big_state() -> Pipeline:
+    """:func:`payload_state` of KEYS keys of VALUE_BYTES each at RATE records per second,
+    into a file sink at OUT."""
+    return payload_state(
+        "big-state",
+        int(os.environ["KEYS"]),
+        int(os.environ["VALUE_BYTES"]),
+        float(os.environ.get("RATE", "200")),
+        FileSink(os.environ["OUT"]),
+    )
 
 
 def counts() -> Pipeline:
