@@ -9,22 +9,44 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from stator.checkpoint.coordinator import load_checkpoint
 from stator.checkpoint.metadata import checkpoint_dir
 from stator.storage import S3Options, open_store
-from tests.e2e.conftest import LOCAL_STORAGE_CLASS, NodeControl, Space, wait_running_again
+from tests.e2e.conftest import (
+    EXTERNAL,
+    LOCAL_STORAGE_CLASS,
+    NodeControl,
+    Space,
+    wait_running_again,
+)
 from tests.e2e.test_operator import assert_exact, committed
 
 STORAGE_CLASS = os.environ.get("STATOR_E2E_LOCAL_STORAGE_CLASS", LOCAL_STORAGE_CLASS)
 
 
 def executor_manifest(
-    space: Space, name: str, replicas: int, count: int, rate: int, per_epoch: int, **local: Any
+    space: Space,
+    name: str,
+    replicas: int,
+    count: int,
+    rate: int,
+    per_epoch: int,
+    hold_file: str = "",
+    **local: Any,
 ) -> dict[str, Any]:
-    manifest = space.manifest(name, replicas=replicas, env={"COUNT": count, "RATE": rate})
+    env: dict[str, Any] = {"COUNT": count, "RATE": rate}
+    if hold_file:
+        env["HOLD_FILE"] = hold_file
+    manifest = space.manifest(name, replicas=replicas, env=env)
     env = {e["name"]: e["value"] for e in manifest["spec"]["driver"]["env"]}
     manifest["spec"]["config"]["epoch.max_records"] = str(per_epoch)
     manifest["spec"]["executor"] = {
@@ -159,24 +181,43 @@ def test_executor_pods_on_local_volumes_run_every_task_where_its_state_is(space:
     assert_exact(committed(space, name), count)
 
 
+@pytest.fixture
+def hold_dir() -> Iterator[Path]:
+    """A directory the test and the pods' processes share. Not under /tmp: a pod's /tmp is
+    an emptyDir of its own (the test bed maps its paths there)."""
+    shm = Path("/dev/shm")
+    path = Path(tempfile.mkdtemp(prefix="stator-e2e-", dir=shm if shm.is_dir() else None))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def test_a_killed_executor_and_a_killed_driver_restore_from_local_copies(
-    space: Space, kill_driver: Any
+    space: Space, kill_driver: Any, hold_dir: Path
 ) -> None:
-    """SIGKILL an executor: it restarts in its pod, on its node, with its volume, and its
-    subtasks go on there (their databases, or a local copy of the checkpoint): no byte of
-    keyed state from the object store. Then SIGKILL the driver: the operator starts a new one
+    """SIGKILL an executor in the middle of a keyed task, and its container as it restarts:
+    Spark's retry of that task on the other executor does not read its state from the
+    object store; the job rewinds and waits, the executor restarts in its pod, on its
+    node, with its volume, and its subtasks go on there
+    (their databases, or a local copy of the checkpoint): no byte of keyed state from the
+    object store. Then SIGKILL the driver: the operator starts a new one
     whose executors come back on the same nodes and volumes, and again every subtask finds its
     state locally. Exact output."""
     name = "local"
     count = 30_000
-    space.apply(executor_manifest(space, name, 4, count, rate=900, per_epoch=600))
+    hold = hold_dir / "hold"
+    manifest = executor_manifest(space, name, 4, count, 900, 600, hold_file=str(hold))
+    # The crash-looping executor's replacement registers about 35 s after the first kill.
+    manifest["spec"]["config"]["local_recovery.executor_wait_ms"] = "60000"
+    # Each checkpoint completes with its epoch, so the next epoch's restore source is at its
+    # base epoch: a retry could restore it from the object store (and must not).
+    manifest["spec"]["checkpointing"]["asyncUpload"] = False
+    space.apply(manifest)
     status = three_checkpoints(space, name)
     pods = running_executors(space, name, 2)
     nodes = nodes_of(pods)
-    victim = pods[0]["metadata"]["name"]
     held = subtask_nodes(status)
-    kill_driver(space.name, victim)  # SIGKILL the executor's process group
     epoch = status["epoch"]
+    victim = kill_in_keyed_task(space, pods, hold, kill_driver)
     status = space.wait(
         name,
         "six epochs after the executor kill",
@@ -185,13 +226,23 @@ def test_a_killed_executor_and_a_killed_driver_restore_from_local_copies(
     )
     print("after the executor kill:", json.dumps(restored(status)), json.dumps(status["placement"]))
     assert restored(status)["remote"] == 0 and restored(status)["remoteBytes"] == 0
+    if not EXTERNAL:  # Spark's retry on the other executor failed the epoch: it rewound
+        print("the retry's error:", status["lastError"])
+        assert "does not read the state from the object store" in status["lastError"]
     placement = status["placement"]
     assert placement["keyedTasksLocal"] == placement["keyedTasks"]
     assert subtask_nodes(status) == held  # every subtask stayed on its node
     again = running_executors(space, name, 2)
     assert nodes_of(again) == nodes  # the same pods, on the same nodes
+    # Restarted in place, or (after a crash loop) deleted by Spark and made again by the
+    # StatefulSet: the same name, node and claim either way.
     restarted = next(p for p in again if p["metadata"]["name"] == victim)
-    assert restarted["status"]["containerStatuses"][0]["restartCount"] >= 1
+    was = next(p for p in pods if p["metadata"]["name"] == victim)
+    assert (
+        restarted["status"]["containerStatuses"][0]["restartCount"] >= 1
+        or restarted["metadata"]["uid"] != was["metadata"]["uid"]
+    )
+    assert claim_nodes(space, [restarted]) == {victim: nodes[victim]}
 
     first_driver = status["deployment"]["id"]
     kill_driver(space.name, space.driver_pods(name)[0]["metadata"]["name"])
@@ -212,6 +263,45 @@ def test_a_killed_executor_and_a_killed_driver_restore_from_local_copies(
     assert nodes_of(running_executors(space, name, 2)) == nodes
     space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=400)
     assert_exact(committed(space, name), count)
+
+
+def kill_in_keyed_task(
+    space: Space, pods: list[dict[str, Any]], hold: Path, kill_driver: Any
+) -> str:
+    """SIGKILL an executor pod's processes in the middle of one of its keyed tasks (the
+    pipeline holds keyed tasks while ``hold`` exists, and says on which node), then twice
+    more as its container restarts, before it registers: a crash loop, so that the third
+    restart waits out a 20 s back-off. Spark notices the lost executor first (15 s of
+    missed heartbeats) and retries its task on the other executor, which does not hold the
+    task's state. Returns the killed pod's name. On an external cluster the files are not
+    shared: one kill, at once."""
+    if EXTERNAL:
+        victim = str(pods[0]["metadata"]["name"])
+        kill_driver(space.name, victim)
+        return victim
+    hold.touch()
+    try:
+        deadline = time.monotonic() + 60
+        while not (markers := sorted(hold.parent.glob(f"{hold.name}.*"))):
+            assert time.monotonic() < deadline, "no keyed task held"
+            time.sleep(0.05)
+        node = markers[0].name.removeprefix(f"{hold.name}.")
+        victim = next(str(p["metadata"]["name"]) for p in pods if p["spec"]["nodeName"] == node)
+        kill_driver(space.name, victim)  # SIGKILL the executor's process group
+    finally:
+        hold.unlink()
+    for restarts in (1, 2):  # the kubelet's back-off: at once, then 10 s, then 20 s
+        deadline = time.monotonic() + 60
+        while restart_count(space, victim) < restarts:
+            assert time.monotonic() < deadline, f"{victim} did not restart"
+            time.sleep(0.1)
+        kill_driver(space.name, victim)
+    return victim
+
+
+def restart_count(space: Space, pod: str) -> int:
+    got = space.kube.kubectl_json("get", "pod", pod, "-n", space.name)
+    return int(next(iter(got["status"].get("containerStatuses") or []), {}).get("restartCount", 0))
 
 
 def subtask_nodes(status: dict[str, Any]) -> dict[int, str]:

@@ -291,3 +291,41 @@ def test_rows_left_at_epoch_0_by_a_killed_restore_are_not_a_new_jobs_state(
         assert [k for k in stored if not k.startswith(b"\xff\xff")] == []
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize(
+    ("executor", "retry", "refused"),
+    [
+        ("2", True, True),  # Spark's retry elsewhere, after the executor holding it was lost
+        ("2", False, False),  # a first attempt Spark placed elsewhere after the locality wait
+        ("1", True, False),  # a retry on the executor the driver sent it to
+    ],
+)
+def test_a_retry_away_from_the_executor_holding_the_state_does_not_read_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, executor: str, retry: bool, refused: bool
+) -> None:
+    """The driver sent subtask 0 to executor 1, which holds its state. When that executor
+    is lost, Spark retries the task at once on any executor with a free slot, before the
+    lost one's replacement (same node and volume, same local copies) can register. That
+    retry must fail (the driver rewinds and waits for the replacement) rather than read the
+    state from the object store; nothing is downloaded and the checkpoint is not blamed."""
+    from stator.tasks import local_state
+
+    store = FileStore(f"file://{tmp_path}/ck")
+    snap = checkpointed(tmp_path, store, epoch=2)
+    monkeypatch.setattr(local_state, "task_location", lambda: (executor, "10.0.0.9"))
+    monkeypatch.setattr(local_state, "task_is_retry", lambda: retry)
+    pinned = {(UID, 0): "executor_10.0.0.9_1"}
+    s = spec(tmp_path / "executor-b", 3, restore=restore_of(store, snap), pinned=pinned)
+    if not refused:
+        backend, restored = open_state(s, UID, 0, KG)
+        backend.close()
+        assert (restored.source, restored.remote_bytes) == ("remote", snap.state_bytes)
+        return
+    with pytest.raises(StateMismatchError, match=r"waits up to local_recovery\.executor_wait_ms"):
+        open_state(s, UID, 0, KG)
+    assert not (tmp_path / "executor-b" / "job" / UID / "0-of-1" / "db").exists()
+    # Without the pin (the driver planned a restore anywhere) the same retry restores.
+    backend, restored = open_state(dataclasses.replace(s, pinned={}), UID, 0, KG)
+    backend.close()
+    assert restored.source == "remote"

@@ -146,3 +146,21 @@ def test_executors_report_their_local_copies(
     assert copies == [("count", 0, 2, 3), ("count", 0, 2, 4), ("count", 1, 3, 4)]
     monkeypatch.delenv(STATE_DIR_ENV)
     assert next(list_copies("job", str(own), []))[3] == copies
+
+
+def test_an_epoch_plan_pins_only_subtasks_sent_where_their_state_is() -> None:
+    """Subtask 0's executor lives; subtask 1's is gone but executor 4 holds its local copy;
+    subtask 2's is gone with no copy anywhere (it restores from the object store, wherever
+    Spark runs it). Only 0 and 1 are pinned: a Spark retry of theirs elsewhere must not
+    restore from the object store."""
+    t = PlacementTracker()
+    t.record([report(0, "1"), report(1, "2", "10.0.0.2"), report(2, "3", "10.0.0.3")], {"count": 3})
+    live = {"1": "10.0.0.1", "4": "10.0.0.4"}
+    holdings = {"4": Holding("4", "10.0.0.4", "node-b", frozenset({("count", 1, 3, 7)}))}
+    plan = t.plan({"count": 3}, live, holdings, LocalRestore(7, frozenset({"count"})))
+    assert plan("count", 3) == ["executor_10.0.0.1_1", "executor_10.0.0.4_4", plan("count", 3)[2]]
+    assert plan("count", 3)[2] in ("executor_10.0.0.1_1", "executor_10.0.0.4_4")  # spread
+    assert plan.pinned == {
+        ("count", 0): "executor_10.0.0.1_1",
+        ("count", 1): "executor_10.0.0.4_4",
+    }

@@ -30,7 +30,7 @@ from typing import Any
 
 from ..epoch.spec import node_name, state_root
 from ..tasks.local_copy import copy_ids
-from .jvm import prefer_locations, task_location
+from .jvm import executor_location, prefer_locations, task_location
 
 _SUBTASK_DIR = re.compile(r"(\d+)-of-(\d+)")
 
@@ -62,7 +62,7 @@ class Inventory:
         new = sorted((e, h) for e, h in live.items() if e not in self.known)
         if new:
             rdd = sc.parallelize(range(len(new)), len(new))
-            placed = prefer_locations(sc, rdd, [f"executor_{h}_{e}" for e, h in new])
+            placed = prefer_locations(sc, rdd, [executor_location(h, e) for e, h in new])
             found = placed.mapPartitions(
                 functools.partial(list_copies, self.job, self.local_dir)
             ).collect()

@@ -30,6 +30,7 @@ JAR_PREFIX = "stator-jvm-"
 # Task local properties set by stator.jvm.PreferredLocationsRDD.compute (same names there).
 EXECUTOR_ID_PROPERTY = "stator.executor.id"
 EXECUTOR_HOST_PROPERTY = "stator.executor.host"
+RETRY_PROPERTY = "stator.task.retry"
 
 
 def cache_dir() -> Path:
@@ -139,6 +140,11 @@ def prefer_locations(sc: Any, rdd: Any, locations: list[str]) -> Any:
     return RDD(wrapped.toJavaRDD(), sc, rdd._jrdd_deserializer)
 
 
+def executor_location(host: str, executor: str) -> str:
+    """Spark's location string for one executor (process-local), as the JVM RDD takes it."""
+    return f"executor_{host}_{executor}"
+
+
 def task_location() -> tuple[str, str]:
     """In a task of a wrapped RDD: (executor id, host) as the JVM RDD recorded them;
     ("", "") when the stage is not wrapped (``local[*]``) or outside Spark."""
@@ -152,6 +158,24 @@ def task_location() -> tuple[str, str]:
     executor = ctx.getLocalProperty(EXECUTOR_ID_PROPERTY) or ""
     host = ctx.getLocalProperty(EXECUTOR_HOST_PROPERTY) or ""
     return str(executor), str(host)
+
+
+def task_attempt() -> int | None:
+    """Which of Spark's attempts of its task this is (0 first); None outside a task."""
+    from pyspark import TaskContext  # noqa: PLC0415 - only inside a task
+
+    ctx: Any = TaskContext.get()
+    return None if ctx is None else int(ctx.attemptNumber())
+
+
+def task_is_retry() -> bool:
+    """In a task of a wrapped RDD: whether it runs again, as the JVM RDD recorded it (a later
+    attempt of its task, or any attempt of a stage Spark resubmitted after a fetch failure,
+    as when a lost executor held shuffle output: its tasks count attempts from 0 again)."""
+    from pyspark import TaskContext  # noqa: PLC0415 - only inside a task
+
+    ctx: Any = TaskContext.get()
+    return ctx is not None and ctx.getLocalProperty(RETRY_PROPERTY) == "true"
 
 
 def live_executors(sc: Any) -> dict[str, str]:

@@ -32,7 +32,6 @@ Only masters with several executors use this (``local-cluster[...]`` and ``k8s:/
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
 import threading
@@ -43,7 +42,7 @@ from typing import Any
 
 from ..epoch.reports import StateReport
 from .inventory import Holding, Inventory
-from .jvm import live_executors
+from .jvm import executor_location, live_executors
 
 log = logging.getLogger("stator.cluster")
 
@@ -69,7 +68,7 @@ class Where:
 
     @property
     def location(self) -> str:
-        return f"executor_{self.host}_{self.executor}"
+        return executor_location(self.host, self.executor)
 
 
 @dataclass(frozen=True)
@@ -80,6 +79,20 @@ class EpochPlacement:
 
     local: int
     total: int
+
+
+@dataclass(frozen=True)
+class EpochLocations:
+    """One epoch's preferred location of every keyed subtask (a :data:`Placement`), and the
+    subtasks sent to the executor that holds their state (steps 1 and 2): a Spark retry of
+    such a task on another executor must not restore from the object store
+    (``EpochSpec.pinned``)."""
+
+    by_operator: dict[str, list[str]]
+    pinned: dict[tuple[str, int], str]
+
+    def __call__(self, uid: str, parallelism: int) -> list[str]:
+        return self.by_operator[uid]
 
 
 @dataclass(frozen=True)
@@ -118,21 +131,55 @@ class PlacementTracker:
         1-4 of the module docstring. ``live`` (executor id -> host, if known): an executor
         that is gone is never asked for, so that a task never waits out the locality delay
         for an executor that cannot come back."""
+        return self._choose(uid, parallelism, live, holdings, restore)[0]
+
+    def plan(
+        self,
+        parallelism: dict[str, int],
+        live: dict[str, str],
+        holdings: dict[str, Holding],
+        restore: LocalRestore | None,
+    ) -> EpochLocations:
+        """Every keyed operator's locations for one epoch, and which subtasks go to the
+        executor that holds their state."""
+        by_operator: dict[str, list[str]] = {}
+        pinned: dict[tuple[str, int], str] = {}
+        for uid, p in sorted(parallelism.items()):
+            locations, held = self._choose(uid, p, live, holdings, restore)
+            by_operator[uid] = locations
+            pinned.update({(uid, s): locations[s] for s in range(p) if held[s]})
+        return EpochLocations(by_operator, pinned)
+
+    def _choose(
+        self,
+        uid: str,
+        parallelism: int,
+        live: dict[str, str] | None,
+        holdings: dict[str, Holding] | None,
+        restore: LocalRestore | None,
+    ) -> tuple[list[str], list[bool]]:
+        """:meth:`locations`, and per subtask whether its location holds its state (steps 1
+        and 2: its live last executor, or a surveyed holder of its local copy)."""
         hosts = set(live.values()) if live is not None else set()
         out: list[str] = []
+        held: list[bool] = []
         for subtask in range(parallelism):
             key = (uid, subtask, parallelism)
             where = self._where.get(key)
             holders = _holders(holdings or {}, key, restore)
             if where is not None and (live is None or live.get(where.executor) == where.host):
                 out.append(where.location)
+                held.append(True)
             elif holders:  # several hold it only where executors share a disk: spread them
                 out.append(min(holders, key=lambda h: out.count(h.location)).location)
+                held.append(True)
             elif where is not None and where.host in hosts:
                 out.append(where.host)
+                held.append(False)
             else:
                 out.append("")
-        return _spread(out, live)
+                held.append(False)
+        return _spread(out, live), held
 
     def stranded(self, parallelism: dict[str, int], live: dict[str, str]) -> list[Subtask]:
         """Subtasks whose last executor is gone or unknown: they may need a restore."""
@@ -205,7 +252,7 @@ def _spread(locations: list[str], live: dict[str, str] | None) -> list[str]:
     if not live:
         return locations
     executors = sorted(live.items(), key=lambda e: (len(e[0]), e[0]))
-    load = {f"executor_{host}_{e}": 0 for e, host in executors}
+    load = {executor_location(host, e): 0 for e, host in executors}
     for location in locations:
         if location in load:
             load[location] += 1
@@ -250,7 +297,9 @@ class Placer:
         self.wait_ms = wait_ms
         self.expected = expected_executors(sc)
 
-    def for_epoch(self, parallelism: dict[str, int], restore: LocalRestore | None) -> Placement:
+    def for_epoch(
+        self, parallelism: dict[str, int], restore: LocalRestore | None
+    ) -> EpochLocations:
         live = live_executors(self.sc)
         holdings: dict[str, Holding] = {}
         stranded = [
@@ -260,9 +309,7 @@ class Placer:
         ]
         if stranded and restore is not None:
             live, holdings = self._survey(stranded, restore, live)
-        return functools.partial(
-            self.tracker.locations, live=live, holdings=holdings, restore=restore
-        )
+        return self.tracker.plan(parallelism, live, holdings, restore)
 
     def _survey(
         self, stranded: list[Subtask], restore: LocalRestore, live: dict[str, str]

@@ -455,6 +455,7 @@ class JobDriver:
         placement = None
         if self.placer is not None:
             placement = self.placer.for_epoch(self.parallelism.operators, self._local_restore())
+            spec = replace(spec, pinned=placement.pinned)
         where = f"{self.job} region {self.region}" if self.region else self.job
         group = f"{self.region}-epoch-{spec.epoch}" if self.region else f"epoch-{spec.epoch}"
         reports = run_epoch_job(self.spark, spec, group, f"{where} epoch {spec.epoch}", placement)

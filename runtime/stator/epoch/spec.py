@@ -132,6 +132,11 @@ class EpochSpec:
     # another commit is of another lineage and is restored over. Absent: nothing local is
     # trusted but at epoch 0.
     commits: dict[tuple[str, int], str] = field(default_factory=dict)
+    # (uid, subtask) -> the executor location (``executor_<host>_<id>``) the driver sent the
+    # subtask to because its state is there (``cluster/placement.py``): a Spark retry of
+    # its task elsewhere fails rather than restore from the object store, so that the
+    # driver can wait for that executor's replacement (``tasks/local_state.py``, step 3).
+    pinned: dict[tuple[str, int], str] = field(default_factory=dict)
 
     def state_dir(self, uid: str, subtask: int) -> Path:
         p = self.parallelism[uid]

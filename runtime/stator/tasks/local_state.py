@@ -20,6 +20,15 @@ Opening subtask S for epoch E (its state must be at ``base_epoch`` = E-1):
    :class:`RestoreError` (the driver then drops that checkpoint and falls back to an older
    one); an object store that cannot be reached fails with its
    :class:`~stator.errors.StorageError` (the driver retries the same checkpoint).
+   Except in a Spark retry of a task the driver sent to the executor that holds its state
+   (``EpochSpec.pinned``): once that executor is lost, Spark retries the task on any free
+   executor at once, which would read the state from the object store before the
+   executor's replacement (same node, same volume) could register. That retry fails with
+   :class:`~stator.errors.StateMismatchError` instead; the driver rewinds to the
+   checkpoint and waits for the replacement (``cluster/placement.py``). A retry is a later
+   attempt of the task or any task of a resubmitted stage (a lost executor's shuffle
+   output resubmits the stage). A first attempt that Spark placed elsewhere after the
+   locality wait restores from the object store.
 4. No source covering the operator: a new job, or an operator added by the restored job,
    starts empty; anything else is a :class:`~stator.errors.StateMismatchError`.
 """
@@ -36,6 +45,7 @@ from ..api.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 from ..checkpoint import uploads
 from ..checkpoint.metadata import SubtaskSnapshot
 from ..checkpoint.transfer import download_snapshot, plan_upload, send_files
+from ..cluster.jvm import executor_location, task_is_retry, task_location
 from ..epoch.reports import NO_RESTORE, RestoreReport
 from ..epoch.spec import EpochSpec, RestoreTask
 from ..errors import StateMismatchError, StatorError, StorageError
@@ -113,6 +123,7 @@ def open_state(
             restore.checkpoint_id,
             fallback,
         )
+    _refuse_retry_elsewhere(spec, uid, subtask, restore.checkpoint_id)
     try:
         remote_bytes = restore_into(restore, spec, uid, subtask, key_groups, path)
         backend.open()
@@ -144,6 +155,23 @@ def open_state(
         remote_bytes=remote_bytes,
         duration_ms=_ms_since(started),
         fallback=fallback,
+    )
+
+
+def _refuse_retry_elsewhere(spec: EpochSpec, uid: str, subtask: int, checkpoint_id: int) -> None:
+    """Step 3's exception: a retry, away from the executor that holds the state, does not
+    read it from the object store."""
+    pinned = spec.pinned.get((uid, subtask))
+    if pinned is None:
+        return
+    executor, host = task_location()
+    if not executor or executor_location(host, executor) == pinned or not task_is_retry():
+        return
+    raise StateMismatchError(
+        f"operator '{uid}' subtask {subtask}: its state is on {pinned}, and this retry of its "
+        f"task runs on executor {executor} ({host}): it does not read the state from the "
+        f"object store here. The job rewinds to checkpoint {checkpoint_id} and waits up to "
+        f"local_recovery.executor_wait_ms for that executor or its replacement"
     )
 
 

@@ -20,7 +20,9 @@ import scala.reflect.ClassTag$;
  *
  * compute() also records, in the task's local properties, which executor and host run the
  * task: the Python worker reads them (TaskContext.getLocalProperty) and reports them, since a
- * Python worker has no other reliable way to learn its executor id.
+ * Python worker has no other reliable way to learn its executor id. And whether the task is a
+ * retry: a later attempt, or any attempt of a resubmitted stage (PySpark's TaskContext has no
+ * stage attempt number).
  *
  * An executor that is gone by the time a stage is submitted (a stage retried after its
  * executor was lost mid-epoch) is no longer asked for: Spark would otherwise hold the task
@@ -32,6 +34,7 @@ import scala.reflect.ClassTag$;
 public class PreferredLocationsRDD<T> extends RDD<T> {
   public static final String EXECUTOR_ID = "stator.executor.id";
   public static final String EXECUTOR_HOST = "stator.executor.host";
+  public static final String RETRY = "stator.task.retry";
 
   private final RDD<T> parent;
   private final String[] locations;
@@ -55,6 +58,8 @@ public class PreferredLocationsRDD<T> extends RDD<T> {
     context
         .getLocalProperties()
         .setProperty(EXECUTOR_HOST, env.blockManager().blockManagerId().host());
+    boolean retry = context.attemptNumber() > 0 || context.stageAttemptNumber() > 0;
+    context.getLocalProperties().setProperty(RETRY, Boolean.toString(retry));
     return parent.iterator(split, context);
   }
 
