@@ -206,7 +206,7 @@ def test_a_killed_executor_and_a_killed_driver_restore_from_local_copies(
     count = 30_000
     hold = hold_dir / "hold"
     manifest = executor_manifest(space, name, 4, count, 900, 600, hold_file=str(hold))
-    # The crash-looping executor's replacement registers about 35 s after the first kill.
+    # The crash-looping executor's replacement may register only after its 20 s back-off.
     manifest["spec"]["config"]["local_recovery.executor_wait_ms"] = "60000"
     # Each checkpoint completes with its epoch, so the next epoch's restore source is at its
     # base epoch: a retry could restore it from the object store (and must not).
@@ -271,10 +271,11 @@ def kill_in_keyed_task(
     """SIGKILL an executor pod's processes in the middle of one of its keyed tasks (the
     pipeline holds keyed tasks while ``hold`` exists, and says on which node), then twice
     more as its container restarts, before it registers: a crash loop, so that the third
-    restart waits out a 20 s back-off. Spark notices the lost executor first (15 s of
-    missed heartbeats) and retries its task on the other executor, which does not hold the
-    task's state. Returns the killed pod's name. On an external cluster the files are not
-    shared: one kill, at once."""
+    restart waits out a 20 s back-off (unless Spark deletes the pod first and the
+    StatefulSet makes it again). Spark notices the lost executor before its replacement
+    registers (15 s of missed heartbeats) and retries its task on the other executor, which
+    does not hold the task's state. Returns the killed pod's name. On an external cluster
+    the files are not shared: one kill, at once."""
     if EXTERNAL:
         victim = str(pods[0]["metadata"]["name"])
         kill_driver(space.name, victim)

@@ -160,14 +160,6 @@ def task_location() -> tuple[str, str]:
     return str(executor), str(host)
 
 
-def task_attempt() -> int | None:
-    """Which of Spark's attempts of its task this is (0 first); None outside a task."""
-    from pyspark import TaskContext  # noqa: PLC0415 - only inside a task
-
-    ctx: Any = TaskContext.get()
-    return None if ctx is None else int(ctx.attemptNumber())
-
-
 def task_is_retry() -> bool:
     """In a task of a wrapped RDD: whether it runs again, as the JVM RDD recorded it (a later
     attempt of its task, or any attempt of a stage Spark resubmitted after a fetch failure,

@@ -9,7 +9,6 @@ from typing import Any
 
 from ..api.pipeline import SourceNode
 from ..api.time import MAX_TIMESTAMP, MIN_TIMESTAMP
-from ..cluster.jvm import task_attempt
 from ..epoch.reports import Report, SplitFailure, SplitReport
 from ..epoch.spec import EpochSpec
 from .gc_pause import gc_paused
@@ -43,8 +42,10 @@ def source_task(
 
 
 def _last_attempt(attempts: int) -> bool:
-    attempt = task_attempt()
-    return attempt is None or attempt >= attempts - 1
+    from pyspark import TaskContext  # noqa: PLC0415 - only inside a task
+
+    ctx = TaskContext.get()
+    return ctx is None or ctx.attemptNumber() >= attempts - 1
 
 
 def _read_range(spec: EpochSpec, node_id: int, reports: Any, index: int) -> Iterator[Shuffled]:
