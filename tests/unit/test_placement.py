@@ -164,3 +164,7 @@ def test_an_epoch_plan_pins_only_subtasks_sent_where_their_state_is() -> None:
         ("count", 0): "executor_10.0.0.1_1",
         ("count", 1): "executor_10.0.0.4_4",
     }
+    # No local copy can serve the restore (local recovery off, a savepoint, a rescaled
+    # operator): the driver would not wait for a replacement, so nothing is pinned.
+    for restore in (None, LocalRestore(7, frozenset())):
+        assert t.plan({"count": 3}, live, holdings, restore).pinned == {}

@@ -141,13 +141,17 @@ class PlacementTracker:
         restore: LocalRestore | None,
     ) -> EpochLocations:
         """Every keyed operator's locations for one epoch, and which subtasks go to the
-        executor that holds their state."""
+        executor that holds their state. Those are pinned only where a local copy could
+        serve a restore (``restore``: this job's checkpoint, local recovery on, the same
+        parallelism), the only case in which the driver waits for a lost executor's
+        replacement; otherwise a retry elsewhere may as well restore at once."""
         by_operator: dict[str, list[str]] = {}
         pinned: dict[tuple[str, int], str] = {}
         for uid, p in sorted(parallelism.items()):
             locations, held = self._choose(uid, p, live, holdings, restore)
             by_operator[uid] = locations
-            pinned.update({(uid, s): locations[s] for s in range(p) if held[s]})
+            if restore is not None and uid in restore.operators:
+                pinned.update({(uid, s): locations[s] for s in range(p) if held[s]})
         return EpochLocations(by_operator, pinned)
 
     def _choose(
