@@ -509,6 +509,7 @@ def _restores_and_placement(job: JobInfo) -> dict[str, Any]:
                     "executor": e["executor"],
                     "keyGroups": e.get("key_groups"),
                     "checkpointId": e.get("checkpoint_id"),
+                    **({"standby": e["standby"]} if e.get("standby") else {}),
                 }
                 for uid, entries in sorted((placement.get("subtasks") or {}).items())
                 for e in entries

@@ -16,7 +16,15 @@ from stator.config import JobConfig, RestartConfig, build
 from stator.errors import ConfigError
 
 from .podsecurity import OPERATOR_OWNED, pod_violations, template_violations
-from .spec import CONTROL_PORT, Pinning, SpecError, get, pinning, savepoint_dir
+from .spec import (
+    CONTROL_PORT,
+    Pinning,
+    SpecError,
+    executor_instances,
+    get,
+    pinning,
+    savepoint_dir,
+)
 
 RUNTIME_UID = 185
 STATE_MOUNT = "/var/lib/stator"
@@ -90,13 +98,6 @@ def executor_set(app_id: str) -> str:
 def executor_claim(app_id: str, ordinal: int) -> str:
     """The state claim of executor ordinal ``ordinal`` (the StatefulSet's naming)."""
     return f"{STATE_VOLUME}-{executor_set(app_id)}-{ordinal}"
-
-
-def executor_instances(spec: dict[str, Any]) -> int:
-    executor = spec.get("executor") or {}
-    cores = int(executor.get("cores", 1))
-    replicas = int(spec.get("replicas", JobConfig.parallelism))
-    return int(executor.get("instances", -(-replicas // cores)))
 
 
 def owner(body: dict[str, Any]) -> dict[str, Any]:
@@ -325,8 +326,11 @@ def job_config(
             cfg["checkpoint"][key] = ck[field] if scale == 1 else ck[field] * scale
     if get(spec, "savepoints", "formatType"):
         cfg["savepoint"]["format_type"] = get(spec, "savepoints", "formatType")
-    if get(spec, "localRecovery", "enabled") is False:
-        cfg["local_recovery"] = {"enabled": False}
+    local = {"enabled": False} if get(spec, "localRecovery", "enabled") is False else {}
+    if get(spec, "localRecovery", "standby"):
+        local["standby"] = True
+    if local:
+        cfg["local_recovery"] = local
     if "replicas" in spec:
         cfg["parallelism"] = int(spec["replicas"])
     if "maxParallelism" in spec:

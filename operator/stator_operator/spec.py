@@ -177,6 +177,7 @@ OPERATOR_CONFIG = {
     "restart.interval_ms": "use spec.failover.failureRateIntervalSeconds instead",
     "failover.strategy": "use spec.failover.strategy instead",
     "local_recovery.enabled": "use spec.localRecovery.enabled instead",
+    "local_recovery.standby": "use spec.localRecovery.standby instead",
 }
 
 
@@ -285,10 +286,28 @@ def pinning(spec: dict[str, Any]) -> Pinning:
     return Pinning.PREFERRED if get(spec, "localRecovery", "volume") else Pinning.OFF
 
 
+def executor_instances(spec: dict[str, Any]) -> int:
+    """Executor pods: ``spec.executor.instances``, by default enough cores for ``replicas``."""
+    executor = spec.get("executor") or {}
+    cores = int(executor.get("cores", 1))
+    replicas = int(spec.get("replicas", JobConfig.parallelism))
+    return int(executor.get("instances", -(-replicas // cores)))
+
+
 def _check_local_recovery(spec: dict[str, Any]) -> None:
     local = spec.get("localRecovery")
     if local is None:
         return
+    if local.get("standby") and (spec.get("executor") is None or executor_instances(spec) < 2):
+        raise SpecError(
+            "spec.localRecovery.standby keeps each keyed subtask's checkpoint on a second "
+            "executor pod: give spec.executor at least 2 instances, or remove standby"
+        )
+    if local.get("standby") and local.get("enabled") is False:
+        raise SpecError(
+            "spec.localRecovery.standby: local recovery is disabled (enabled: false), and "
+            "only local recovery reads standby copies; enable it or remove standby"
+        )
     if spec.get("executor") is None and (local.get("volume") or local.get("pinning")):
         raise SpecError(
             "spec.localRecovery.volume and .pinning place executor pods, but the pipeline has "

@@ -155,6 +155,12 @@ class LocalRecoveryConfig:
     # restore from the object store elsewhere. Waited only while fewer executors are
     # registered than requested.
     executor_wait_ms: int = 20_000
+    # With several executors: also keep each keyed subtask's latest completed checkpoint on a
+    # second executor (read from the object store in the background, after each checkpoint:
+    # its new files only). When an executor is lost its subtasks resume on the running
+    # executors that hold their copies, without waiting for a replacement. Costs each
+    # checkpoint's new files read once more and the copies' room on the executors' disks.
+    standby: bool = False
 
 
 @dataclass(frozen=True)
@@ -317,6 +323,11 @@ class JobConfig:
             )
         if self.local_recovery.executor_wait_ms < 0:
             raise ConfigError("local_recovery.executor_wait_ms must be >= 0")
+        if self.local_recovery.standby and not self.local_recovery.enabled:
+            raise ConfigError(
+                "local_recovery.standby keeps copies that only local recovery reads: set "
+                "local_recovery.enabled=true, or standby=false"
+            )
         for key, value in self.spark.conf.items():
             if key in SPARK_BY_KEY:
                 raise ConfigError(

@@ -272,6 +272,64 @@ def test_a_killed_executor_and_a_killed_driver_restore_from_local_copies(
     assert_exact(committed(space, name), count)
 
 
+def test_a_standby_executor_resumes_a_lost_executors_subtask_from_its_copy(
+    space: Space, kill_driver: Any, hold_dir: Path
+) -> None:
+    """``localRecovery.standby`` with two keyed subtasks on three executor pods of one core
+    each: each subtask has a standby copy on another executor, on another node (one of them
+    on the executor that runs no keyed task, which gets its orders from the driver's own
+    task). SIGKILL an executor in the middle of a keyed task, and its container twice more as
+    it restarts (a crash loop: it comes back only after a back-off). Its subtask does not
+    wait for it: it moves to its standby executor and restores there from the standby copy,
+    reading from the object store at most the files the checkpoints added since the copy was
+    made, never its whole state. Exact output."""
+    name = "standby"
+    count = 30_000
+    hold = hold_dir / "hold"
+    manifest = executor_manifest(space, name, 2, count, 900, 600, hold_file=str(hold), standby=True)
+    manifest["spec"]["executor"].update(cores=1, instances=3)
+    space.apply(manifest)
+    three_checkpoints(space, name)
+    # Copies are made after each checkpoint completes: two more make sure they are there.
+    status = space.wait(
+        name,
+        "five checkpoints",
+        lambda s: s.get("latestCheckpoint", {}).get("id", 0) >= 5,
+        timeout=300,
+    )
+    pods = running_executors(space, name, 3)
+    nodes = nodes_of(pods)
+    assert len(set(nodes.values())) == 3  # one executor per node
+    held = subtask_nodes(status)
+    assert len(set(held.values())) == 2  # one subtask per executor, one executor idle
+    standby_node = {}
+    for s in status["placement"]["subtasks"]:  # each has its copy on another node
+        assert s["standby"]["executor"] != s["executor"], s
+        assert s["standby"]["node"] not in ("", s["node"]), s
+        standby_node[s["subtask"]] = s["standby"]["node"]
+    epoch = status["epoch"]
+    victim = kill_in_keyed_task(space, pods, hold, kill_driver)
+    moved = next(s for s, n in held.items() if n == nodes[victim])
+    survivor = standby_node[moved]
+    status = space.wait(
+        name,
+        "six epochs after the executor kill",
+        lambda s: s.get("epoch", 0) >= epoch + 6,
+        timeout=180,
+    )
+    print("after the kill:", json.dumps(restored(status)), json.dumps(status["placement"]))
+    assert subtask_nodes(status)[moved] == survivor  # it did not wait for the replacement
+    got = restored(status)
+    assert got["remote"] == 0 and got["local"] >= 1  # from the standby copy
+    latest = status["latestCheckpoint"]["id"]
+    share = checkpoint_share(space, name, latest, [moved])
+    assert got["remoteBytes"] < share, (got, share)  # never the whole state again
+    placement = status["placement"]
+    assert placement["keyedTasksLocal"] == placement["keyedTasks"]
+    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=400)
+    assert_exact(committed(space, name), count)
+
+
 def kill_in_keyed_task(
     space: Space, pods: list[dict[str, Any]], hold: Path, kill_driver: Any
 ) -> str:

@@ -82,7 +82,7 @@ FULL: dict[str, Any] = {
         "failureRateIntervalSeconds": 120,
         "readinessTimeoutSeconds": 60,
     },
-    "localRecovery": {"enabled": False, "pinning": "required", "volume": VOLUME},
+    "localRecovery": {"enabled": False, "pinning": "required", "volume": VOLUME, "standby": True},
     "deletion": {"finalSavepoint": False, "timeoutSeconds": 60},
 }
 # A spec validate accepts, to add one spec.config key to (FULL is for job_config alone: some of

@@ -316,6 +316,23 @@ def test_fingerprint_recognises_a_spec_but_not_its_flow_fields() -> None:
             changed(executor={}, localRecovery={"enabled": False, "volume": VOLUME}),
             "local recovery is disabled (enabled: false), so nothing would use the volume",
         ),
+        (
+            changed(localRecovery={"standby": True}),
+            "spec.localRecovery.standby keeps each keyed subtask's checkpoint on a second "
+            "executor pod: give spec.executor at least 2 instances",
+        ),
+        (
+            changed(executor={"instances": 1}, localRecovery={"standby": True}),
+            "give spec.executor at least 2 instances, or remove standby",
+        ),
+        (
+            changed(executor={}, replicas=2, localRecovery={"standby": True, "enabled": False}),
+            "spec.localRecovery.standby: local recovery is disabled (enabled: false)",
+        ),
+        (
+            changed(config={"local_recovery.standby": "true"}),
+            "use spec.localRecovery.standby instead",
+        ),
     ],
 )
 def test_validate_names_the_field_and_the_fix(spec: dict[str, Any], message: str) -> None:
@@ -357,6 +374,9 @@ def test_executors_run_in_a_statefulset_with_their_state_on_a_local_volume() -> 
     assert not any("persistentVolumeClaim" in k for k in conf)
     assert loose["local_recovery"] == {"enabled": False}
     check_job_config(changed(executor={}, localRecovery={"volume": VOLUME}), "counts", "team")
+    standby = changed(executor={}, replicas=2, localRecovery={"volume": VOLUME, "standby": True})
+    assert job_config(standby, "counts", "team")["local_recovery"] == {"standby": True}
+    check_job_config(standby, "counts", "team")
     assert executor_claim(spark_app_id("team", "counts"), 1).endswith("-0-1")
 
 

@@ -141,9 +141,10 @@ def test_executors_report_their_local_copies(
     (own / "job/count/stray").mkdir()
     monkeypatch.setenv(STATE_DIR_ENV, str(own))
     monkeypatch.setenv(NODE_NAME_ENV, "node-1")
-    [(executor, host, node, copies)] = list(list_copies("job", "/nonexistent", []))
+    [(executor, host, node, copies, standby)] = list(list_copies("job", "/nonexistent", []))
     assert (executor, host, node) == ("", "", "node-1")  # outside a Spark task: no executor
     assert copies == [("count", 0, 2, 3), ("count", 0, 2, 4), ("count", 1, 3, 4)]
+    assert standby == []  # no standby copies (tests/unit/test_standby_copies.py)
     monkeypatch.delenv(STATE_DIR_ENV)
     assert next(list_copies("job", str(own), []))[3] == copies
 

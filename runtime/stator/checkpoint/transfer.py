@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import base64
+import os
 import shutil
 import time
 import uuid
@@ -115,13 +116,23 @@ def send_files(
             list(pool.map(send, todo))
 
 
-def download_snapshot(store: ObjectStore, files: tuple[RemoteFile, ...], target: Path) -> int:
+def download_snapshot(
+    store: ObjectStore,
+    files: tuple[RemoteFile, ...],
+    target: Path,
+    reuse: dict[str, Path] | None = None,
+) -> int:
     """Materialize a snapshot into ``target`` (replaced atomically). Returns the bytes
     read from the store (inline files' included: the metadata brought them).
+
+    ``reuse``: store key -> a local file that holds that object (a standby copy of an older
+    checkpoint, ``tasks/standby_copy.py``), hard-linked instead of downloaded. Keys are
+    unique per upload (``shared_key``), so the same key is the same bytes.
 
     Sizes are checked against the metadata, so a truncated or swapped file fails the restore
     (and the coordinator falls back to an older checkpoint) instead of corrupting state.
     """
+    reuse = reuse or {}
     staging = target.parent / f".{target.name}.restoring-{uuid.uuid4().hex[:8]}"
     staging.mkdir(parents=True)
     try:
@@ -130,6 +141,9 @@ def download_snapshot(store: ObjectStore, files: tuple[RemoteFile, ...], target:
             dest = staging / f.name
             if not f.stored:  # bytes the metadata carried (checked when it was read)
                 return dest.write_bytes(base64.b64decode(f.inline))
+            have = reuse.get(f.key)
+            if have is not None and _link(have, dest, f.size):
+                return 0
             store.get_file(f.key, dest)
             got = dest.stat().st_size
             if got != f.size:
@@ -146,3 +160,14 @@ def download_snapshot(store: ObjectStore, files: tuple[RemoteFile, ...], target:
         return total
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _link(source: Path, dest: Path, size: int) -> bool:
+    """Hard-link ``source`` as ``dest`` if it is there with ``size`` bytes."""
+    try:
+        if source.stat().st_size != size:
+            return False
+        os.link(source, dest)
+    except OSError:
+        return False
+    return True

@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import pickle
+import queue
 import shutil
 import signal
 import socket
@@ -159,9 +160,10 @@ _uploaders: dict[int, Uploader | ExecutorUploader] = {}
 _lock = threading.Lock()
 
 
-def submit(job: UploadJob) -> bool:
-    """Hand ``job`` to this process's uploader (started on first use). Returns False if it
-    could not be handed over: the caller runs the job itself."""
+def submit(job: Any) -> bool:
+    """Hand ``job`` (an :class:`UploadJob`, or a standby copy's job: ``tasks/standby_copy.py``)
+    to this process's uploader (started on first use). Returns False if it could not be
+    handed over: the caller runs an upload itself."""
     with _lock:
         pid = os.getpid()
         current = _uploaders.get(pid)
@@ -172,11 +174,7 @@ def submit(job: UploadJob) -> bool:
             return True
         except (OSError, ValueError) as exc:
             _uploaders.pop(pid, None)
-            log.warning(
-                "checkpoint %d: no uploader process (%s): uploading in the task",
-                job.checkpoint_id,
-                exc,
-            )
+            log.warning("no uploader process (%s) for %s", exc, type(job).__name__)
             return False
 
 
@@ -199,15 +197,44 @@ def serve(
     """Run every job read from ``jobs`` (a worker's pipe or socket) until it closes. One
     client per store, reused across jobs (``stores``: shared with other readers, which
     ``one_at_a_time`` then serializes)."""
+    from ..tasks.standby_copy import StandbyJob  # noqa: PLC0415 - it imports the task side
+
     stores = {} if stores is None else stores
     while True:
         try:
-            job: UploadJob = pickle.load(jobs)  # noqa: S301 (our own worker, a private channel)
+            job = pickle.load(jobs)  # noqa: S301 (our own worker, a private channel)
         except (EOFError, pickle.UnpicklingError, OSError):  # the worker is gone (maybe mid-write)
             return
+        if isinstance(job, StandbyJob):  # never in the way of a checkpoint's upload
+            _standby_jobs.put(job)
+            _start_standby_thread()
+            continue
         with one_at_a_time or contextlib.nullcontext():
             store = stores.setdefault(pickle.dumps(job.store), job.store)
             run_upload(replace(job, store=store))
+
+
+# Standby copies, one at a time, beside the uploads (``tasks/standby_copy.py``, step 3).
+_standby_jobs: queue.Queue[Any] = queue.Queue()
+_standby_thread: list[threading.Thread] = []
+
+
+def _start_standby_thread() -> None:
+    with _lock:
+        if not _standby_thread:
+            thread = threading.Thread(target=_run_standby_jobs, daemon=True)
+            thread.start()
+            _standby_thread.append(thread)
+
+
+def _run_standby_jobs() -> None:
+    from ..tasks.standby_copy import run_job  # noqa: PLC0415
+
+    stores: dict[bytes, ObjectStore] = {}
+    while True:
+        job = _standby_jobs.get()
+        store = stores.setdefault(pickle.dumps(job.store), job.store)
+        run_job(replace(job, store=store))
 
 
 def main() -> None:

@@ -9,7 +9,8 @@ in a small JVM RDD (``jvm.py``) that prefers, per subtask:
    is where the job left it;
 2. otherwise a live executor that holds the subtask's local copy of the checkpoint the job
    restores from (a replacement executor on the same node and volume, or any executor of a
-   new driver), as the executors' survey found it (``inventory.py``);
+   new driver), as the executors' survey found it (``inventory.py``); failing that, one that
+   holds a standby copy of it or of an older checkpoint (``standby.py``);
 3. otherwise the last executor's host when that host has another executor (a node-local
    preference: the node's disk may hold the state);
 4. otherwise the live executor with the fewest subtasks (a new job or a rescale: subtasks
@@ -37,7 +38,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..epoch.reports import StateReport
@@ -90,6 +91,7 @@ class EpochLocations:
 
     by_operator: dict[str, list[str]]
     pinned: dict[tuple[str, int], str]
+    live: dict[str, str] = field(default_factory=dict)  # executor id -> host, when planned
 
     def __call__(self, uid: str, parallelism: int) -> list[str]:
         return self.by_operator[uid]
@@ -118,6 +120,8 @@ class PlacementTracker:
         # executors must still learn what it held.
         self._left: dict[str, list[str]] = {}
         self._left_lock = threading.Lock()
+        # Subtask -> (executor id, node) keeping its standby copy (``standby.py``): status.
+        self.standby: dict[Subtask, tuple[str, str]] = {}
 
     def locations(
         self,
@@ -152,7 +156,7 @@ class PlacementTracker:
             by_operator[uid] = locations
             if restore is not None and uid in restore.operators:
                 pinned.update({(uid, s): locations[s] for s in range(p) if held[s]})
-        return EpochLocations(by_operator, pinned)
+        return EpochLocations(by_operator, pinned, dict(live))
 
     def _choose(
         self,
@@ -226,6 +230,10 @@ class PlacementTracker:
             left, self._left = self._left, {}
         return left
 
+    def nodes(self) -> dict[str, str]:
+        """Executor id -> its node, for the executors keyed tasks reported from."""
+        return {w.executor: w.node for w in self._where.values() if w.node}
+
     def held_on(self) -> dict[str, list[str]]:
         """Executor id -> the subtasks ("uid[subtask]") whose local state it holds."""
         out: dict[str, list[str]] = {}
@@ -234,18 +242,21 @@ class PlacementTracker:
         return out
 
     def to_json(self) -> dict[str, list[dict[str, Any]]]:
-        """Per operator: subtask -> executor, host and node, for the control API."""
+        """Per operator: subtask -> executor, host and node (and, with standby copies, the
+        executor and node keeping its copy), for the control API."""
         out: dict[str, list[dict[str, Any]]] = {}
         for (uid, subtask, p), where in sorted(self._where.items()):
-            out.setdefault(uid, []).append(
-                {
-                    "subtask": subtask,
-                    "parallelism": p,
-                    "executor": where.executor,
-                    "host": where.host,
-                    "node": where.node,
-                }
-            )
+            entry: dict[str, Any] = {
+                "subtask": subtask,
+                "parallelism": p,
+                "executor": where.executor,
+                "host": where.host,
+                "node": where.node,
+            }
+            standby = self.standby.get((uid, subtask, p))
+            if standby is not None:
+                entry["standby"] = {"executor": standby[0], "node": standby[1]}
+            out.setdefault(uid, []).append(entry)
         return out
 
 
@@ -272,11 +283,19 @@ def _spread(locations: list[str], live: dict[str, str] | None) -> list[str]:
 def _holders(
     holdings: dict[str, Holding], key: Subtask, restore: LocalRestore | None
 ) -> list[Where]:
-    """The surveyed live executors holding ``key``'s local copy of the restore checkpoint."""
+    """The surveyed live executors holding ``key``'s local copy of the restore checkpoint;
+    if none does, those holding a standby copy of it or of an older checkpoint."""
     if restore is None or key[0] not in restore.operators:
         return []
     copy = (*key, restore.checkpoint_id)
-    return [Where(h.executor, h.host, h.node) for h in holdings.values() if copy in h.copies]
+    exact = [Where(h.executor, h.host, h.node) for h in holdings.values() if copy in h.copies]
+    if exact:
+        return exact
+    return [  # a standby copy a restore brings up to the checkpoint (``tasks/standby_copy.py``)
+        Where(h.executor, h.host, h.node)
+        for h in holdings.values()
+        if any(c[:3] == key and c[3] <= restore.checkpoint_id for c in h.standby)
+    ]
 
 
 def expected_executors(sc: Any) -> int | None:
@@ -294,12 +313,15 @@ class Placer:
     surveying executors and waiting for lost ones' replacements first when subtasks may
     restore (module docstring)."""
 
-    def __init__(self, sc: Any, job: str, local_dir: str, wait_ms: int) -> None:
+    def __init__(
+        self, sc: Any, job: str, local_dir: str, wait_ms: int, standby: bool = False
+    ) -> None:
         self.sc = sc
         self.tracker = PlacementTracker()
         self.inventory = Inventory(job, local_dir)
         self.wait_ms = wait_ms
         self.expected = expected_executors(sc)
+        self.standby = standby  # executors gain standby copies while they run: survey again
 
     def for_epoch(
         self, parallelism: dict[str, int], restore: LocalRestore | None
@@ -320,8 +342,10 @@ class Placer:
     ) -> tuple[dict[str, str], dict[str, Holding]]:
         started = time.monotonic()
         deadline = started + self.wait_ms / 1000
+        again = self.standby
         while True:
-            holdings = self.inventory.survey(self.sc, live)
+            holdings = self.inventory.survey(self.sc, live, again)
+            again = False
             missing = [s for s in stranded if not _holders(holdings, s, restore)]
             short = self.expected is not None and len(live) < self.expected
             if not missing or not short or time.monotonic() >= deadline:

@@ -37,11 +37,18 @@ from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.metadata import CheckpointMetadata, RemoteFile
 from ..cluster.fencing import guard
 from ..cluster.jvm import live_executors, load_helper
-from ..cluster.placement import LocalRestore, PlacementTracker, Placer, uses_placement
+from ..cluster.placement import (
+    EpochLocations,
+    LocalRestore,
+    PlacementTracker,
+    Placer,
+    uses_placement,
+)
 from ..cluster.session import share_python_path, starts_executor_pods, warm_python_workers
+from ..cluster.standby import StandbyAssigner
 from ..config import JobConfig
 from ..epoch.reports import Report, SinkReport, SplitFailure, SplitReport, StateReport
-from ..epoch.spec import CheckpointTask, EpochSpec, SavepointTask
+from ..epoch.spec import CheckpointTask, EpochSpec, SavepointTask, StandbyTask
 from ..errors import JobFailed, StatorError
 from ..lineage import has_run
 from ..storage import ObjectStore, open_store
@@ -170,6 +177,7 @@ class JobDriver:
         self.handover = Handover() if await_handover else None
         # Where keyed subtasks run, with several executors (set when Spark is known).
         self.placer: Placer | None = None
+        self.standby: StandbyAssigner | None = None  # local_recovery.standby, several executors
         self.placement: PlacementTracker | None = None
         # A region of a job of several (``regions.py``): whether it may end once its bounded
         # sources are exhausted (the others may still run: it serves savepoints until then).
@@ -346,9 +354,15 @@ class JobDriver:
         if uses_placement(str(sc.master)) and load_helper(sc):
             cfg = self.config
             self.placer = Placer(
-                sc, self.job, cfg.state.local_dir, cfg.local_recovery.executor_wait_ms
+                sc,
+                self.job,
+                cfg.state.local_dir,
+                cfg.local_recovery.executor_wait_ms,
+                cfg.local_recovery.standby,
             )
             self.placement = self.placer.tracker
+            if cfg.local_recovery.standby:
+                self.standby = StandbyAssigner(self.store)
             self.in_flight.alive = lambda: live_executors(sc)
         if startup.spark_ready_ms is None:
             startup.spark_ready_ms = now_ms()
@@ -456,6 +470,8 @@ class JobDriver:
         if self.placer is not None:
             placement = self.placer.for_epoch(self.parallelism.operators, self._local_restore())
             spec = replace(spec, pinned=placement.pinned)
+            if self.standby is not None:
+                spec = replace(spec, standby=self._standby_orders(placement, spec.local_dir))
         where = f"{self.job} region {self.region}" if self.region else self.job
         group = f"{self.region}-epoch-{spec.epoch}" if self.region else f"epoch-{spec.epoch}"
         reports = run_epoch_job(self.spark, spec, group, f"{where} epoch {spec.epoch}", placement)
@@ -465,6 +481,23 @@ class JobDriver:
         for listener in self._listeners:
             listener(result)
         return result
+
+    def _standby_orders(self, placement: EpochLocations, local_dir: str) -> StandbyTask | None:
+        """This epoch's standby copies (``cluster/standby.py``): in the spec for the executors
+        its keyed tasks run on, sent now to the others; and shown in the placement status."""
+        assert self.standby is not None and self.placer is not None
+        nodes = {**self.standby.nodes, **self.placer.tracker.nodes()}
+        task = self.standby.orders(
+            placement, self.parallelism.operators, self.coordinator.latest, nodes
+        )
+        if task is not None:
+            self.standby.send_to_idle(self.spark.sparkContext, task, placement, self.job, local_dir)
+            nodes = {**self.standby.nodes, **nodes}
+        self.placer.tracker.standby = {
+            key: (executor, nodes.get(executor, ""))
+            for key, executor in self.standby.assigned.items()
+        }
+        return task
 
     def _spec(self, plan: Plan, savepoint: SavepointTask | None) -> EpochSpec:
         position = self.recovery.position

@@ -97,6 +97,27 @@ class SavepointTask:
 
 
 @dataclass(frozen=True)
+class StandbyOrder:
+    """Keep a standby copy of one keyed subtask's part of checkpoint ``checkpoint_id`` (its
+    snapshot's ``files``) on the executor this order is for (``tasks/standby_copy.py``)."""
+
+    uid: str
+    subtask: int
+    parallelism: int
+    checkpoint_id: int
+    files: tuple[RemoteFile, ...]
+
+
+@dataclass(frozen=True)
+class StandbyTask:
+    """``local_recovery.standby``: per executor location (``executor_<host>_<id>``), the
+    standby copies it keeps; a keyed task there hands them to the executor's uploader."""
+
+    store: ObjectStore
+    orders: dict[str, tuple[StandbyOrder, ...]]
+
+
+@dataclass(frozen=True)
 class EpochSpec:
     """One epoch, as every task of its Spark job sees it."""
 
@@ -137,7 +158,13 @@ class EpochSpec:
     # its task elsewhere fails rather than restore from the object store, so that the
     # driver can wait for that executor's replacement (``tasks/local_state.py``, step 3).
     pinned: dict[tuple[str, int], str] = field(default_factory=dict)
+    # Standby copies of the latest completed checkpoint to keep (``cluster/standby.py``).
+    standby: StandbyTask | None = None
 
     def state_dir(self, uid: str, subtask: int) -> Path:
-        p = self.parallelism[uid]
-        return state_root(self.local_dir) / self.job / uid / f"{subtask}-of-{p}"
+        return subtask_dir(self.local_dir, self.job, uid, subtask, self.parallelism[uid])
+
+
+def subtask_dir(local_dir: str, job: str, uid: str, subtask: int, parallelism: int) -> Path:
+    """A keyed subtask's state directory on the executor this runs on."""
+    return state_root(local_dir) / job / uid / f"{subtask}-of-{parallelism}"

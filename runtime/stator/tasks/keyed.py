@@ -11,6 +11,7 @@
    ``savepoint/native.py``), then take the checkpoint part (a failed upload
    declines the checkpoint, not the epoch; with ``checkpoint.async_upload`` the upload runs
    after the task returns, ``checkpoint/uploads.py``).
+6. Hand this executor's standby copies to its uploader (``standby_copy.py``), if any.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from .local_state import open_state, take_snapshot
 from .operators import ProcessRunner, ReduceRunner
 from .routing import Router, Shuffled, unpack
 from .source import part_name
+from .standby_copy import hand_over
 from .user_errors import user_code
 
 
@@ -107,6 +109,7 @@ def keyed_task(
         )
         done: list[Report] = [state, *staged]
         reports.add(done)
+        hand_over(spec)
     finally:
         backend.close()
     return iter(out)

@@ -14,11 +14,12 @@ Opening subtask S for epoch E (its state must be at ``base_epoch`` = E-1):
 3. A restore source at ``base_epoch`` covering the operator: a checkpoint at the same
    parallelism is restored from the executor's local copy when that copy holds the
    checkpoint's files (``local_copy.py``); otherwise, transparently, from the object store.
-   Remote restores materialize the source (a checkpoint or native savepoint at the same
-   parallelism, the owned key-groups of a rescaled one, or a canonical savepoint's
-   key-group files). Files that are missing, truncated or unreadable as RocksDB fail with
-   :class:`RestoreError` (the driver then drops that checkpoint and falls back to an older
-   one); an object store that cannot be reached fails with its
+   A standby copy of an older checkpoint (``standby_copy.py``) is first brought up to it
+   with the files added since. Remote restores materialize the source (a checkpoint or
+   native savepoint at the same parallelism, the owned key-groups of a rescaled one, or a
+   canonical savepoint's key-group files). Files that are missing, truncated or unreadable
+   as RocksDB fail with :class:`RestoreError` (the driver then drops that checkpoint and
+   falls back to an older one); an object store that cannot be reached fails with its
    :class:`~stator.errors.StorageError` (the driver retries the same checkpoint).
    Except in a Spark retry of a task the driver sent to the executor that holds its state
    (``EpochSpec.pinned``): once that executor is lost, Spark retries the task on any free
@@ -52,7 +53,7 @@ from ..errors import StateMismatchError, StatorError, StorageError
 from ..keygroups import KeyGroupRange
 from ..savepoint.transfer import database_rows, import_rows, savepoint_rows, state_catalog
 from ..state.backend import KeyedBackend
-from . import local_copy
+from . import local_copy, standby_copy
 
 log = logging.getLogger("stator.tasks")
 
@@ -75,11 +76,21 @@ def open_state(
     operator empty, or fail so that the driver fails over. Also says where the state came
     from, for the driver's status and metrics."""
     state_dir = spec.state_dir(uid, subtask)
+    opened = _open_state(spec, uid, subtask, key_groups, state_dir)
+    # The subtask runs here now: what was a standby copy is a local copy, pruned as any.
+    standby_copy.release(state_dir)
+    return opened
+
+
+def _open_state(
+    spec: EpochSpec, uid: str, subtask: int, key_groups: KeyGroupRange, state_dir: Path
+) -> tuple[KeyedBackend, RestoreReport]:
     path = state_dir / "db"
     restore = spec.restore
     keep = {spec.completed_checkpoint, *spec.in_flight}
     keep |= {spec.checkpoint.checkpoint_id} if spec.checkpoint is not None else set()
     keep |= {restore.checkpoint_id} if restore is not None else set()
+    keep |= set(standby_copy.standby_ids(state_dir)[-1:])  # a restore may catch it up
     local_copy.prune(state_dir, keep)
     backend = KeyedBackend(
         path, spec.rocksdb, key_groups, spec.max_parallelism, uid, spec.warm_entries
@@ -108,12 +119,15 @@ def open_state(
     snapshot = restore.snapshots.get((uid, subtask))
     fallback = None
     if snapshot is not None and restore.savepoint is None:  # savepoints have no local copies
-        fallback = _restore_from_copy(restore, spec, snapshot, key_groups, state_dir, backend)
+        fallback, fetched = _restore_from_copy(
+            restore, spec, snapshot, key_groups, state_dir, backend
+        )
         if fallback is None:
             return backend, RestoreReport(
                 "local",
                 restore.checkpoint_id,
-                local_bytes=snapshot.state_bytes,
+                local_bytes=snapshot.state_bytes - fetched,
+                remote_bytes=fetched,
                 duration_ms=_ms_since(started),
             )
         log.info(
@@ -182,31 +196,49 @@ def _restore_from_copy(
     key_groups: KeyGroupRange,
     state_dir: Path,
     backend: KeyedBackend,
-) -> str | None:
+) -> tuple[str | None, int]:
     """Open ``backend`` on the executor's copy of the checkpoint (``local_copy.py``, steps
-    1-3 of restoring). Returns None on success, else why the object store must be read."""
+    1-3 of restoring), first bringing a standby copy of an older checkpoint up to it
+    (``standby_copy.py``). Returns None on success, else why the object store must be read;
+    and the bytes the standby copy's catching up read from the object store."""
     if not restore.local_copies:
-        return "no local copy (local recovery is off, or the checkpoint is not this job's)"
+        return "no local copy (local recovery is off, or the checkpoint is not this job's)", 0
     if tuple(snapshot.key_groups) != (key_groups.start, key_groups.end):
-        return "key-groups differ"  # the remote path reports it
+        return "key-groups differ", 0  # the remote path reports it
     copy = local_copy.copy_dir(state_dir, restore.checkpoint_id)
-    reason = local_copy.mismatch(copy, snapshot.files)
+    reason, fetched = _catch_up(restore, snapshot, state_dir)
     if reason is not None:
-        return reason
+        return reason, 0
     try:
         local_copy.restore_local(copy, snapshot.files, backend.path)
         backend.open()
     except Exception as exc:
         backend.close()
-        return f"local copy unusable: {type(exc).__name__}: {exc}"
+        return f"local copy unusable: {type(exc).__name__}: {exc}", 0
     found = (backend.epoch, backend.commit_token if snapshot.commit else "")
     if found != (spec.base_epoch, snapshot.commit):
         backend.close()
         return (
             f"local copy is epoch {backend.epoch} commit {backend.commit_token[:8]}, the "
             f"checkpoint epoch {spec.base_epoch} commit {snapshot.commit[:8] or '(unknown)'}"
-        )
-    return None
+        ), 0
+    return None, fetched
+
+
+def _catch_up(
+    restore: RestoreTask, snapshot: SubtaskSnapshot, state_dir: Path
+) -> tuple[str | None, int]:
+    """Why the executor's copy of the checkpoint does not hold its files (None if it does),
+    after bringing a standby copy of an older checkpoint up to it; and the bytes read."""
+    copy = local_copy.copy_dir(state_dir, restore.checkpoint_id)
+    reason = local_copy.mismatch(copy, snapshot.files)
+    if reason is None or not standby_copy.has_standby(state_dir):
+        return reason, 0
+    try:
+        fetched = standby_copy.keep(restore.store, state_dir, restore.checkpoint_id, snapshot.files)
+    except Exception as exc:
+        return f"{reason}; catching a standby copy up failed: {exc}", 0
+    return local_copy.mismatch(copy, snapshot.files), fetched
 
 
 def _open_local(spec: EpochSpec, uid: str, subtask: int, backend: KeyedBackend) -> str | None:

@@ -1,0 +1,196 @@
+"""Standby copies (``local_recovery.standby``): each keyed subtask's part of the latest
+completed checkpoint, kept on a second executor, so that when the executor that runs the
+subtask is lost a running executor resumes it from local files. Without them the subtask
+waits for the lost executor's replacement pod (its start is most of a recovery) or reads its
+whole state from the object store. Kafka Streams calls these standby replicas; here they are
+fed from the object store, which stays the primary copy and the truth.
+
+Keeping a copy (one subtask, on its standby executor):
+
+1. The driver names each subtask's standby executor and the files of the subtask's snapshot
+   in the latest completed checkpoint, in every epoch's spec (``cluster/standby.py``).
+2. A keyed task on that executor hands the orders for its executor to the executor's
+   uploader process (:func:`hand_over`) and goes on: the epoch never waits for a standby
+   copy. An executor that runs no keyed subtask gets its orders from a small task the driver
+   sends it before the epoch, once per checkpoint. An uploader that cannot be reached loses
+   the order; the next checkpoint's order catches up.
+3. The uploader materializes ``chk-<id>`` in the subtask's state directory on that executor
+   (:func:`keep`), unless a copy with the checkpoint's files is there already (a disk the
+   executors share, or the subtask ran here): a file whose store key an older standby copy
+   there has is hard-linked
+   (incremental checkpoints share their SSTs under unique keys), the rest is downloaded.
+   Files go to a staging directory renamed into place, then ``standby-<id>.json`` records
+   each file's key: only a copy with that record is reused. Older copies of the subtask
+   there are deleted last. A failure leaves the older copy, and the next order retries.
+
+Restoring: ``chk-<id>`` is an ordinary local copy (``local_copy.py``); the placement finds
+it by the executors' survey (``cluster/inventory.py``). A standby copy of an older
+checkpoint than the one restored is brought up to it first (:func:`keep` again, in the
+task): only the files added since are read from the object store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import shutil
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..checkpoint.metadata import RemoteFile
+from ..checkpoint.transfer import download_snapshot
+from ..cluster.jvm import executor_location, task_location
+from ..epoch.spec import EpochSpec, StandbyOrder, StandbyTask, node_name, subtask_dir
+from ..storage import ObjectStore
+from . import local_copy
+
+log = logging.getLogger("stator.tasks")
+
+RECORD_PREFIX = "standby-"
+LOCK_NAME = ".standby.lock"
+
+
+@dataclass(frozen=True)
+class StandbyJob:
+    """Step 3 for every order of one executor, run by its uploader process."""
+
+    store: ObjectStore
+    orders: tuple[tuple[Path, StandbyOrder], ...]  # (the subtask's state directory, order)
+
+
+def record_path(state_dir: Path, checkpoint_id: int) -> Path:
+    return state_dir / f"{RECORD_PREFIX}{checkpoint_id}.json"
+
+
+def standby_ids(state_dir: Path) -> list[int]:
+    """Checkpoint ids of the standby copies present (copy and record), oldest first."""
+    found = []
+    for entry in state_dir.glob(f"{RECORD_PREFIX}*.json"):
+        tail = entry.name[len(RECORD_PREFIX) : -len(".json")]
+        if tail.isdigit() and local_copy.copy_dir(state_dir, int(tail)).is_dir():
+            found.append(int(tail))
+    return sorted(found)
+
+
+def keep(
+    store: ObjectStore, state_dir: Path, checkpoint_id: int, files: tuple[RemoteFile, ...]
+) -> int:
+    """Step 3 of the module docstring. Returns the bytes read from the object store (0 if the
+    copy was already there)."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with _locked(state_dir):
+        copy = local_copy.copy_dir(state_dir, checkpoint_id)
+        record = record_path(state_dir, checkpoint_id)
+        if local_copy.mismatch(copy, files) is None:  # made already, or the executor's own
+            if not record.is_file():
+                _write_record(record, files)
+            return 0
+        reuse = _reusable(state_dir)
+        read = download_snapshot(store, files, copy, reuse)
+        _write_record(record, files)
+        for older in local_copy.copy_ids(state_dir):
+            if older < checkpoint_id:
+                shutil.rmtree(local_copy.copy_dir(state_dir, older), ignore_errors=True)
+                record_path(state_dir, older).unlink(missing_ok=True)
+        return read
+
+
+def _write_record(record: Path, files: tuple[RemoteFile, ...]) -> None:
+    staged = record.with_suffix(".tmp")
+    staged.write_text(json.dumps({f.name: f.key for f in files if f.stored}))
+    staged.rename(record)
+
+
+def _reusable(state_dir: Path) -> dict[str, Path]:
+    """Store key -> local file, over every standby copy in ``state_dir``."""
+    out: dict[str, Path] = {}
+    for checkpoint_id in standby_ids(state_dir):
+        try:
+            keys = json.loads(record_path(state_dir, checkpoint_id).read_text())
+        except (OSError, ValueError):
+            continue
+        copy = local_copy.copy_dir(state_dir, checkpoint_id)
+        out.update({key: copy / name for name, key in keys.items()})
+    return out
+
+
+@contextlib.contextmanager
+def _locked(state_dir: Path) -> Iterator[None]:
+    """One :func:`keep` at a time per subtask directory (the uploader's and a restoring
+    task's), across processes."""
+    with open(state_dir / LOCK_NAME, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def hand_over(spec: EpochSpec) -> None:
+    """Step 2 of the module docstring, from a keyed task (every keyed task of the executor
+    sends it: :func:`keep` of a copy that is there costs a look at its files)."""
+    if spec.standby is not None:
+        next(hand_over_orders(spec.standby, spec.job, spec.local_dir, ()))
+
+
+def hand_over_orders(
+    task: StandbyTask, job: str, local_dir: str, _: Iterable[Any]
+) -> Iterator[tuple[str, str, str]]:
+    """Step 2 on the executor this runs on: from a keyed task, or from the driver's task for
+    an executor that runs no keyed subtask (``cluster/standby.py``). Yields this executor's
+    location if its orders were handed over (else ""), its id and its node. Best effort: a
+    standby copy is never worth failing an epoch for."""
+    executor, host = task_location()
+    where = executor_location(host, executor) if executor else ""
+    orders = task.orders.get(where, ())
+    if not orders:
+        yield "", executor, node_name()
+        return
+    job_ = StandbyJob(
+        task.store,
+        tuple((subtask_dir(local_dir, job, o.uid, o.subtask, o.parallelism), o) for o in orders),
+    )
+    from ..checkpoint import uploads  # noqa: PLC0415 - the uploader runs this module's jobs
+
+    yield (where if uploads.submit(job_) else ""), executor, node_name()
+
+
+def run_job(job: StandbyJob) -> None:
+    """Step 3 for each order of ``job`` (in the uploader)."""
+    for state_dir, order in job.orders:
+        if any(i > order.checkpoint_id for i in standby_ids(state_dir)):
+            continue  # a late order: a newer copy is here already
+        try:
+            read = keep(job.store, state_dir, order.checkpoint_id, order.files)
+        except Exception as exc:
+            log.warning(
+                "standby copy of operator '%s' subtask %d, checkpoint %d failed: %s",
+                order.uid,
+                order.subtask,
+                order.checkpoint_id,
+                exc,
+            )
+            continue
+        if read:
+            log.info(
+                "standby copy of operator '%s' subtask %d at checkpoint %d: %d bytes read",
+                order.uid,
+                order.subtask,
+                order.checkpoint_id,
+                read,
+            )
+
+
+def has_standby(state_dir: Path) -> bool:
+    return bool(standby_ids(state_dir))
+
+
+def release(state_dir: Path) -> None:
+    """The subtask runs on this executor now: its standby copies become plain local copies
+    (kept or pruned as the subtask's own, ``local_copy.py``) and are no longer reused."""
+    for entry in state_dir.glob(f"{RECORD_PREFIX}*.json"):
+        entry.unlink(missing_ok=True)
