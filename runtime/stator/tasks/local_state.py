@@ -232,7 +232,7 @@ def _catch_up(
     after bringing a standby copy of an older checkpoint up to it; and the bytes read."""
     copy = local_copy.copy_dir(state_dir, restore.checkpoint_id)
     reason = local_copy.mismatch(copy, snapshot.files)
-    if reason is None or not standby_copy.has_standby(state_dir):
+    if reason is None or not standby_copy.standby_ids(state_dir):
         return reason, 0
     try:
         fetched = standby_copy.keep(restore.store, state_dir, restore.checkpoint_id, snapshot.files)

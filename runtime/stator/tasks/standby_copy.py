@@ -185,10 +185,6 @@ def run_job(job: StandbyJob) -> None:
             )
 
 
-def has_standby(state_dir: Path) -> bool:
-    return bool(standby_ids(state_dir))
-
-
 def release(state_dir: Path) -> None:
     """The subtask runs on this executor now: its standby copies become plain local copies
     (kept or pruned as the subtask's own, ``local_copy.py``) and are no longer reused."""
