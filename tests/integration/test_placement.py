@@ -283,3 +283,54 @@ def test_a_lost_executor_names_the_regions_whose_state_it_held(
         for e in KeyedEvents(30, seed=len(name)).make(0, RECORDS, 1):
             expected[e[0]] = expected.get(e[0], 0) + 1
         assert {k: t[-1] for k, t in totals.items()} == expected, name
+
+
+@pytest.mark.parametrize("error", ["mismatch", "other"])
+def test_a_task_that_cannot_have_its_state_fails_its_job_without_retries(
+    cluster: Any, tmp_path: Path, error: str
+) -> None:
+    """A StateMismatchError means the job must rewind, and every attempt of the task fails
+    the same way: the job fails at the first attempt (``FutileRetryListener``) with the
+    task's error line, which the driver classifies as a failure to retry the job from its
+    checkpoint. Any other error still gets Spark's attempts (4)."""
+    from py4j.protocol import Py4JJavaError
+
+    from stator.cluster.jvm import fail_futile_retries, load_helper
+    from stator.driver.failures import Kind, classify
+
+    sc = cluster.sparkContext
+    assert load_helper(sc)
+    fail_futile_retries(sc)
+    fail_futile_retries(sc)  # once per SparkContext: a second call adds no second listener
+    marks_dir = str(tmp_path)
+
+    def task(index: int, rows: Any) -> Any:  # by value: executors cannot import tests/
+        """Raises on every attempt; a retry first waits 2 s (time to be cancelled), then
+        leaves its mark."""
+        from pyspark import TaskContext
+
+        from stator.errors import StateMismatchError
+
+        attempt = TaskContext.get().attemptNumber()
+        if attempt:
+            time.sleep(2)
+        Path(marks_dir, f"attempt-{attempt}").touch()
+        if error == "mismatch":
+            raise StateMismatchError(f"operator 'count' subtask {index}: the job must rewind")
+        raise RuntimeError(f"subtask {index}: a failure a retry may not see again")
+
+    started = time.monotonic()
+    with pytest.raises(Py4JJavaError) as failed:
+        sc.parallelize([1], 1).mapPartitionsWithIndex(task).collect()
+    took = time.monotonic() - started
+    marks = sorted(p.name for p in tmp_path.iterdir())
+    failure = classify(failed.value, None, None)
+    print(f"{error}: attempts {marks} in {took:.1f} s; {failure.summary[:160]}")
+    assert failure.kind is Kind.RETRY
+    if error == "mismatch":
+        assert marks == ["attempt-0"]
+        assert failure.summary.startswith("StateMismatchError: operator 'count' subtask 0: ")
+        assert "cannot succeed" in str(failed.value)
+    else:
+        assert marks == [f"attempt-{n}" for n in range(4)]
+        assert "cannot succeed" not in str(failed.value)

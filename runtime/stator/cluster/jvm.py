@@ -128,6 +128,13 @@ def load_helper(sc: Any) -> bool:
     return _has_helper(sc)
 
 
+def fail_futile_retries(sc: Any) -> None:
+    """Fail a job at its first task that raised ``StateMismatchError`` (a rewind is needed:
+    no attempt of that task can succeed) rather than after all of Spark's attempts
+    (``stator.jvm.FutileRetryListener``; once per SparkContext). Needs the helper loaded."""
+    sc._jvm.stator.jvm.FutileRetryListener.install(sc._jsc.sc())
+
+
 def prefer_locations(sc: Any, rdd: Any, locations: list[str]) -> Any:
     """``rdd`` (a PySpark RDD) wrapped one-to-one so that partition ``i`` prefers
     ``locations[i]`` (comma-separated Spark locations, "" for anywhere)."""

@@ -36,7 +36,7 @@ from ..api.pipeline import KeyedNode, Pipeline, SinkNode, SourceNode
 from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.metadata import CheckpointMetadata, RemoteFile
 from ..cluster.fencing import guard
-from ..cluster.jvm import live_executors, load_helper
+from ..cluster.jvm import fail_futile_retries, live_executors, load_helper
 from ..cluster.placement import (
     EpochLocations,
     LocalRestore,
@@ -352,6 +352,7 @@ class JobDriver:
             sc.setLocalProperty("spark.scheduler.pool", self.region)
         self._task_attempts = int(sc.getConf().get("spark.task.maxFailures", "4"))
         if uses_placement(str(sc.master)) and load_helper(sc):
+            fail_futile_retries(sc)
             cfg = self.config
             self.placer = Placer(
                 sc,
