@@ -20,7 +20,7 @@ the same run (``bench/harness.py``: alternating runs, medians and spread, checke
    tenth of the state from MinIO, a local one only if it read nothing, a MinIO run only if it
    read the state. Before each run every contender waits for two running executors and 30 s
    more (time for a standby copy to be made in the background; untimed). Checkpoint uploads
-   are synchronous here (``standby``'s comment says why).
+   are synchronous unless ``--async-uploads`` (``standby``'s comment says why).
 2. ``throughput``: a keyed count of ``--count`` events over ``--keys`` keys, to the end of its
    input, with two executor pods of one core each against ``local[*]`` in the driver pod, on
    the same two cores. Rate over the epochs after the first (Spark's start-up left out, the
@@ -70,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         default=["recovery", "standby", "throughput", "rescale", "rescale-pods"],
         choices=["recovery", "standby", "throughput", "rescale", "rescale-pods"],
+    )
+    parser.add_argument(
+        "--async-uploads",
+        action="store_true",
+        help="standby: asynchronous checkpoint uploads (the default of a pipeline) for every "
+        "contender, instead of synchronous ones",
     )
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     args = parser.parse_args(argv)
@@ -244,16 +250,17 @@ def standby(space: Any, args: argparse.Namespace) -> list[Comparison]:
         "local-2": {"volume": volume},
         "remote-2": {"enabled": False},
     }
-    # Synchronous uploads: each epoch's checkpoint completes with it, so a retry of the lost
-    # subtask's task restores at once. With asynchronous ones, whether the job must first
-    # rewind depends on whether the kill lands before the epoch's checkpoint completed: a
-    # rewind (Spark's four attempts, the restart, the survey) that costs any contender
-    # about 8 s here, at random.
-    shape["checkpointing"] = {"asyncUpload": False}
+    # Synchronous uploads by default: each epoch's checkpoint completes with it, so a retry
+    # of the lost subtask's task restores at once. With asynchronous ones (--async-uploads),
+    # whether the job must first rewind depends on whether the kill lands before the epoch's
+    # checkpoint completed: a rewind (the restart, the survey, the epochs since the
+    # checkpoint again) that costs any contender seconds, at random.
+    shape["checkpointing"] = {"asyncUpload": args.async_uploads}
     runs, state_gb = _recovery_runs(space, args, contenders, shape)
     what = (
         f"the executor pod holding a keyed subtask's {state_gb:.2f} GB of state is deleted "
-        f"(two executor pods of one core): time until the job processes again (the epoch "
+        f"(two executor pods of one core, {'a' if args.async_uploads else ''}synchronous "
+        f"checkpoint uploads): time until the job processes again (the epoch "
         f"after its restore); the other executor resumes it from its standby copy vs"
     )
     standby_runs = runs.runs_of("standby", "standby copy", "s")
