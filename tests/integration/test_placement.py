@@ -334,3 +334,30 @@ def test_a_task_that_cannot_have_its_state_fails_its_job_without_retries(
     else:
         assert marks == [f"attempt-{n}" for n in range(4)]
         assert "cannot succeed" not in str(failed.value)
+
+
+def test_a_first_attempt_sent_to_a_gone_executor_knows_it(cluster: Any) -> None:
+    """The JVM RDD tells a first attempt that runs away from the executor the driver sent it
+    to whether that executor is gone (lost after the epoch was planned): such a task refuses
+    to read its state from the object store, as a retry does. A task that runs where it was
+    sent, or was sent anywhere, is not told so."""
+    from stator.cluster.jvm import load_helper, prefer_locations
+
+    sc = cluster.sparkContext
+    assert load_helper(sc)
+    live = live_executors(sc)
+    executor, host = sorted(live.items())[0]
+    gone = str(max(int(e) for e in live) + 100)  # never registered
+    locations = [f"executor_{host}_{executor}", f"executor_{host}_{gone}", ""]
+    rdd = prefer_locations(sc, sc.parallelize(range(3), 3), locations)
+
+    def probe(index: int, rows: Any) -> Any:
+        from stator.cluster.jvm import task_is_retry, task_location, task_sent_to_gone
+
+        yield index, task_location()[0], task_sent_to_gone(), task_is_retry()
+
+    got = sorted(rdd.mapPartitionsWithIndex(probe).collect())
+    print(got)
+    assert got[0] == (0, executor, False, False)
+    assert got[1][0] == 1 and got[1][1] in live and got[1][2:] == (True, False)
+    assert got[2][0] == 2 and got[2][2:] == (False, False)

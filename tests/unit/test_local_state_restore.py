@@ -294,15 +294,22 @@ def test_rows_left_at_epoch_0_by_a_killed_restore_are_not_a_new_jobs_state(
 
 
 @pytest.mark.parametrize(
-    ("executor", "retry", "refused"),
+    ("executor", "retry", "gone", "refused"),
     [
-        ("2", True, True),  # Spark's retry elsewhere, after the executor holding it was lost
-        ("2", False, False),  # a first attempt Spark placed elsewhere after the locality wait
-        ("1", True, False),  # a retry on the executor the driver sent it to
+        ("2", True, False, True),  # Spark's retry elsewhere, after the holder was lost
+        ("2", False, False, False),  # a first attempt placed elsewhere after the locality wait
+        ("2", False, True, True),  # a first attempt elsewhere: the holder was lost since the
+        # epoch was planned
+        ("1", True, False, False),  # a retry on the executor the driver sent it to
     ],
 )
 def test_a_retry_away_from_the_executor_holding_the_state_does_not_read_the_store(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, executor: str, retry: bool, refused: bool
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    executor: str,
+    retry: bool,
+    gone: bool,
+    refused: bool,
 ) -> None:
     """The driver sent subtask 0 to executor 1, which holds its state. When that executor
     is lost, Spark retries the task at once on any executor with a free slot, before the
@@ -315,6 +322,7 @@ def test_a_retry_away_from_the_executor_holding_the_state_does_not_read_the_stor
     snap = checkpointed(tmp_path, store, epoch=2)
     monkeypatch.setattr(local_state, "task_location", lambda: (executor, "10.0.0.9"))
     monkeypatch.setattr(local_state, "task_is_retry", lambda: retry)
+    monkeypatch.setattr(local_state, "task_sent_to_gone", lambda: gone)
     pinned = {(UID, 0): "executor_10.0.0.9_1"}
     s = spec(tmp_path / "executor-b", 3, restore=restore_of(store, snap), pinned=pinned)
     if not refused:

@@ -31,6 +31,7 @@ JAR_PREFIX = "stator-jvm-"
 EXECUTOR_ID_PROPERTY = "stator.executor.id"
 EXECUTOR_HOST_PROPERTY = "stator.executor.host"
 RETRY_PROPERTY = "stator.task.retry"
+SENT_TO_GONE_PROPERTY = "stator.task.sent_to_gone"
 
 
 def cache_dir() -> Path:
@@ -175,6 +176,16 @@ def task_is_retry() -> bool:
 
     ctx: Any = TaskContext.get()
     return ctx is not None and ctx.getLocalProperty(RETRY_PROPERTY) == "true"
+
+
+def task_sent_to_gone() -> bool:
+    """In a task of a wrapped RDD: whether it is a first attempt that runs away from the
+    executor the driver sent it to because that executor is gone (lost after the epoch was
+    planned, before its stage started), as the JVM RDD found it."""
+    from pyspark import TaskContext  # noqa: PLC0415 - only inside a task
+
+    ctx: Any = TaskContext.get()
+    return ctx is not None and ctx.getLocalProperty(SENT_TO_GONE_PROPERTY) == "true"
 
 
 def live_executors(sc: Any) -> dict[str, str]:

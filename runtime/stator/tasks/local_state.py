@@ -28,8 +28,10 @@ Opening subtask S for epoch E (its state must be at ``base_epoch`` = E-1):
    :class:`~stator.errors.StateMismatchError` instead; the driver rewinds to the
    checkpoint and waits for the replacement (``cluster/placement.py``). A retry is a later
    attempt of the task or any task of a resubmitted stage (a lost executor's shuffle
-   output resubmits the stage). A first attempt that Spark placed elsewhere after the
-   locality wait restores from the object store.
+   output resubmits the stage), or a first attempt that runs elsewhere because that
+   executor was lost after the driver planned the epoch. A first attempt that Spark placed
+   elsewhere after the locality wait (the executor lives, but was busy) restores from the
+   object store.
 4. No source covering the operator: a new job, or an operator added by the restored job,
    starts empty; anything else is a :class:`~stator.errors.StateMismatchError`.
 """
@@ -46,7 +48,7 @@ from ..api.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 from ..checkpoint import uploads
 from ..checkpoint.metadata import SubtaskSnapshot
 from ..checkpoint.transfer import download_snapshot, plan_upload, send_files
-from ..cluster.jvm import executor_location, task_is_retry, task_location
+from ..cluster.jvm import executor_location, task_is_retry, task_location, task_sent_to_gone
 from ..epoch.reports import NO_RESTORE, RestoreReport
 from ..epoch.spec import EpochSpec, RestoreTask
 from ..errors import StateMismatchError, StatorError, StorageError
@@ -179,11 +181,17 @@ def _refuse_retry_elsewhere(spec: EpochSpec, uid: str, subtask: int, checkpoint_
     if pinned is None:
         return
     executor, host = task_location()
-    if not executor or executor_location(host, executor) == pinned or not task_is_retry():
+    if not executor or executor_location(host, executor) == pinned:
+        return
+    if task_is_retry():
+        what = "this retry of its task"
+    elif task_sent_to_gone():  # lost after the epoch was planned: a retry in all but name
+        what = "that executor is gone, and its task"
+    else:  # the executor lives, but was busy past the locality wait
         return
     raise StateMismatchError(
-        f"operator '{uid}' subtask {subtask}: its state is on {pinned}, and this retry of its "
-        f"task runs on executor {executor} ({host}): it does not read the state from the "
+        f"operator '{uid}' subtask {subtask}: its state is on {pinned}, and {what} "
+        f"runs on executor {executor} ({host}): it does not read the state from the "
         f"object store here. The job rewinds to checkpoint {checkpoint_id} and waits up to "
         f"local_recovery.executor_wait_ms for that executor or its replacement"
     )

@@ -22,7 +22,9 @@ import scala.reflect.ClassTag$;
  * task: the Python worker reads them (TaskContext.getLocalProperty) and reports them, since a
  * Python worker has no other reliable way to learn its executor id. And whether the task is a
  * retry: a later attempt, or any attempt of a resubmitted stage (PySpark's TaskContext has no
- * stage attempt number).
+ * stage attempt number). And, for a first attempt that runs away from the executor it was sent
+ * to, whether that executor is gone (asked of the driver's block manager master): the executor
+ * was lost after the driver planned the epoch, so the task is in effect a retry elsewhere.
  *
  * An executor that is gone by the time a stage is submitted (a stage retried after its
  * executor was lost mid-epoch) is no longer asked for: Spark would otherwise hold the task
@@ -35,6 +37,7 @@ public class PreferredLocationsRDD<T> extends RDD<T> {
   public static final String EXECUTOR_ID = "stator.executor.id";
   public static final String EXECUTOR_HOST = "stator.executor.host";
   public static final String RETRY = "stator.task.retry";
+  public static final String SENT_TO_GONE = "stator.task.sent_to_gone";
 
   private final RDD<T> parent;
   private final String[] locations;
@@ -60,7 +63,39 @@ public class PreferredLocationsRDD<T> extends RDD<T> {
         .setProperty(EXECUTOR_HOST, env.blockManager().blockManagerId().host());
     boolean retry = context.attemptNumber() > 0 || context.stageAttemptNumber() > 0;
     context.getLocalProperties().setProperty(RETRY, Boolean.toString(retry));
+    boolean gone = !retry && sentToGone(split.index(), env);
+    context.getLocalProperties().setProperty(SENT_TO_GONE, Boolean.toString(gone));
     return parent.iterator(split, context);
+  }
+
+  /**
+   * Whether partition i was sent to executors ("executor_HOST_ID" locations) of which this is
+   * none and none is registered any more. Asks the driver only when the task runs away.
+   */
+  private boolean sentToGone(int i, SparkEnv env) {
+    if (i >= locations.length || locations[i] == null || locations[i].isEmpty()) {
+      return false;
+    }
+    String self = "executor_" + env.blockManager().blockManagerId().host() + "_" + env.executorId();
+    List<String> wanted = new ArrayList<>();
+    for (String location : locations[i].split(",")) {
+      if (location.equals(self)) {
+        return false;
+      }
+      if (location.startsWith("executor_")) {
+        wanted.add(location.substring(location.lastIndexOf('_') + 1));
+      }
+    }
+    if (wanted.isEmpty()) {
+      return false;
+    }
+    scala.collection.Map<BlockManagerId, ?> status = env.blockManager().master().getMemoryStatus();
+    for (BlockManagerId bm : scala.jdk.javaapi.CollectionConverters.asJava(status.keySet())) {
+      if (wanted.contains(bm.executorId())) {
+        return false;
+      }
+    }
+    return true;
   }
 
   @Override
