@@ -295,8 +295,11 @@ def _recovery_runs(
     state written, then each loses an executor in turn."""
     keys = args.state_bytes // args.value_bytes
     env = {"KEYS": keys, "VALUE_BYTES": args.value_bytes, "RATE": 100}
-    config = {"epoch.max_records": str(keys)}
     for name, local in contenders.items():
+        config = {"epoch.max_records": str(keys)}
+        if name.startswith("local"):  # it waits for the replacement pod: 20 s (the default)
+            # is not always enough on this loaded machine, and then it reads MinIO
+            config["local_recovery.executor_wait_ms"] = "60000"
         spec = {k: v for k, v in shape.items() if k != "checkpointing"}
         manifest = _manifest(
             space,
