@@ -38,6 +38,12 @@ def exits(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     monkeypatch.setattr(fencing.os, "_exit", fake_exit)
     yield codes
     fencing.release()
+    # A renewal thread that found the lease taken calls the fake exit on each round until
+    # released; it must end before the real os._exit is back, or it ends pytest (exit 4).
+    for thread in threading.enumerate():
+        if thread.name.startswith("lease-"):
+            thread.join(timeout=5)
+            assert not thread.is_alive(), f"{thread.name} still renews after its release"
 
 
 def test_without_a_lease_name_nothing_is_held_and_every_write_goes_on(exits: list[int]) -> None:
