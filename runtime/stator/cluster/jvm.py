@@ -172,20 +172,22 @@ def task_is_retry() -> bool:
     """In a task of a wrapped RDD: whether it runs again, as the JVM RDD recorded it (a later
     attempt of its task, or any attempt of a stage Spark resubmitted after a fetch failure,
     as when a lost executor held shuffle output: its tasks count attempts from 0 again)."""
-    from pyspark import TaskContext  # noqa: PLC0415 - only inside a task
-
-    ctx: Any = TaskContext.get()
-    return ctx is not None and ctx.getLocalProperty(RETRY_PROPERTY) == "true"
+    return _task_flag(RETRY_PROPERTY)
 
 
 def task_sent_to_gone() -> bool:
     """In a task of a wrapped RDD: whether it is a first attempt that runs away from the
     executor the driver sent it to because that executor is gone (lost after the epoch was
     planned, before its stage started), as the JVM RDD found it."""
+    return _task_flag(SENT_TO_GONE_PROPERTY)
+
+
+def _task_flag(name: str) -> bool:
+    """A true/false local property the JVM RDD set on the running task (False outside one)."""
     from pyspark import TaskContext  # noqa: PLC0415 - only inside a task
 
     ctx: Any = TaskContext.get()
-    return ctx is not None and ctx.getLocalProperty(SENT_TO_GONE_PROPERTY) == "true"
+    return ctx is not None and ctx.getLocalProperty(name) == "true"
 
 
 def live_executors(sc: Any) -> dict[str, str]:

@@ -38,6 +38,7 @@ public class PreferredLocationsRDD<T> extends RDD<T> {
   public static final String EXECUTOR_HOST = "stator.executor.host";
   public static final String RETRY = "stator.task.retry";
   public static final String SENT_TO_GONE = "stator.task.sent_to_gone";
+  private static final String EXECUTOR_PREFIX = "executor_";
 
   private final RDD<T> parent;
   private final String[] locations;
@@ -76,21 +77,20 @@ public class PreferredLocationsRDD<T> extends RDD<T> {
     if (i >= locations.length || locations[i] == null || locations[i].isEmpty()) {
       return false;
     }
-    String self = "executor_" + env.blockManager().blockManagerId().host() + "_" + env.executorId();
+    String self = location(env.blockManager().blockManagerId().host(), env.executorId());
     List<String> wanted = new ArrayList<>();
     for (String location : locations[i].split(",")) {
       if (location.equals(self)) {
         return false;
       }
-      if (location.startsWith("executor_")) {
+      if (location.startsWith(EXECUTOR_PREFIX)) {
         wanted.add(location.substring(location.lastIndexOf('_') + 1));
       }
     }
     if (wanted.isEmpty()) {
       return false;
     }
-    scala.collection.Map<BlockManagerId, ?> status = env.blockManager().master().getMemoryStatus();
-    for (BlockManagerId bm : scala.jdk.javaapi.CollectionConverters.asJava(status.keySet())) {
+    for (BlockManagerId bm : registered()) {
       if (wanted.contains(bm.executorId())) {
         return false;
       }
@@ -106,7 +106,7 @@ public class PreferredLocationsRDD<T> extends RDD<T> {
       Set<String> alive = new HashSet<>(
           scala.jdk.javaapi.CollectionConverters.asJava(sparkContext().getExecutorIds()));
       for (String location : locations[i].split(",")) {
-        if (!location.startsWith("executor_")) {
+        if (!location.startsWith(EXECUTOR_PREFIX)) {
           out.add(location);
           continue;
         }
@@ -115,9 +115,9 @@ public class PreferredLocationsRDD<T> extends RDD<T> {
           out.add(location);
           continue;
         }
-        String host = location.substring("executor_".length(), cut);
+        String host = location.substring(EXECUTOR_PREFIX.length(), cut);
         for (String id : executorsOn(host, alive)) {
-          out.add("executor_" + host + "_" + id);
+          out.add(location(host, id));
         }
       }
     }
@@ -127,13 +127,23 @@ public class PreferredLocationsRDD<T> extends RDD<T> {
   /** Live executors whose block manager is on this host (the driver's own view). */
   private static List<String> executorsOn(String host, Set<String> alive) {
     List<String> ids = new ArrayList<>();
-    scala.collection.Map<BlockManagerId, ?> status =
-        SparkEnv.get().blockManager().master().getMemoryStatus();
-    for (BlockManagerId bm : scala.jdk.javaapi.CollectionConverters.asJava(status.keySet())) {
+    for (BlockManagerId bm : registered()) {
       if (host.equals(bm.host()) && alive.contains(bm.executorId())) {
         ids.add(bm.executorId());
       }
     }
     return ids;
+  }
+
+  /** The block managers the driver's master lists (asked of the driver from an executor). */
+  private static Iterable<BlockManagerId> registered() {
+    scala.collection.Map<BlockManagerId, ?> status =
+        SparkEnv.get().blockManager().master().getMemoryStatus();
+    return scala.jdk.javaapi.CollectionConverters.asJava(status.keySet());
+  }
+
+  /** Spark's location string for one executor (jvm.executor_location on the Python side). */
+  private static String location(String host, String executorId) {
+    return EXECUTOR_PREFIX + host + "_" + executorId;
   }
 }
