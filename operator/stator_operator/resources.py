@@ -39,10 +39,11 @@ STATE_VOLUME = "stator-state"  # an executor's state volume (its claim, with a l
 # Executors are lost once they miss heartbeats for this long (Spark's default is 120 s,
 # checked every 60 s), and a shuffle fetch from a vanished node gives up after 10 s without
 # an answer (default 120 s): the job runs again well within a minute of losing a node.
-# A deleted or restarted executor pod is noticed sooner, from the pod list Spark's backend
-# takes every ``apiPollingInterval`` (default 30 s): its watch reports a force-deleted pod
-# as still running, and a container restarted in place relabels its pod with the new
-# executor's id, so the old executor is simply missing from the next list.
+# A deleted executor pod, or one whose container stopped or restarted in place, is noticed at
+# once by the driver's own watch (stator.jvm.LostPodWatcher): Spark's watch reports a
+# force-deleted pod as still running, and a restarted container keeps its pod Running. Should
+# that watch not start, the pod list Spark's backend takes every ``apiPollingInterval``
+# (default 30 s) notices it, later: the old executor is missing from it.
 FAILURE_DETECTION = {
     "spark.kubernetes.executor.apiPollingInterval": "2s",
     "spark.executor.heartbeatInterval": "3s",

@@ -236,6 +236,8 @@ def test_a_killed_executor_and_a_killed_driver_restore_from_local_copies(
         refusals = [line for line in log.splitlines() if REFUSAL in line]
         print("the retry's refusal:", refusals[:1])
         assert refusals
+        # Spark learned of the loss from the driver's pod watch, not 15 s of missed heartbeats
+        assert lost_executor_lines(log, victim), log[-3000:]
     placement = status["placement"]
     assert placement["keyedTasksLocal"] == placement["keyedTasks"]
     assert subtask_nodes(status) == held  # every subtask stayed on its node
@@ -328,6 +330,57 @@ def test_a_standby_executor_resumes_a_lost_executors_subtask_from_its_copy(
     assert placement["keyedTasksLocal"] == placement["keyedTasks"]
     space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=400)
     assert_exact(committed(space, name), count)
+
+
+def test_a_force_deleted_executor_pod_is_noticed_at_once(
+    space: Space, request: pytest.FixtureRequest
+) -> None:
+    """``kubectl delete pod --grace-period=0 --force`` of an executor pod: the pod object is
+    gone at once, while Spark's own watch takes its last state (Running) for a live pod, so
+    Spark alone notices the loss only at its next pod list. The driver's watch removes the
+    executor as the deletion arrives: Spark's log of the loss gives the deletion as its
+    reason. The StatefulSet makes the pod again on its node, its subtasks wait for it and
+    restore locally (nothing from the object store). Exact output."""
+    name = "deleted"
+    count = 20_000
+    manifest = executor_manifest(space, name, 4, count, 900, 600)
+    manifest["spec"]["config"]["local_recovery.executor_wait_ms"] = "60000"
+    space.apply(manifest)
+    status = three_checkpoints(space, name)
+    pods = running_executors(space, name, 2)
+    nodes = nodes_of(pods)
+    held = subtask_nodes(status)
+    epoch = status["epoch"]
+    driver_pod = space.driver_pods(name)[0]["metadata"]["name"]
+    victim = str(pods[0]["metadata"]["name"])
+    space.kube.kubectl("delete", "pod", victim, "-n", space.name, "--grace-period=0", "--force")
+    status = space.wait(
+        name,
+        "four epochs after the deletion",
+        lambda s: s.get("epoch", 0) >= epoch + 4,
+        timeout=180,
+    )
+    print("after the deletion:", json.dumps(restored(status)), json.dumps(status["placement"]))
+    if not EXTERNAL:
+        log = request.getfixturevalue("agent").pod_log(space.name, driver_pod)
+        lines = lost_executor_lines(log, victim)
+        print("the loss:", lines[:1])
+        assert any("was deleted" in line for line in lines), log[-3000:]
+    assert restored(status)["remote"] == 0 and restored(status)["remoteBytes"] == 0
+    assert subtask_nodes(status) == held
+    assert nodes_of(running_executors(space, name, 2)) == nodes  # made again on its node
+    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=400)
+    assert_exact(committed(space, name), count)
+
+
+def lost_executor_lines(log: str, pod: str) -> list[str]:
+    """Spark's log lines of executors it removed because the driver's pod watch
+    (stator.jvm.LostPodWatcher) saw ``pod`` deleted, or its executor container stop."""
+    return [
+        line
+        for line in log.splitlines()
+        if "Lost executor" in line and "Stator: executor lost: " in line and pod in line
+    ]
 
 
 def kill_in_keyed_task(

@@ -361,3 +361,15 @@ def test_a_first_attempt_sent_to_a_gone_executor_knows_it(cluster: Any) -> None:
     assert got[0] == (0, executor, False, False)
     assert got[1][0] == 1 and got[1][1] in live and got[1][2:] == (True, False)
     assert got[2][0] == 2 and got[2][2:] == (False, False)
+
+
+def test_executors_that_are_not_pods_are_not_watched(cluster: Any) -> None:
+    """The driver's pod watch (``stator.jvm.LostPodWatcher``) starts only where executors are
+    Kubernetes pods (tests/e2e/test_executors.py shows what it does there); elsewhere it
+    declines, and jobs run as before."""
+    from stator.cluster.jvm import load_helper, watch_lost_pods
+
+    sc = cluster.sparkContext
+    assert load_helper(sc)
+    assert watch_lost_pods(sc) is False
+    assert sc.parallelize(range(4), 2).sum() == 6

@@ -16,6 +16,7 @@ Building (``ensure_jar``):
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
@@ -24,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+
+log = logging.getLogger("stator.cluster")
 
 SOURCES = Path(__file__).parent / "jvm"
 JAR_PREFIX = "stator-jvm-"
@@ -134,6 +137,24 @@ def fail_futile_retries(sc: Any) -> None:
     no attempt of that task can succeed) rather than after all of Spark's attempts
     (``stator.jvm.FutileRetryListener``; once per SparkContext). Needs the helper loaded."""
     sc._jvm.stator.jvm.FutileRetryListener.install(sc._jsc.sc())
+
+
+def watch_lost_pods(sc: Any) -> bool:
+    """Remove an executor from Spark as soon as its pod is deleted or restarts in place, not
+    at Spark's next pod list (``stator.jvm.LostPodWatcher``; once per SparkContext; False
+    where executors are not pods, or the watch could not start: Spark's list still notices
+    the loss, later). Needs the helper loaded."""
+    from py4j.protocol import Py4JError  # noqa: PLC0415
+
+    try:
+        return bool(sc._jvm.stator.jvm.LostPodWatcher.install(sc._jsc.sc()))
+    except Py4JError as exc:
+        log.warning(
+            "executor pods are not watched for deletions (%s): Spark's pod list "
+            "notices a lost executor instead",
+            str(exc).splitlines()[0],
+        )
+        return False
 
 
 def prefer_locations(sc: Any, rdd: Any, locations: list[str]) -> Any:

@@ -36,7 +36,7 @@ from ..api.pipeline import KeyedNode, Pipeline, SinkNode, SourceNode
 from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.metadata import CheckpointMetadata, RemoteFile
 from ..cluster.fencing import guard
-from ..cluster.jvm import fail_futile_retries, live_executors, load_helper
+from ..cluster.jvm import fail_futile_retries, live_executors, load_helper, watch_lost_pods
 from ..cluster.placement import (
     EpochLocations,
     LocalRestore,
@@ -353,6 +353,7 @@ class JobDriver:
         self._task_attempts = int(sc.getConf().get("spark.task.maxFailures", "4"))
         if uses_placement(str(sc.master)) and load_helper(sc):
             fail_futile_retries(sc)
+            watch_lost_pods(sc)
             cfg = self.config
             self.placer = Placer(
                 sc,
