@@ -21,6 +21,8 @@ the same run (``bench/harness.py``: alternating runs, medians and spread, checke
    read the state. Before each run every contender waits for two running executors and 30 s
    more (time for a standby copy to be made in the background; untimed). Checkpoint uploads
    are synchronous unless ``--async-uploads`` (``standby``'s comment says why).
+   ``--kill sigkill`` (both cases): SIGKILL the executor's processes instead of deleting its
+   pod; its container restarts in its pod, as after a crash or an out-of-memory kill.
 2. ``throughput``: a keyed count of ``--count`` events over ``--keys`` keys, to the end of its
    input, with two executor pods of one core each against ``local[*]`` in the driver pod, on
    the same two cores. Rate over the epochs after the first (Spark's start-up left out, the
@@ -44,6 +46,8 @@ import argparse
 import base64
 import functools
 import json
+import os
+import signal
 import sys
 import tempfile
 import time
@@ -76,6 +80,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="standby: asynchronous checkpoint uploads (the default of a pipeline) for every "
         "contender, instead of synchronous ones",
+    )
+    parser.add_argument(
+        "--kill",
+        choices=["delete", "sigkill"],
+        default="delete",
+        help="recovery, standby: how the executor is lost: its pod force-deleted (the "
+        "StatefulSet makes it again), or its processes SIGKILLed (its container restarts)",
     )
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     args = parser.parse_args(argv)
@@ -174,6 +185,7 @@ class _Bed:
         create_credentials(kube, ns, bed.s3)
         space = Space(ns, ns, bed.s3, kube)
         space.storage_class = LOCAL_STORAGE_CLASS  # type: ignore[attr-defined]
+        space.agent = agent  # type: ignore[attr-defined]
         return space
 
     def __exit__(self, *exc: object) -> None:
@@ -229,7 +241,7 @@ def recovery(space: Any, args: argparse.Namespace) -> Comparison:
     contenders = {"local": {"volume": _volume(space, args)}, "remote": {"enabled": False}}
     runs, state_gb = _recovery_runs(space, args, contenders, shape)
     return Comparison(
-        f"an executor pod holding {state_gb:.2f} GB of keyed state is deleted: time until the "
+        f"an executor pod holding {state_gb:.2f} GB of keyed state {_lost(args)}: time until the "
         f"job processes again (the epoch after its restore); task-local recovery on a local "
         f"volume vs the "
         f"state restored from MinIO",
@@ -258,7 +270,7 @@ def standby(space: Any, args: argparse.Namespace) -> list[Comparison]:
     shape["checkpointing"] = {"asyncUpload": args.async_uploads}
     runs, state_gb = _recovery_runs(space, args, contenders, shape)
     what = (
-        f"the executor pod holding a keyed subtask's {state_gb:.2f} GB of state is deleted "
+        f"the executor pod holding a keyed subtask's {state_gb:.2f} GB of state {_lost(args)} "
         f"(two executor pods of one core, {'a' if args.async_uploads else ''}synchronous "
         f"checkpoint uploads): time until the job processes again (the epoch "
         f"after its restore); the other executor resumes it from its standby copy vs"
@@ -326,14 +338,23 @@ def _recovery_runs(
         )
         print(f"{name}: {space.status(name)['latestCheckpoint']}", file=sys.stderr)
     runs = Alternating(args.runs, log=lambda line: print(line, file=sys.stderr))
-    runs.measure({name: functools.partial(_lose_executor, space, name) for name in contenders})
+    runs.measure(
+        {name: functools.partial(_lose_executor, space, name, args.kill) for name in contenders}
+    )
     for name in contenders:
         space.kube.kubectl("delete", "statefulpipeline", name, "-n", space.name, "--wait=false")
     return runs, keys * args.value_bytes / 1e9
 
 
-def _lose_executor(space: Any, name: str) -> tuple[float, dict[str, Any]]:
-    """Delete the pipeline's executor pod that runs its keyed subtask; time until the job
+def _lost(args: argparse.Namespace) -> str:
+    if args.kill == "sigkill":
+        return "is SIGKILLed (its container restarts in its pod)"
+    return "is deleted"
+
+
+def _lose_executor(space: Any, name: str, kill: str) -> tuple[float, dict[str, Any]]:
+    """Delete the pipeline's executor pod that runs its keyed subtask (or SIGKILL its
+    processes, ``kill``); time until the job
     completed the epoch after the first one that ran the subtask elsewhere; check where the
     restore read from."""
     if name.endswith(("standby", "-2")):  # untimed, for every contender alike
@@ -352,7 +373,10 @@ def _lose_executor(space: Any, name: str) -> tuple[float, dict[str, Any]]:
     )["items"][0]["metadata"]["name"]
     epoch = before["epoch"]
     t0 = time.monotonic()
-    space.kube.kubectl("delete", "pod", pod, "-n", space.name, "--grace-period=0", "--force")
+    if kill == "sigkill":
+        os.killpg(space.agent.pods[f"{space.name}/{pod}"].proc.pid, signal.SIGKILL)
+    else:
+        space.kube.kubectl("delete", "pod", pod, "-n", space.name, "--grace-period=0", "--force")
     # Epochs go on until the pod's processes are gone: the job is back once an epoch ran the
     # subtask on another executor (a replacement has a new id), and processing again one
     # epoch later.
