@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,34 @@ def three_checkpoints(space: Space, name: str) -> dict[str, Any]:
     return status
 
 
+@dataclass(frozen=True)
+class Running:
+    """A pipeline with executor pods at its third checkpoint: what a failure test compares
+    the job after the failure with."""
+
+    status: dict[str, Any]
+    pods: list[dict[str, Any]]
+    nodes: dict[str, str]  # executor pod -> node
+    held: dict[int, str]  # keyed subtask -> node
+    driver: str  # the driver pod
+
+
+def running_pipeline(space: Space, name: str, executors: int) -> Running:
+    status = three_checkpoints(space, name)
+    pods = running_executors(space, name, executors)
+    driver = str(space.driver_pods(name)[0]["metadata"]["name"])
+    return Running(status, pods, nodes_of(pods), subtask_nodes(status), driver)
+
+
+def epochs_after(space: Space, name: str, before: Running, n: int, what: str) -> dict[str, Any]:
+    """The status once the job has run ``n`` epochs past ``before``."""
+    epoch = before.status["epoch"]
+    status: dict[str, Any] = space.wait(
+        name, f"{n} epochs after {what}", lambda s: s.get("epoch", 0) >= epoch + n, timeout=180
+    )
+    return status
+
+
 def restored(status: dict[str, Any]) -> dict[str, Any]:
     return dict(status.get("restores") or {})
 
@@ -214,19 +243,10 @@ def test_a_killed_executor_and_a_killed_driver_restore_from_local_copies(
     # base epoch: a retry could restore it from the object store (and must not).
     manifest["spec"]["checkpointing"]["asyncUpload"] = False
     space.apply(manifest)
-    status = three_checkpoints(space, name)
-    pods = running_executors(space, name, 2)
-    nodes = nodes_of(pods)
-    held = subtask_nodes(status)
-    epoch = status["epoch"]
-    first_driver_pod = space.driver_pods(name)[0]["metadata"]["name"]
+    before = running_pipeline(space, name, 2)
+    pods, nodes, held, first_driver_pod = before.pods, before.nodes, before.held, before.driver
     victim = kill_in_keyed_task(space, pods, hold, kill_driver)
-    status = space.wait(
-        name,
-        "six epochs after the executor kill",
-        lambda s: s.get("epoch", 0) >= epoch + 6,
-        timeout=180,
-    )
+    status = epochs_after(space, name, before, 6, "the executor kill")
     print("after the executor kill:", json.dumps(restored(status)), json.dumps(status["placement"]))
     assert restored(status)["remote"] == 0 and restored(status)["remoteBytes"] == 0
     if not EXTERNAL:  # Spark's retry on the other executor refused to read the store
@@ -346,29 +366,19 @@ def test_a_force_deleted_executor_pod_is_noticed_at_once(
     manifest = executor_manifest(space, name, 4, count, 900, 600)
     manifest["spec"]["config"]["local_recovery.executor_wait_ms"] = "60000"
     space.apply(manifest)
-    status = three_checkpoints(space, name)
-    pods = running_executors(space, name, 2)
-    nodes = nodes_of(pods)
-    held = subtask_nodes(status)
-    epoch = status["epoch"]
-    driver_pod = space.driver_pods(name)[0]["metadata"]["name"]
-    victim = str(pods[0]["metadata"]["name"])
+    before = running_pipeline(space, name, 2)
+    victim = str(before.pods[0]["metadata"]["name"])
     space.kube.kubectl("delete", "pod", victim, "-n", space.name, "--grace-period=0", "--force")
-    status = space.wait(
-        name,
-        "four epochs after the deletion",
-        lambda s: s.get("epoch", 0) >= epoch + 4,
-        timeout=180,
-    )
+    status = epochs_after(space, name, before, 4, "the deletion")
     print("after the deletion:", json.dumps(restored(status)), json.dumps(status["placement"]))
     if not EXTERNAL:
-        log = request.getfixturevalue("agent").pod_log(space.name, driver_pod)
+        log = request.getfixturevalue("agent").pod_log(space.name, before.driver)
         lines = lost_executor_lines(log, victim)
         print("the loss:", lines[:1])
         assert any("was deleted" in line for line in lines), log[-3000:]
     assert restored(status)["remote"] == 0 and restored(status)["remoteBytes"] == 0
-    assert subtask_nodes(status) == held
-    assert nodes_of(running_executors(space, name, 2)) == nodes  # made again on its node
+    assert subtask_nodes(status) == before.held
+    assert nodes_of(running_executors(space, name, 2)) == before.nodes  # made again on its node
     space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=400)
     assert_exact(committed(space, name), count)
 
