@@ -149,10 +149,12 @@ def watch_lost_pods(sc: Any) -> bool:
     try:
         return bool(sc._jvm.stator.jvm.LostPodWatcher.install(sc._jsc.sc()))
     except Py4JError as exc:
+        java = getattr(exc, "java_exception", None)  # Py4JJavaError: the Java error's own line
         log.warning(
-            "executor pods are not watched for deletions (%s): Spark's pod list "
-            "notices a lost executor instead",
-            str(exc).splitlines()[0],
+            "executor pods are not watched for deletions (%s): Spark's pod list notices a "
+            "lost executor instead, seconds later. The driver's service account needs list "
+            "and watch on pods in its namespace",
+            java.toString() if java is not None else str(exc).splitlines()[0],
         )
         return False
 

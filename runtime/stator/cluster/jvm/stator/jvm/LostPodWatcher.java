@@ -73,16 +73,22 @@ public final class LostPodWatcher implements ResourceEventHandler<Pod> {
             SparkKubernetesClientFactory.ClientType$.MODULE$.Driver(),
             conf,
             Option.empty());
-    SharedIndexInformer<Pod> informer =
-        client
-            .pods()
-            .inNamespace(namespace)
-            .withLabel("spark-app-selector", sc.applicationId())
-            .withLabel("spark-role", "executor")
-            .inform(
-                new LostPodWatcher(
-                    (KubernetesClusterSchedulerBackend) sc.schedulerBackend(),
-                    conf.get("spark.kubernetes.executor.podTemplateContainerName", null)));
+    SharedIndexInformer<Pod> informer;
+    try {
+      informer =
+          client
+              .pods()
+              .inNamespace(namespace)
+              .withLabel("spark-app-selector", sc.applicationId())
+              .withLabel("spark-role", "executor")
+              .inform(
+                  new LostPodWatcher(
+                      (KubernetesClusterSchedulerBackend) sc.schedulerBackend(),
+                      conf.get("spark.kubernetes.executor.podTemplateContainerName", null)));
+    } catch (RuntimeException e) { // its first list refused (RBAC, API server): no client left
+      client.close();
+      throw e;
+    }
     sc.addSparkListener(
         new SparkListener() {
           @Override
