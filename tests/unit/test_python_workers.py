@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
+import textwrap
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from stator.cluster import worker_warmup
 from stator.cluster.pydaemon import redundant_archives
 from stator.tasks import gc_pause
 from stator.tasks.gc_pause import gc_paused, resume_after_each_task
@@ -123,3 +128,59 @@ def test_a_worker_freezes_what_its_first_task_loaded_once(monkeypatch: pytest.Mo
     run()
     run()
     assert frozen == [1] and gc_pause._PAUSE.frozen
+
+
+def _in_fresh_python(code: str, env: dict[str, str]) -> list[str]:
+    """Run ``code`` in a new interpreter (nothing imported yet); its printed lines."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    return done.stdout.split()
+
+
+WARM_THEN_BUILD = """
+    import sys
+    from stator.cluster.worker_warmup import warm
+    print(",".join(warm()))
+    print("boto3" in sys.modules)
+    from stator import storage
+    warmed = storage._session
+    client = storage._s3_client(storage.S3Options(endpoint_url="http://127.0.0.1:9"))
+    print(warmed is not None and storage._session is warmed)
+    print(client.meta.service_model.service_name)
+"""
+
+
+def test_the_daemon_loads_the_task_modules_and_s3_before_it_forks_workers() -> None:
+    """With S3 credentials in the environment, a worker's first client is built from the
+    session the daemon loaded the S3 models into."""
+    lines = _in_fresh_python(
+        WARM_THEN_BUILD, {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
+    )
+    assert lines == ["stator.tasks.source,stator.tasks.keyed,s3", "True", "True", "s3"]
+
+
+def test_without_s3_credentials_the_daemon_does_not_load_boto3() -> None:
+    code = """
+        import sys
+        from stator.cluster.worker_warmup import warm
+        print(",".join(warm()))
+        print("boto3" in sys.modules)
+    """
+    assert _in_fresh_python(code, {}) == ["stator.tasks.source,stator.tasks.keyed", "False"]
+
+
+def test_a_warm_up_that_fails_leaves_the_workers_cold_and_the_daemon_running(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(worker_warmup, "TASK_MODULES", ("stator.tasks.keyed", "no_such_module"))
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)
+    assert worker_warmup.warm() == ["stator.tasks.keyed"]
+    assert "Python workers start cold" in caplog.text
+    assert "no_such_module" in caplog.text

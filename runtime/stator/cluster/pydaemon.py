@@ -19,7 +19,8 @@ version, stays.
 
 It also wraps each worker's per-task entry so a collector a Stator task paused
 (``tasks/gc_pause.py``) resumes only once PySpark has sent that task's output, and starts the
-executor's checkpoint uploader (``checkpoint/executor_uploader.py``).
+executor's checkpoint uploader (``checkpoint/executor_uploader.py``), and loads what every
+worker would import in its first task before it forks any (``cluster/worker_warmup.py``).
 """
 
 from __future__ import annotations
@@ -95,8 +96,10 @@ def main() -> None:
 
     from ..checkpoint import executor_uploader  # noqa: PLC0415 - after the trim too
     from ..tasks.gc_pause import resume_after_each_task  # noqa: PLC0415 - after the trim too
+    from .worker_warmup import warm  # noqa: PLC0415 - after the trim too
 
     executor_uploader.start()  # before any worker is forked: they inherit its address
+    warm()  # before any worker is forked: they inherit what it loaded
     daemon.worker_main = resume_after_each_task(daemon.worker_main)
     daemon.manager()  # type: ignore[no-untyped-call]
 
