@@ -8,7 +8,12 @@ import pytest
 
 from stator.cluster import session
 from stator.cluster.inventory import Holding, list_copies
-from stator.cluster.placement import LocalRestore, PlacementTracker, uses_placement
+from stator.cluster.placement import (
+    LocalRestore,
+    PlacementTracker,
+    standby_holdings,
+    uses_placement,
+)
 from stator.cluster.session import placement_conf
 from stator.epoch.reports import RestoreReport, StateReport
 from stator.epoch.spec import NODE_NAME_ENV, STATE_DIR_ENV
@@ -127,6 +132,36 @@ def test_a_new_driver_places_every_subtask_by_the_survey() -> None:
     )
     assert (placed.local, placed.total) == (1, 2)
     assert t.stranded({"count": 2}, live) == []
+
+
+def test_a_lost_executors_subtasks_go_to_their_live_standby_executors_without_a_survey() -> None:
+    t = PlacementTracker()
+    t.record([report(0, "1", "10.0.0.1"), report(1, "1", "10.0.0.1")], {"count": 2})
+    t.standby = {("count", 0, 2): ("2", "n2"), ("count", 1, 2): ("3", "n3")}
+    live = {"2": "10.0.0.2", "3": "10.0.0.3"}  # executor 1 is lost
+    stranded = t.stranded({"count": 2}, live)
+    restore = LocalRestore(9, frozenset({"count"}))
+    holdings = standby_holdings(t.standby, stranded, restore, live)
+    assert holdings == {
+        "2": Holding("2", "10.0.0.2", "n2", frozenset(), frozenset({("count", 0, 2, 9)})),
+        "3": Holding("3", "10.0.0.3", "n3", frozenset(), frozenset({("count", 1, 2, 9)})),
+    }
+    planned = t.plan({"count": 2}, live, holdings, restore)
+    assert planned.by_operator["count"] == ["executor_10.0.0.2_2", "executor_10.0.0.3_3"]
+    # Sent to the executors that hold their state: a retry elsewhere waits, as after a survey.
+    assert planned.pinned == {
+        ("count", 0): "executor_10.0.0.2_2",
+        ("count", 1): "executor_10.0.0.3_3",
+    }
+
+
+def test_a_subtask_without_a_live_standby_executor_makes_the_driver_survey() -> None:
+    restore = LocalRestore(9, frozenset({"count"}))
+    stranded = [("count", 0, 2), ("count", 1, 2)]
+    live = {"2": "10.0.0.2"}
+    both = {("count", 0, 2): ("2", "n2"), ("count", 1, 2): ("3", "n3")}
+    assert standby_holdings(both, stranded, restore, live) is None  # executor 3 is gone too
+    assert standby_holdings({("count", 0, 2): ("2", "n2")}, stranded, restore, live) is None
 
 
 def test_executors_report_their_local_copies(

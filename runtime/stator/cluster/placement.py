@@ -21,7 +21,9 @@ Before an epoch whose keyed subtasks may need a restore (their last executor is 
 unknown), the driver (:class:`Placer`) surveys the executors it has not surveyed and, while
 fewer executors are registered than requested and a subtask's local copy is on none of them,
 waits up to ``local_recovery.executor_wait_ms`` for replacements: a restarted executor on the
-same node and volume restores locally instead of reading the object store.
+same node and volume restores locally instead of reading the object store. With standby
+copies, when every such subtask's standby executor lives, the driver hands the subtasks to
+them at once, without a survey (:func:`standby_holdings`).
 
 Tasks learn their executor id and host from the task's local properties that the JVM RDD
 sets (``jvm.task_location``) and report them; the driver remembers them (``PlacementTracker``)
@@ -42,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..epoch.reports import StateReport
-from .inventory import Holding, Inventory
+from .inventory import Copy, Holding, Inventory
 from .jvm import executor_location, live_executors
 
 log = logging.getLogger("stator.cluster")
@@ -260,6 +262,34 @@ class PlacementTracker:
         return out
 
 
+def standby_holdings(
+    standby: dict[Subtask, tuple[str, str]],
+    stranded: list[Subtask],
+    restore: LocalRestore,
+    live: dict[str, str],
+) -> dict[str, Holding] | None:
+    """With standby copies (``standby``: subtask -> the executor its orders named and its
+    node, ``standby.py``), when every stranded subtask's standby executor lives: holdings
+    that hand each subtask to it without a survey, a Spark job on every executor (measured:
+    1.3 s of a 5.3 s recovery on the loaded test bed). Whether that executor finished its
+    copy is not known here; a restore there catches the copy up with the files it lacks,
+    from the object store (``tasks/standby_copy.py``), so an unfinished copy costs download
+    time, never state. None when a stranded subtask has no live standby executor: the
+    driver surveys, and may wait for replacements."""
+    held: dict[str, set[Copy]] = {}
+    nodes: dict[str, str] = {}
+    for key in stranded:
+        entry = standby.get(key)
+        if entry is None or entry[0] not in live:
+            return None
+        held.setdefault(entry[0], set()).add((*key, restore.checkpoint_id))
+        nodes[entry[0]] = entry[1]
+    return {
+        e: Holding(e, live[e], nodes[e], frozenset(), frozenset(copies))
+        for e, copies in held.items()
+    }
+
+
 def _spread(locations: list[str], live: dict[str, str] | None) -> list[str]:
     """Subtasks with no state anywhere (a new job, a rescale) or whose state is on no live
     executor go to the live executors with the fewest subtasks, so that keyed subtasks are
@@ -334,7 +364,17 @@ class Placer:
             if restore is not None and s[0] in restore.operators
         ]
         if stranded and restore is not None:
-            live, holdings = self._survey(stranded, restore, live)
+            standby = None
+            if self.standby:
+                standby = standby_holdings(self.tracker.standby, stranded, restore, live)
+            if standby is not None:
+                log.info(
+                    "resuming %s on the executors keeping their standby copies, without a survey",
+                    ", ".join(f"{u}[{s}/{p}]" for u, s, p in stranded),
+                )
+                holdings = standby
+            else:
+                live, holdings = self._survey(stranded, restore, live)
         return self.tracker.plan(parallelism, live, holdings, restore)
 
     def _survey(
@@ -343,9 +383,10 @@ class Placer:
         started = time.monotonic()
         deadline = started + self.wait_ms / 1000
         again = self.standby
+        looked = 0
         while True:
             holdings = self.inventory.survey(self.sc, live, again)
-            again = False
+            again, looked = False, looked + 1
             missing = [s for s in stranded if not _holders(holdings, s, restore)]
             short = self.expected is not None and len(live) < self.expected
             if not missing or not short or time.monotonic() >= deadline:
@@ -379,6 +420,6 @@ class Placer:
                 waited,
                 ", ".join(f"{u}[{s}/{p}]" for u, s, p in missing[:8]),
             )
-        elif waited > 1:
+        elif looked > 1:
             log.info("replacement executors registered after %.1f s", waited)
         return live, holdings
