@@ -10,6 +10,7 @@ import java.util.List;
 import java.util.Map;
 import org.apache.spark.SparkConf;
 import org.apache.spark.SparkContext;
+import org.apache.spark.SparkEnv;
 import org.apache.spark.deploy.k8s.SparkKubernetesClientFactory;
 import org.apache.spark.scheduler.ExecutorProcessLost;
 import org.apache.spark.scheduler.SparkListener;
@@ -35,9 +36,10 @@ import scala.Option;
  * container leaves the running state or its restart count grows, or its spark-exec-id label
  * changes (the driver relabels a pod whose container registered again as a new executor). The
  * loss is not counted against the task (causedByApp false), as Spark does not count a deleted
- * pod. Removing an executor whose process still runs for a moment (a force deletion before the
- * kubelet kills it) is what Spark does with a pod it sees deleted; a second removal of the same
- * executor is ignored by Spark.
+ * pod. The executor's blocks are removed from the block manager master first, so that no
+ * retried task reads a broadcast piece from it. Removing an executor whose process still runs
+ * for a moment (a force deletion before the kubelet kills it) is what Spark does with a pod it
+ * sees deleted; a second removal of the same executor is ignored by Spark.
  */
 public final class LostPodWatcher implements ResourceEventHandler<Pod> {
   static final String EXEC_ID = "spark-exec-id";
@@ -129,6 +131,15 @@ public final class LostPodWatcher implements ResourceEventHandler<Pod> {
   }
 
   private void lost(String executorId, String why) {
+    // Its blocks first: the task Spark retries at once on another executor reads the stage's
+    // broadcast from wherever the block manager master says pieces are, and until the
+    // scheduler's own removal reaches the master (an event later) that includes the lost
+    // executor, whose fetch fails and is retried before going elsewhere (seconds, measured).
+    // Spark's later removal of the same executor finds nothing left to remove.
+    SparkEnv env = SparkEnv.get();
+    if (env != null) {
+      env.blockManager().master().removeExecutor(executorId);
+    }
     backend.doRemoveExecutor(
         executorId, new ExecutorProcessLost("Stator: executor lost: " + why, Option.empty(), false));
   }
