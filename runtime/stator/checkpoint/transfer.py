@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..state.backend import LocalFile
+from ..state.discard import replace_dir
 from ..storage import TRANSFER_CALLERS, ObjectStore
 from .metadata import RemoteFile, checkpoint_dir
 
@@ -154,9 +155,7 @@ def download_snapshot(
 
         with ThreadPoolExecutor(max(1, min(TRANSFER_CALLERS, len(files)))) as pool:
             total = sum(pool.map(fetch, files))
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
+        replace_dir(staging, target)
         return total
     finally:
         shutil.rmtree(staging, ignore_errors=True)

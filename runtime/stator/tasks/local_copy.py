@@ -22,9 +22,10 @@ Restoring from a copy (``restore_local``):
    truncated or stale copy returns a reason and the caller downloads from the object store.
 2. Materialize into a staging directory next to the database: SST files are hard-linked
    (immutable), the others are copied (RocksDB appends to its manifest when it opens).
-3. Replace the database with the staging directory (a rename). A failure before the rename
-   leaves the old database and a staging directory that the next restore replaces; the
-   caller then falls back to the object store.
+3. Replace the database with the staging directory (a rename; the old database is deleted in
+   the background, ``state/discard.py``). A failure before the rename leaves the old database
+   and a staging directory that the next restore replaces; the caller then falls back to the
+   object store.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import uuid
 from pathlib import Path
 
 from ..checkpoint.metadata import RemoteFile
+from ..state.discard import discard, replace_dir
 
 COPY_PREFIX = "chk-"
 
@@ -84,9 +86,7 @@ def restore_local(copy: Path, files: tuple[RemoteFile, ...], target: Path) -> in
                 os.link(copy / f.name, staging / f.name)
             else:
                 shutil.copyfile(copy / f.name, staging / f.name)
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
+        replace_dir(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return sum(f.size for f in files)
@@ -96,7 +96,7 @@ def prune(state_dir: Path, keep: set[int]) -> list[int]:
     """Step 3 of keeping copies: delete every copy whose id is not in ``keep``."""
     removed = []
     for checkpoint_id in copy_ids(state_dir):
-        if checkpoint_id not in keep:
-            shutil.rmtree(copy_dir(state_dir, checkpoint_id), ignore_errors=True)
+        if checkpoint_id not in keep:  # in the background: the last links of old SSTs
+            discard(copy_dir(state_dir, checkpoint_id))
             removed.append(checkpoint_id)
     return removed

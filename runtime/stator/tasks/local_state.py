@@ -55,6 +55,7 @@ from ..errors import StateMismatchError, StatorError, StorageError
 from ..keygroups import KeyGroupRange
 from ..savepoint.transfer import database_rows, import_rows, savepoint_rows, state_catalog
 from ..state.backend import KeyedBackend
+from ..state.discard import discard, sweep
 from . import local_copy, standby_copy
 
 log = logging.getLogger("stator.tasks")
@@ -94,6 +95,7 @@ def _open_state(
     keep |= {restore.checkpoint_id} if restore is not None else set()
     keep |= set(standby_copy.standby_ids(state_dir)[-1:])  # a restore may catch it up
     local_copy.prune(state_dir, keep)
+    sweep(state_dir)
     backend = KeyedBackend(
         path, spec.rocksdb, key_groups, spec.max_parallelism, uid, spec.warm_entries
     )
@@ -108,7 +110,7 @@ def _open_state(
         )
     if restore is None or not restore.covers(uid):
         if spec.base_epoch == 0 or restore is not None:  # a new job, or an operator added
-            shutil.rmtree(path, ignore_errors=True)
+            discard(path)
             backend.open()
             if spec.base_epoch:
                 backend.commit(spec.base_epoch, MIN_TIMESTAMP)
@@ -320,7 +322,7 @@ def restore_into(
         if restore.savepoint is not None:  # native: the job resumes at the savepoint's epoch
             _resume_at(spec, uid, key_groups, path)
         return read
-    shutil.rmtree(path, ignore_errors=True)
+    discard(path)
     target = KeyedBackend(path, spec.rocksdb, key_groups, spec.max_parallelism, uid).open()
     try:
         if restore.savepoint is not None and not restore.savepoint.native:
