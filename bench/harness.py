@@ -90,9 +90,12 @@ class Alternating:
                 self.log(f"  run {i + 1}/{self.runs} {name}: {value:,.3f} {details}")
         return {name: [v for v, _ in self.results[name]] for name in contenders}
 
-    def runs_of(self, name: str, label: str, unit: str) -> Runs:
+    def runs_of(self, name: str, label: str, unit: str, detail: str = "") -> Runs:
+        """A contender's runs: their values, or the number each run's details hold under
+        ``detail`` (a second measure of the same checked runs)."""
         got = self.results[name]
-        return Runs(label, unit, tuple(v for v, _ in got), tuple(d for _, d in got))
+        values = tuple(float(d[detail]) if detail else v for v, d in got)
+        return Runs(label, unit, values, tuple(d for _, d in got))
 
 
 def table(rows: list[tuple[str, str, str, str]]) -> str:
