@@ -63,6 +63,7 @@ from bench.harness import Alternating, Comparison, WrongOutput, compile_sources,
 
 ROOT = Path(__file__).resolve().parent.parent
 MULT, SEED = 2654435761, 1
+FILL_EPOCH_BYTES = 1 << 30
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -338,7 +339,10 @@ def _recovery_runs(
     keys = args.state_bytes // args.value_bytes
     env = {"KEYS": keys, "VALUE_BYTES": args.value_bytes, "RATE": 100}
     for name, local in contenders.items():
-        config = {"epoch.max_records": str(keys)}
+        # The state is written in epochs of at most 1 GiB: a keyed task holds its epoch's
+        # records and values in memory (three pipelines writing 4 GiB each in one epoch were
+        # killed for memory on this 24 GiB machine).
+        config = {"epoch.max_records": str(min(keys, FILL_EPOCH_BYTES // args.value_bytes))}
         if name.startswith("local"):  # it waits for the replacement pod: 20 s (the default)
             # is not always enough on this loaded machine, and then it reads MinIO
             config["local_recovery.executor_wait_ms"] = "60000"
