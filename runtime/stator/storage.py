@@ -428,18 +428,15 @@ def warm_s3() -> None:
     their first client without that work. The Python daemon calls it before it forks
     workers (``cluster/worker_warmup.py``)."""
     from boto3.s3.transfer import TransferConfig  # noqa: F401, PLC0415 - the import is the work
-    from botocore.config import Config  # noqa: PLC0415
 
+    placeholder = S3Options(
+        endpoint_url="http://127.0.0.1:9",
+        access_key_id="warm-up",
+        secret_access_key="warm-up",  # noqa: S106 - a placeholder: no request is sent
+    )
+    _s3_client(placeholder)
     with _clients_lock:
-        session = _boto3_session()
-        session.client(
-            "s3",
-            region_name="us-east-1",
-            endpoint_url="http://127.0.0.1:9",
-            aws_access_key_id="warm-up",
-            aws_secret_access_key="warm-up",  # noqa: S106 - a placeholder: no request is sent
-            config=Config(retries={"mode": "standard"}, s3={"addressing_style": "path"}),
-        )
+        del _clients[placeholder]  # the session keeps the models; nobody uses this client
 
 
 def _s3_client(options: S3Options) -> Any:

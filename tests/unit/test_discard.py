@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from stator.state.discard import MARK, discard, replace_dir, sweep
 
 
@@ -57,3 +59,28 @@ def test_what_a_dead_process_left_aside_is_swept(tmp_path: Path) -> None:
     assert not left.exists()
     assert kept.is_dir() and len(list(kept.iterdir())) == 3
     assert sweep(tmp_path / "missing") == []
+
+
+def test_a_directory_another_process_discarded_first_is_left_to_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    copy = _tree(tmp_path / "chk-4")
+
+    def gone(self: Path, target: Path) -> Path:
+        raise FileNotFoundError(self)
+
+    monkeypatch.setattr(Path, "rename", gone)
+    assert discard(copy) is None  # no error: the other process deletes it
+
+
+def test_a_directory_that_cannot_be_renamed_is_deleted_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    copy = _tree(tmp_path / "chk-4")
+
+    def refused(self: Path, target: Path) -> Path:
+        raise PermissionError(self)
+
+    monkeypatch.setattr(Path, "rename", refused)
+    assert discard(copy) is None
+    assert not copy.exists()

@@ -36,12 +36,20 @@ def replace_dir(staging: Path, target: Path) -> threading.Thread | None:
 
 def discard(path: Path) -> threading.Thread | None:
     """Step 2: delete ``path`` (renamed aside first unless it is already) in a daemon thread;
-    returns it (None if there was nothing to delete, or this process is deleting it already)."""
+    returns it (None if there was nothing to delete, or someone is deleting it already).
+    Never raises: a path another process renamed or deleted first is left to it, and one that
+    cannot be renamed is deleted here and now, as best it can be."""
     if not path.exists():
         return None
     if MARK not in path.name:
         aside = path.with_name(f".{path.name}{MARK}{uuid.uuid4().hex[:8]}")
-        path.rename(aside)
+        try:
+            path.rename(aside)
+        except FileNotFoundError:  # another process discarded it first
+            return None
+        except OSError:
+            shutil.rmtree(path, ignore_errors=True)
+            return None
         path = aside
     with _lock:
         if str(path) in _deleting:

@@ -35,7 +35,6 @@ import contextlib
 import fcntl
 import json
 import logging
-import shutil
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +44,7 @@ from ..checkpoint.metadata import RemoteFile
 from ..checkpoint.transfer import download_snapshot
 from ..cluster.jvm import executor_location, task_location
 from ..epoch.spec import EpochSpec, StandbyOrder, StandbyTask, node_name, subtask_dir
+from ..state.discard import discard
 from ..storage import ObjectStore
 from . import local_copy
 
@@ -94,7 +94,7 @@ def keep(
         _write_record(record, files)
         for older in local_copy.copy_ids(state_dir):
             if older < checkpoint_id:
-                shutil.rmtree(local_copy.copy_dir(state_dir, older), ignore_errors=True)
+                discard(local_copy.copy_dir(state_dir, older))
                 record_path(state_dir, older).unlink(missing_ok=True)
         return read
 
