@@ -22,6 +22,8 @@ the same run (``bench/harness.py``: alternating runs, medians and spread, checke
    tenth of the state from MinIO, a local one only if it read nothing, a MinIO run only if it
    read the state. Before each run every contender waits for two running executors and 30 s
    per GiB of state more (time for a standby copy to be made in the background; untimed).
+   Every contender in both cases is killed only once no checkpoint upload is in flight (the
+   backlog of compaction output that writing the state leaves is uploaded; untimed).
    Checkpoint uploads are synchronous unless ``--async-uploads`` (``standby``'s comment says
    why).
    ``--kill sigkill`` (both cases): SIGKILL the executor's processes instead of deleting its
@@ -406,6 +408,15 @@ def _lose_executor(
         _poll(f"{name}: two executors", lambda: len(_running_executors(space, name)) == 2, 300)
         time.sleep(settle_s)
     driver = _driver(space, name)
+    # Untimed, for every contender alike: the uploads have caught up. Writing the state
+    # leaves gigabytes of compaction output to upload; an executor lost in that backlog fails
+    # the checkpoints in flight and the job rewinds past them, which the steady state after
+    # it does not (its checkpoints upload kilobytes), so the kill lands with none in flight.
+    _poll(
+        f"{name}: no checkpoint upload in flight",
+        lambda: not driver.checkpoints()["in_flight"],
+        900,
+    )
     before = driver.job()
     [subtask, *_] = next(iter(before["placement"]["subtasks"].values()))
     pod = space.kube.kubectl_json(
