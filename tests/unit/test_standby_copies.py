@@ -22,6 +22,7 @@ from stator.cluster.inventory import Holding, list_copies
 from stator.cluster.placement import EpochLocations, LocalRestore, PlacementTracker
 from stator.cluster.standby import StandbyAssigner
 from stator.epoch.spec import STATE_DIR_ENV, CheckpointTask, RestoreTask, StandbyOrder
+from stator.errors import StorageError
 from stator.storage import FileStore, ObjectStore
 from stator.tasks import standby_copy
 from stator.tasks.local_state import open_state, take_snapshot
@@ -80,6 +81,34 @@ def test_a_copy_already_on_the_disk_is_not_read_again(tmp_path: Path) -> None:
     own = tmp_path / "executor-a" / "job" / UID / "0-of-1"
     assert standby_copy.keep(store, own, 2, two.files) == 0
     assert standby_copy.standby_ids(own) == [2]
+
+
+def test_a_failed_copy_keeps_what_it_read_for_the_next_one(tmp_path: Path) -> None:
+    """Retention deleted a file of the checkpoint while the copy read it (a large state,
+    read in the background): the next attempt reads only the file it lacks, not all again."""
+    store = FileStore(f"file://{tmp_path}/ck")
+    _, two = two_checkpoints(tmp_path, store)
+    stored = sorted((f for f in two.files if f.stored), key=lambda f: f.size)
+    assert len(stored) >= 2, "a checkpoint of several objects"
+    gone = stored[0]
+    saved = store.get(gone.key)
+    store.delete([gone.key])
+    where = standby_dir(tmp_path)
+    with pytest.raises(StorageError, match="cannot read"):
+        standby_copy.keep(store, where, 2, two.files)
+    assert standby_copy.standby_ids(where) == []  # no copy without every file
+    store.put(gone.key, saved)
+    assert standby_copy.keep(store, where, 2, two.files) == gone.size
+    assert standby_copy.standby_ids(where) == [2]
+    assert not (where / standby_copy.SALVAGE_NAME).exists()
+    # The copy is whole: a restore from it reads nothing from the store.
+    restore = RestoreTask(store, 2, 2, snapshots={(UID, 0): two}, local_copies=True)
+    backend, restored = open_state(spec(tmp_path / "executor-b", 3, restore=restore), UID, 0, KG)
+    try:
+        assert backend.epoch == 2
+        assert (restored.source, restored.remote_bytes) == ("local", 0)
+    finally:
+        backend.close()
 
 
 def test_a_restore_on_the_standby_executor_catches_its_copy_up(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 import shutil
 import time
@@ -122,6 +123,7 @@ def download_snapshot(
     files: tuple[RemoteFile, ...],
     target: Path,
     reuse: dict[str, Path] | None = None,
+    salvage: Path | None = None,
 ) -> int:
     """Materialize a snapshot into ``target`` (replaced atomically). Returns the bytes
     read from the store (inline files' included: the metadata brought them).
@@ -130,12 +132,17 @@ def download_snapshot(
     checkpoint, ``tasks/standby_copy.py``), hard-linked instead of downloaded. Keys are
     unique per upload (``shared_key``), so the same key is the same bytes.
 
+    ``salvage``: when the download fails, the files fetched whole are hard-linked there
+    (:func:`salvaged`), so that the next attempt reuses them. A copy made in the background
+    of a checkpoint that was already retired loses one file to retention, not all it read.
+
     Sizes are checked against the metadata, so a truncated or swapped file fails the restore
     (and the coordinator falls back to an older checkpoint) instead of corrupting state.
     """
     reuse = reuse or {}
     staging = target.parent / f".{target.name}.restoring-{uuid.uuid4().hex[:8]}"
     staging.mkdir(parents=True)
+    fetched: list[RemoteFile] = []  # list.append is atomic: the pool's threads share it
     try:
 
         def fetch(f: RemoteFile) -> int:
@@ -151,14 +158,26 @@ def download_snapshot(
                 raise TruncatedFile(
                     f"{store.url(f.key)} has {got} bytes, the checkpoint says {f.size}"
                 )
+            fetched.append(f)
             return got
 
         with ThreadPoolExecutor(max(1, min(TRANSFER_CALLERS, len(files)))) as pool:
             total = sum(pool.map(fetch, files))
         replace_dir(staging, target)
         return total
+    except BaseException:
+        if salvage is not None:
+            salvage.mkdir(parents=True, exist_ok=True)
+            for f in fetched:
+                _link(staging / f.name, salvaged(salvage, f.key), f.size)
+        raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def salvaged(salvage: Path, key: str) -> Path:
+    """Where :func:`download_snapshot` keeps the object ``key`` fetched by a failed attempt."""
+    return salvage / hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 def _link(source: Path, dest: Path, size: int) -> bool:

@@ -21,7 +21,11 @@ Keeping a copy (one subtask, on its standby executor):
    (incremental checkpoints share their SSTs under unique keys), the rest is downloaded.
    Files go to a staging directory renamed into place, then ``standby-<id>.json`` records
    each file's key: only a copy with that record is reused. Older copies of the subtask
-   there are deleted last. A failure leaves the older copy, and the next order retries.
+   there are deleted last. A failure leaves the older copy, and the next order retries,
+   reusing the files the failed one fetched (``.standby-salvage``). A copy of a large state
+   takes longer to read than retention keeps a checkpoint's files (three checkpoints of a
+   second each: compaction retires some file of it meanwhile), so without them every
+   attempt read the whole state again and failed again, and no copy was ever made.
 
 Restoring: ``chk-<id>`` is an ordinary local copy (``local_copy.py``); the placement finds
 it by the executors' survey (``cluster/inventory.py``). A standby copy of an older
@@ -41,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpoint.metadata import RemoteFile
-from ..checkpoint.transfer import download_snapshot
+from ..checkpoint.transfer import download_snapshot, salvaged
 from ..cluster.jvm import executor_location, task_location
 from ..epoch.spec import EpochSpec, StandbyOrder, StandbyTask, node_name, subtask_dir
 from ..state.discard import discard
@@ -52,6 +56,7 @@ log = logging.getLogger("stator.tasks")
 
 RECORD_PREFIX = "standby-"
 LOCK_NAME = ".standby.lock"
+SALVAGE_NAME = ".standby-salvage"  # files a failed copy fetched, for the next one
 
 
 @dataclass(frozen=True)
@@ -89,9 +94,11 @@ def keep(
             if not record.is_file():
                 _write_record(record, files)
             return 0
-        reuse = _reusable(state_dir)
-        read = download_snapshot(store, files, copy, reuse)
+        salvage = state_dir / SALVAGE_NAME
+        reuse = {**_salvaged(salvage, files), **_reusable(state_dir)}
+        read = download_snapshot(store, files, copy, reuse, salvage)
         _write_record(record, files)
+        discard(salvage)
         for older in local_copy.copy_ids(state_dir):
             if older < checkpoint_id:
                 discard(local_copy.copy_dir(state_dir, older))
@@ -103,6 +110,22 @@ def _write_record(record: Path, files: tuple[RemoteFile, ...]) -> None:
     staged = record.with_suffix(".tmp")
     staged.write_text(json.dumps({f.name: f.key for f in files if f.stored}))
     staged.rename(record)
+
+
+def _salvaged(salvage: Path, files: tuple[RemoteFile, ...]) -> dict[str, Path]:
+    """Store key -> file, of the files a failed copy fetched that this one needs. The rest
+    are deleted: compaction retired them, so no later checkpoint names them."""
+    if not salvage.is_dir():
+        return {}
+    wanted = {salvaged(salvage, f.key).name: f.key for f in files if f.stored}
+    out: dict[str, Path] = {}
+    for entry in salvage.iterdir():
+        key = wanted.get(entry.name)
+        if key is None:
+            entry.unlink(missing_ok=True)
+        else:
+            out[key] = entry
+    return out
 
 
 def _reusable(state_dir: Path) -> dict[str, Path]:
@@ -190,3 +213,4 @@ def release(state_dir: Path) -> None:
     (kept or pruned as the subtask's own, ``local_copy.py``) and are no longer reused."""
     for entry in state_dir.glob(f"{RECORD_PREFIX}*.json"):
         entry.unlink(missing_ok=True)
+    discard(state_dir / SALVAGE_NAME)
