@@ -43,8 +43,9 @@ class CheckpointNotFoundError(StatorError):
 class StateMismatchError(StatorError):
     """A task found its local state at another epoch than the coordinator expects.
 
-    Raised on executors; the driver answers it by rewinding the job to its latest completed
-    checkpoint (the task may have committed this epoch before it failed)."""
+    Raised on executors, or by the driver before an epoch whose tasks would raise it; the
+    driver answers it by rewinding the job to its latest completed checkpoint (the task may
+    have committed this epoch before it failed)."""
 
 
 class SinkCommitError(StatorError):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from stator.checkpoint.coordinator import load_checkpoint
@@ -348,6 +349,62 @@ def test_a_standby_executor_resumes_a_lost_executors_subtask_from_its_copy(
     assert got["remoteBytes"] < share, (got, share)  # never the whole state again
     placement = status["placement"]
     assert placement["keyedTasksLocal"] == placement["keyedTasks"]
+    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=400)
+    assert_exact(committed(space, name), count)
+
+
+@pytest.mark.skipif(EXTERNAL, reason="stops a process inside a pod of the local test bed")
+def test_an_executor_lost_with_its_checkpoint_in_flight_rewinds_before_its_standby_runs(
+    space: Space, request: pytest.FixtureRequest
+) -> None:
+    """Asynchronous uploads (the default) and standby copies: the executor running the keyed
+    subtask is deleted while its epoch's checkpoint is in flight (its uploader process is
+    stopped, so the upload cannot finish first). The standby copy is of the latest completed
+    checkpoint, an epoch behind the job: the driver rewinds to it before it runs an epoch on
+    the standby executor (it says why), instead of a keyed task there failing for the same
+    reason after its Spark job ran. The subtask then restores from the standby copy (nothing
+    from the object store) and the output is exact."""
+    agent = request.getfixturevalue("agent")
+    name = "standby-rewind"
+    count = 24_000
+    manifest = executor_manifest(space, name, 1, count, 900, 600, standby=True)
+    manifest["spec"]["executor"].update(cores=1, instances=2)
+    space.apply(manifest)
+    status = space.wait(
+        name,
+        "five checkpoints",
+        lambda s: s.get("phase") == "Running" and s.get("latestCheckpoint", {}).get("id", 0) >= 5,
+        timeout=300,
+    )
+    pods = running_executors(space, name, 2)
+    [held] = subtask_nodes(status).values()
+    victim = next(str(p["metadata"]["name"]) for p in pods if p["spec"]["nodeName"] == held)
+    tree = psutil.Process(agent.pods[f"{space.name}/{victim}"].proc.pid).children(recursive=True)
+    uploaders = [p for p in tree if "executor_uploader" in " ".join(p.cmdline())]
+    assert uploaders, f"no uploader process in {victim}"
+    for p in uploaders:
+        p.suspend()
+    # The job goes on past its latest completed checkpoint, and no later one completes.
+    behind = space.wait(
+        name,
+        "an epoch past the latest checkpoint",
+        lambda s: s.get("epoch", 0) > s.get("latestCheckpoint", {}).get("epoch", 0),
+        timeout=120,
+    )
+    time.sleep(3)
+    assert space.status(name)["latestCheckpoint"]["id"] == behind["latestCheckpoint"]["id"]
+    space.kube.kubectl("delete", "pod", victim, "-n", space.name, "--grace-period=0", "--force")
+    status = space.wait(
+        name,
+        "the subtask running on the standby executor",
+        lambda s: (
+            set(subtask_nodes(s).values()) - {held} and s.get("epoch", 0) > behind["epoch"] + 2
+        ),
+        timeout=180,
+    )
+    assert "the standby copies are of the latest completed checkpoint" in status["lastError"]
+    got = restored(status)
+    assert got["remote"] == 0 and got["local"] >= 1, got  # from the standby copy
     space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=400)
     assert_exact(committed(space, name), count)
 

@@ -40,7 +40,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..epoch.reports import StateReport
@@ -94,6 +94,9 @@ class EpochLocations:
     by_operator: dict[str, list[str]]
     pinned: dict[tuple[str, int], str]
     live: dict[str, str] = field(default_factory=dict)  # executor id -> host, when planned
+    # Subtasks whose executor is gone, handed to the executors keeping their standby copies
+    # (:func:`standby_holdings`): they restore a completed checkpoint there.
+    resumed: tuple[Subtask, ...] = ()
 
     def __call__(self, uid: str, parallelism: int) -> list[str]:
         return self.by_operator[uid]
@@ -372,9 +375,10 @@ class Placer:
                     "resuming %s on the executors keeping their standby copies, without a survey",
                     ", ".join(f"{u}[{s}/{p}]" for u, s, p in stranded),
                 )
-                holdings = standby
-            else:
-                live, holdings = self._survey(stranded, restore, live)
+                return replace(
+                    self.tracker.plan(parallelism, live, standby, restore), resumed=tuple(stranded)
+                )
+            live, holdings = self._survey(stranded, restore, live)
         return self.tracker.plan(parallelism, live, holdings, restore)
 
     def _survey(
