@@ -92,6 +92,8 @@ def checkpoint_root(config: JobConfig, job: str, region: str | None = None) -> s
 # A pre-started driver waiting for its hand-over warms its Python workers again this often
 # (Spark ends a worker that idled for a minute).
 WARM_AGAIN_S = 30.0
+# How long a job that ends waits for standby orders still being handed to idle executors.
+STANDBY_ORDERS_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -380,6 +382,8 @@ class JobDriver:
             raise
         finally:
             self.planner.close()
+            if self.standby is not None:  # its Spark job ends before the session may stop
+                self.standby.wait_sent(STANDBY_ORDERS_WAIT_S)
         self.savepoints.close(
             self.status.state.value.lower(), "the job ended before the savepoint was taken"
         )
