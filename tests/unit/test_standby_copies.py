@@ -172,6 +172,23 @@ def test_the_uploader_keeps_the_copies_a_task_hands_it(tmp_path: Path) -> None:
         time.sleep(0.05)
 
 
+def test_orders_queued_behind_a_copy_are_run_newest_only(tmp_path: Path) -> None:
+    """While a large copy runs, each checkpoint's orders queue in the uploader; what queued
+    is then taken at once, each subtask's newest order only, where the last job names it."""
+    store = FileStore(f"file://{tmp_path}/ck")
+    a, b = tmp_path / "a", tmp_path / "b"
+
+    def job(*orders: tuple[Path, int]) -> standby_copy.StandbyJob:
+        return standby_copy.StandbyJob(
+            store, tuple((d, StandbyOrder(UID, 0, 1, cid, ())) for d, cid in orders)
+        )
+
+    queued = [job((a, 7), (b, 7)), job((a, 8)), job((b, 9), (a, 8)), job((b, 8))]
+    kept = standby_copy.newest_orders(queued)
+    assert [[(d, o.checkpoint_id) for d, o in j.orders] for j in kept] == [[(b, 9), (a, 8)]]
+    assert standby_copy.newest_orders([job((a, 3))]) == [job((a, 3))]
+
+
 # ---------------------------------------------------------------- placement
 
 

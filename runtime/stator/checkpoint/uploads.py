@@ -228,13 +228,19 @@ def _start_standby_thread() -> None:
 
 
 def _run_standby_jobs() -> None:
-    from ..tasks.standby_copy import run_job  # noqa: PLC0415
+    """Whatever queued while a copy ran is taken at once, each subtask's newest order only
+    (``standby_copy.newest_orders``)."""
+    from ..tasks.standby_copy import newest_orders, run_job  # noqa: PLC0415
 
     stores: dict[bytes, ObjectStore] = {}
     while True:
-        job = _standby_jobs.get()
-        store = stores.setdefault(pickle.dumps(job.store), job.store)
-        run_job(replace(job, store=store))
+        queued = [_standby_jobs.get()]
+        with contextlib.suppress(queue.Empty):
+            while True:
+                queued.append(_standby_jobs.get_nowait())
+        for job in newest_orders(queued):
+            store = stores.setdefault(pickle.dumps(job.store), job.store)
+            run_job(replace(job, store=store))
 
 
 def main() -> None:

@@ -182,6 +182,24 @@ def hand_over_orders(
     yield (where if uploads.submit(job_) else ""), executor, node_name()
 
 
+def newest_orders(jobs: list[StandbyJob]) -> list[StandbyJob]:
+    """Jobs queued in the uploader, each subtask's order kept only where it names the newest
+    checkpoint (in the last job that does): a copy of an older checkpoint would only be
+    replaced by the next order, and its files may be retired already (a large copy takes
+    several checkpoints to read, and the orders of each queue up behind it meanwhile)."""
+    newest: dict[Path, tuple[int, int]] = {}  # state directory -> (checkpoint id, job index)
+    for i, job in enumerate(jobs):
+        for state_dir, order in job.orders:
+            if order.checkpoint_id >= newest.get(state_dir, (-1, -1))[0]:
+                newest[state_dir] = (order.checkpoint_id, i)
+    out = []
+    for i, job in enumerate(jobs):
+        kept = tuple((d, o) for d, o in job.orders if newest[d] == (o.checkpoint_id, i))
+        if kept:
+            out.append(StandbyJob(job.store, kept))
+    return out
+
+
 def run_job(job: StandbyJob) -> None:
     """Step 3 for each order of ``job`` (in the uploader)."""
     for state_dir, order in job.orders:
