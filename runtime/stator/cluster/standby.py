@@ -113,7 +113,9 @@ class StandbyAssigner:
         )
         self._sending.start()
 
-    def _send(self, sc: Any, task: StandbyTask, due: dict[str, int], job: str, dir: str) -> None:
+    def _send(
+        self, sc: Any, task: StandbyTask, due: dict[str, int], job: str, local_dir: str
+    ) -> None:
         """The background job of step 4. ``_sent`` and ``nodes`` are replaced, never changed
         in place: the epoch's thread reads them meanwhile."""
         targets = sorted(due)
@@ -121,7 +123,7 @@ class StandbyAssigner:
             rdd = sc.parallelize(range(len(targets)), len(targets))
             placed = prefer_locations(sc, rdd, targets)
             handed = placed.mapPartitions(
-                functools.partial(hand_over_orders, task, job, dir)
+                functools.partial(hand_over_orders, task, job, local_dir)
             ).collect()
         except Exception as exc:  # an executor lost meanwhile, the driver stopping
             log.warning("standby orders for %s not handed over: %s", ", ".join(targets), exc)

@@ -12,7 +12,7 @@ Keeping a copy (one subtask, on its standby executor):
 2. A keyed task on that executor hands the orders for its executor to the executor's
    uploader process (:func:`hand_over`) and goes on: the epoch never waits for a standby
    copy. An executor that runs no keyed subtask gets its orders from a small task the driver
-   sends it before the epoch, once per checkpoint. An uploader that cannot be reached loses
+   sends it beside the epoch, once per checkpoint. An uploader that cannot be reached loses
    the order; the next checkpoint's order catches up.
 3. The uploader materializes ``chk-<id>`` in the subtask's state directory on that executor
    (:func:`keep`), unless a copy with the checkpoint's files is there already (a disk the
