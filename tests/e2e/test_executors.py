@@ -250,13 +250,15 @@ def test_a_killed_executor_and_a_killed_driver_restore_from_local_copies(
     status = epochs_after(space, name, before, 6, "the executor kill")
     print("after the executor kill:", json.dumps(restored(status)), json.dumps(status["placement"]))
     assert restored(status)["remote"] == 0 and restored(status)["remoteBytes"] == 0
-    if not EXTERNAL:  # Spark's retry on the other executor refused to read the store
-        # (in the driver's log: the epoch fails only if every attempt is refused, and a
-        # later one may land on the replacement and restore from its local copy)
+    if not EXTERNAL:
+        # Whether Spark retried the task on the other executor first depends on timing (the
+        # retry may wait out the locality delay until the restarted executor registers, as
+        # in one CI run of 2026-11-27); one that did refused to read the store (no remote
+        # restore above), and says so in the driver's log. The refusal itself is tested
+        # deterministically in tests/unit/test_local_state_restore.py.
         log = request.getfixturevalue("agent").pod_log(space.name, first_driver_pod)
         refusals = [line for line in log.splitlines() if REFUSAL in line]
         print("the retry's refusal:", refusals[:1])
-        assert refusals
         # Spark learned of the loss from the driver's pod watch, not 15 s of missed heartbeats
         assert lost_executor_lines(log, victim), log[-3000:]
     placement = status["placement"]
