@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from stator.checkpoint import uploads
+from stator.checkpoint import transfer, uploads
 from stator.checkpoint.metadata import (
     CheckpointMetadata,
     OperatorSnapshot,
@@ -83,9 +83,13 @@ def test_a_copy_already_on_the_disk_is_not_read_again(tmp_path: Path) -> None:
     assert standby_copy.standby_ids(own) == [2]
 
 
-def test_a_failed_copy_keeps_what_it_read_for_the_next_one(tmp_path: Path) -> None:
+def test_a_failed_copy_keeps_what_it_read_for_the_next_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Retention deleted a file of the checkpoint while the copy read it (a large state,
-    read in the background): the next attempt reads only the file it lacks, not all again."""
+    read in the background): the next attempt reads only the file it lacks, not all again.
+    One reader, the missing file first: the files queued behind it are still read."""
+    monkeypatch.setattr(transfer, "TRANSFER_CALLERS", 1)
     store = FileStore(f"file://{tmp_path}/ck")
     _, two = two_checkpoints(tmp_path, store)
     stored = sorted((f for f in two.files if f.stored), key=lambda f: f.size)
@@ -95,7 +99,7 @@ def test_a_failed_copy_keeps_what_it_read_for_the_next_one(tmp_path: Path) -> No
     store.delete([gone.key])
     where = standby_dir(tmp_path)
     with pytest.raises(StorageError, match="cannot read"):
-        standby_copy.keep(store, where, 2, two.files)
+        standby_copy.keep(store, where, 2, (gone, *(f for f in two.files if f != gone)))
     assert standby_copy.standby_ids(where) == []  # no copy without every file
     store.put(gone.key, saved)
     assert standby_copy.keep(store, where, 2, two.files) == gone.size

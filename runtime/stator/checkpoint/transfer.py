@@ -9,7 +9,7 @@ import os
 import shutil
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,9 +132,10 @@ def download_snapshot(
     checkpoint, ``tasks/standby_copy.py``), hard-linked instead of downloaded. Keys are
     unique per upload (``shared_key``), so the same key is the same bytes.
 
-    ``salvage``: when the download fails, the files fetched whole are hard-linked there
-    (:func:`salvaged`), so that the next attempt reuses them. A copy made in the background
-    of a checkpoint that was already retired loses one file to retention, not all it read.
+    ``salvage``: when a file fails, the others are still fetched, and every file fetched
+    whole is hard-linked there (:func:`salvaged`), so that the next attempt reuses them. A
+    copy made in the background of a checkpoint that was already retired loses one file to
+    retention, not all it read.
 
     Sizes are checked against the metadata, so a truncated or swapped file fails the restore
     (and the coordinator falls back to an older checkpoint) instead of corrupting state.
@@ -162,7 +163,12 @@ def download_snapshot(
             return got
 
         with ThreadPoolExecutor(max(1, min(TRANSFER_CALLERS, len(files)))) as pool:
-            total = sum(pool.map(fetch, files))
+            if salvage is None:  # a failed restore falls back at once
+                total = sum(pool.map(fetch, files))
+            else:  # every file that can be fetched is, for the next attempt
+                futures = [pool.submit(fetch, f) for f in files]
+                wait(futures)
+                total = sum(future.result() for future in futures)
         replace_dir(staging, target)
         return total
     except BaseException:
