@@ -14,7 +14,7 @@ export STATOR_UV := $(UV)
 export PYSPARK_PYTHON := $(abspath $(PY))
 export UV_CACHE_DIR ?= $(STATOR_CACHE)/uv
 
-.PHONY: help install testbed test unit integration lint fmt demo demo-local bench clean kind-e2e
+.PHONY: help install lock testbed test unit lint fmt demo demo-local bench clean kind-e2e
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -48,7 +48,7 @@ lint: install  ## ruff and mypy
 	$(VENV)/bin/hadolint tests/e2e/kind/Dockerfile.runtime-test
 	$(VENV)/bin/shellcheck images/runtime/entrypoint.sh .ci/run tests/e2e/kind/run.sh
 
-fmt: install
+fmt: install  ## ruff format and the fixes ruff can make
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
 

@@ -1,4 +1,4 @@
-"""``make demo``: the main job on embedded defaults, with a crash in the middle.
+"""``make demo-local``: the main job on embedded defaults, with a crash in the middle.
 
 Runs examples/windowed_count.py (generator -> keyed event-time window count -> exactly-once
 file sink, checkpoints on local disk) as a real ``stator run`` process, kills it with SIGKILL

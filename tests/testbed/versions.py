@@ -26,7 +26,7 @@ class Pins:
     kafka_scala: str = "2.13"
     reload4j: str = "1.2.27"
     slf4j: str = "1.7.36"
-    # Must equal the pyspark pin in pyproject.toml; checked by tests/unit/test_versions.py.
+    # Must equal the pyspark pin in pyproject.toml; checked by tests/unit/test_testbed_cache.py.
     spark: str = "4.0.0"
 
 
