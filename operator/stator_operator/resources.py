@@ -346,7 +346,7 @@ def job_config(
         cfg["s3"] = {"endpoint_url": ck["endpoint"]}
     for key, value in (spec.get("config") or {}).items():  # dotted keys, YAML values
         node = cfg
-        parts = key.split(".")
+        parts = key.replace("-", "_").split(".")  # as the runtime reads it (spark.conf refused)
         for part in parts[:-1]:
             node = node.setdefault(part, {})
         node[parts[-1]] = yaml.safe_load(value)

@@ -419,16 +419,25 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         key, raw = item.split("=", 1)
         node = data
         parts = key.strip().split(".")
-        if parts[:2] == ["spark", "conf"] and len(parts) > 2:  # Spark's keys hold dots
+        spark_conf = [p.replace("-", "_") for p in parts[:2]] == ["spark", "conf"]
+        if spark_conf and len(parts) > 2:  # Spark's keys hold dots
             parts = [*parts[:2], ".".join(parts[2:])]
         for part in parts[:-1]:
-            nxt = node.setdefault(part, {})
+            nxt = node.setdefault(_spelled(node, part), {})
             if not isinstance(nxt, dict):
                 raise ConfigError(f"--set {key}: '{part}' is not a section")
             node = nxt
-        node[parts[-1]] = yaml.safe_load(raw) if raw != "" else ""
+        leaf = parts[-1] if spark_conf else _spelled(node, parts[-1])
+        node[leaf] = yaml.safe_load(raw) if raw != "" else ""
     config: JobConfig = build(JobConfig, data, "")
     return config
+
+
+def _spelled(node: dict[str, Any], key: str) -> str:
+    """How ``node`` already spells ``key`` ('-' and '_' are the same in config keys), so that
+    a --set replaces what the file wrote instead of adding a second spelling."""
+    name = key.replace("-", "_")
+    return next((k for k in node if str(k).replace("-", "_") == name), key)
 
 
 def build(cls: type[Any], data: Any, where: str) -> Any:
@@ -438,9 +447,16 @@ def build(cls: type[Any], data: Any, where: str) -> Any:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
         full = f"{where}.{name}" if where else name
+        if name in spelled:  # one would silently replace the other
+            raise ConfigError(
+                f"config key '{full}' is given twice, as '{spelled[name]}' and '{key}': "
+                f"'-' and '_' are the same in config keys; keep one"
+            )
+        spelled[name] = str(key)
         if name not in fields or not fields[name].init:
             close = difflib.get_close_matches(name, list(fields), n=1)
             hint = f"; did you mean '{(where + '.') if where else ''}{close[0]}'?" if close else ""

@@ -86,6 +86,18 @@ def test_spark_conf_keys_keep_their_dots(tmp_path: Path) -> None:
     assert load_config(cfg_file).spark.conf == cfg.spark.conf
 
 
+def test_one_key_in_two_spellings_is_refused(tmp_path: Path) -> None:
+    """'-' and '_' name the same key: in one file, one of the two would be dropped in
+    silence; a --set joins (or replaces) what the file spells either way."""
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump({"epoch": {"max-records": 5, "max_records": 6}}))
+    with pytest.raises(ConfigError, match=r"'epoch\.max_records' is given twice, as 'max-records'"):
+        load_config(path)
+    path.write_text(yaml.safe_dump({"local-recovery": {"executor-wait-ms": 5000}}))
+    merged = load_config(path, ["local_recovery.standby=true", "local_recovery.executor_wait_ms=7"])
+    assert (merged.local_recovery.executor_wait_ms, merged.local_recovery.standby) == (7, True)
+
+
 def test_two_checkpoint_schedules_are_refused() -> None:
     with pytest.raises(ConfigError, match="are two schedules: set one"):
         load_config(None, ["checkpoint.every_epochs=5", "checkpoint.interval_ms=30000"])

@@ -185,3 +185,16 @@ def test_keys_without_a_spec_field_stay_allowed() -> None:
     }
     assert not set(allowed) & set(WRITTEN)
     validate({**BASE, "config": allowed})
+
+
+def test_a_key_spelled_with_dashes_joins_the_section_the_operator_writes() -> None:
+    """``local-recovery.x`` beside the operator's ``local_recovery.enabled`` was a second
+    section, and one of the two was dropped in silence."""
+    spec = {
+        **BASE,
+        "localRecovery": {"enabled": False},
+        "config": {"local-recovery.executor-wait-ms": "5000"},
+    }
+    validate(spec)
+    written = job_config(spec, "counts", "team")["local_recovery"]
+    assert written == {"enabled": False, "executor_wait_ms": 5000}
