@@ -460,9 +460,17 @@ class Reconciler:
 
 def _restores_and_placement(job: JobInfo) -> dict[str, Any]:
     """The driver's restores (counts, and the latest per subtask), its failover regions
-    (state, epoch, restarts, latest checkpoint, last error of each) and, with executors as
-    pods, which node holds which key-group ranges at which checkpoint."""
+    (state, epoch, restarts, latest checkpoint, last error of each), what its standby copies
+    read (``localRecovery.standby``) and, with executors as pods, which node holds which
+    key-group ranges at which checkpoint."""
     out: dict[str, Any] = {}
+    standby = job.get("standby_copies")
+    if standby and any(standby.values()):
+        out["standbyCopies"] = {
+            "copies": standby.get("copies", 0),
+            "bytes": standby.get("bytes", 0),
+            "failed": standby.get("failed", 0),
+        }
     restores = job.get("restores")
     if restores:
         out["restores"] = {

@@ -351,6 +351,10 @@ def test_a_standby_executor_resumes_a_lost_executors_subtask_from_its_copy(
     assert got["remoteBytes"] < share, (got, share)  # never the whole state again
     placement = status["placement"]
     assert placement["keyedTasksLocal"] == placement["keyedTasks"]
+    # What the copies cost, reported by a keyed task's executor and by the idle one's
+    # hand-over task: at least a first copy of each subtask, read from MinIO.
+    copies = status["standbyCopies"]
+    assert copies["copies"] >= 2 and copies["bytes"] > 0, copies
     space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=400)
     assert_exact(committed(space, name), count)
 

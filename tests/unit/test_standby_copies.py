@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import pickle
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,8 @@ from stator.checkpoint.metadata import (
 from stator.cluster.inventory import Holding, list_copies
 from stator.cluster.placement import EpochLocations, LocalRestore, PlacementTracker
 from stator.cluster.standby import StandbyAssigner
+from stator.driver.status import StandbyCopies
+from stator.epoch.reports import StandbyTally
 from stator.epoch.spec import STATE_DIR_ENV, CheckpointTask, RestoreTask, StandbyOrder
 from stator.errors import StorageError
 from stator.storage import FileStore, ObjectStore
@@ -163,17 +166,32 @@ def test_the_survey_lists_standby_copies_apart(
     assert copies == standby == [(UID, 0, 1, 1)]
 
 
-def test_the_uploader_keeps_the_copies_a_task_hands_it(tmp_path: Path) -> None:
-    """Step 3 runs in the uploader process, beside its uploads (here its ``serve`` loop)."""
+def test_the_uploader_keeps_the_copies_a_task_hands_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Step 3 runs in the uploader process, beside its uploads (here its ``serve`` loop),
+    and tallies what the copies read for the tasks on its executor to report."""
+    monkeypatch.setattr(standby_copy, "_tally", StandbyTally("uploader-1"))
     store = FileStore(f"file://{tmp_path}/ck")
-    one, _ = two_checkpoints(tmp_path, store)
+    one, two = two_checkpoints(tmp_path, store)
     where = standby_dir(tmp_path)
-    job = standby_copy.StandbyJob(store, ((where, StandbyOrder(UID, 0, 1, 1, one.files)),))
-    uploads.serve(io.BytesIO(pickle.dumps(job)))
-    deadline = time.monotonic() + 30
-    while standby_copy.standby_ids(where) != [1]:
-        assert time.monotonic() < deadline, "the standby copy was not made"
-        time.sleep(0.05)
+    local_dir = str(tmp_path / "executor-b")
+    assert standby_copy.read_tally(local_dir, "job") is None
+    gone = next(f for f in two.files if f.stored and f.key not in {g.key for g in one.files})
+    saved = store.get(gone.key)
+    store.delete([gone.key])
+    tally = standby_copy.tally_path(local_dir, "job")
+    made = StandbyTally("uploader-1", copies=1, bytes=stored_bytes(one))
+    for checkpoint, expected in ((one, made), (two, replace(made, failed=1))):
+        order = StandbyOrder(UID, 0, 1, 2 if checkpoint is two else 1, checkpoint.files)
+        job = standby_copy.StandbyJob(store, ((where, order),), tally)
+        uploads.serve(io.BytesIO(pickle.dumps(job)))
+        deadline = time.monotonic() + 30
+        while standby_copy.read_tally(local_dir, "job") != expected:
+            assert time.monotonic() < deadline, standby_copy.read_tally(local_dir, "job")
+            time.sleep(0.05)
+    assert standby_copy.standby_ids(where) == [1]  # the failed copy of 2 left the copy of 1
+    store.put(gone.key, saved)
 
 
 def test_orders_queued_behind_a_copy_are_run_newest_only(tmp_path: Path) -> None:
@@ -184,7 +202,7 @@ def test_orders_queued_behind_a_copy_are_run_newest_only(tmp_path: Path) -> None
 
     def job(*orders: tuple[Path, int]) -> standby_copy.StandbyJob:
         return standby_copy.StandbyJob(
-            store, tuple((d, StandbyOrder(UID, 0, 1, cid, ())) for d, cid in orders)
+            store, tuple((d, StandbyOrder(UID, 0, 1, cid, ())) for d, cid in orders), a / "tally"
         )
 
     queued = [job((a, 7), (b, 7)), job((a, 8)), job((b, 9), (a, 8)), job((b, 8))]
@@ -239,7 +257,7 @@ def standbys(task: object) -> dict[int, str]:
 
 
 def test_each_subtask_has_a_standby_on_another_executor_spread_evenly() -> None:
-    a = StandbyAssigner(FileStore("file:///tmp/unused"))
+    a = StandbyAssigner(FileStore("file:///tmp/unused"), lambda _: None)
     task = a.orders(planned("1", "2", "3"), {"count": 3}, latest(), {})
     got = standbys(task)
     assert all(got[i] != f"executor_{LIVE[str(i + 1)]}_{i + 1}" for i in range(3))
@@ -248,7 +266,7 @@ def test_each_subtask_has_a_standby_on_another_executor_spread_evenly() -> None:
 
 
 def test_standbys_stay_put_and_move_only_off_the_subtasks_own_executor() -> None:
-    a = StandbyAssigner(FileStore("file:///tmp/unused"))
+    a = StandbyAssigner(FileStore("file:///tmp/unused"), lambda _: None)
     first = standbys(a.orders(planned("1", "2", "3"), {"count": 3}, latest(), {}))
     assert standbys(a.orders(planned("1", "2", "3"), {"count": 3}, latest(8), {})) == first
     # Subtask 0 moves onto the executor that kept its copy: the copy goes elsewhere.
@@ -258,14 +276,14 @@ def test_standbys_stay_put_and_move_only_off_the_subtasks_own_executor() -> None
 
 
 def test_a_standby_on_another_node_is_preferred() -> None:
-    a = StandbyAssigner(FileStore("file:///tmp/unused"))
+    a = StandbyAssigner(FileStore("file:///tmp/unused"), lambda _: None)
     nodes = {"1": "n1", "2": "n1", "3": "n2"}
     got = standbys(a.orders(planned("1", live=LIVE), {"count": 1}, latest(parallelism=1), nodes))
     assert got == {0: "executor_10.0.0.3_3"}
 
 
 def test_no_orders_without_a_checkpoint_a_second_executor_or_the_same_parallelism() -> None:
-    a = StandbyAssigner(FileStore("file:///tmp/unused"))
+    a = StandbyAssigner(FileStore("file:///tmp/unused"), lambda _: None)
     assert a.orders(planned("1", "2", "3"), {"count": 3}, None, {}) is None
     one = {"1": "10.0.0.1"}
     assert a.orders(planned("1", live=one), {"count": 1}, latest(parallelism=1), {}) is None
@@ -299,3 +317,17 @@ def test_the_placement_status_names_each_subtasks_standby() -> None:
         {"executor": "2", "node": "n2"},
         {"executor": "1", "node": "n1"},
     ]
+
+
+def test_the_driver_counts_each_uploaders_newest_tally_once() -> None:
+    """Tallies are cumulative per uploader: one reported by two tasks, or late (an older
+    one after a newer), counts once; regions sharing an executor's uploader merge."""
+    one, two = StandbyCopies(), StandbyCopies()
+    a1, a2 = StandbyTally("a", copies=1, bytes=100), StandbyTally("a", copies=2, bytes=150)
+    for tally in (a1, a2, a1, None, a2):
+        one.note(tally)
+    two.note(StandbyTally("b", copies=1, bytes=40, failed=1))
+    two.note(a1)
+    assert one.to_json() == {"copies": 2, "bytes": 150, "failed": 0}
+    one.merge(two)
+    assert one.to_json() == {"copies": 3, "bytes": 190, "failed": 1}

@@ -30,9 +30,11 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from ..checkpoint.metadata import CheckpointMetadata
+from ..epoch.reports import StandbyTally
 from ..epoch.spec import StandbyOrder, StandbyTask
 from ..storage import ObjectStore
 from ..tasks.standby_copy import hand_over_orders
@@ -47,8 +49,9 @@ Subtask = tuple[str, int, int]  # (operator uid, subtask, parallelism)
 class StandbyAssigner:
     """Steps 1-3 of the module docstring, remembering each subtask's standby executor."""
 
-    def __init__(self, store: ObjectStore) -> None:
+    def __init__(self, store: ObjectStore, on_tally: Callable[[StandbyTally | None], None]) -> None:
         self.store = store
+        self.on_tally = on_tally  # the tallies the hand-over tasks report (the job's status)
         self.assigned: dict[Subtask, str] = {}  # -> executor id
         self._sent: dict[str, int] = {}  # executor location -> checkpoint its orders name
         # Executor id -> node, of executors that ran no keyed task (their tasks here say).
@@ -128,8 +131,10 @@ class StandbyAssigner:
         except Exception as exc:  # an executor lost meanwhile, the driver stopping
             log.warning("standby orders for %s not handed over: %s", ", ".join(targets), exc)
             return
-        self._sent = {**self._sent, **{w: due[w] for w, _, _ in handed if w in due}}
-        self.nodes = {**self.nodes, **{e: node for _, e, node in handed if e and node}}
+        self._sent = {**self._sent, **{w: due[w] for w, _, _, _ in handed if w in due}}
+        self.nodes = {**self.nodes, **{e: node for _, e, node, _ in handed if e and node}}
+        for *_, tally in handed:
+            self.on_tally(tally)
 
     def wait_sent(self, timeout: float | None = None) -> None:
         """Until the orders job in flight, if any, ended (a job that ends)."""

@@ -82,6 +82,8 @@ class JobInfo(TypedDict, total=False):
     restores: dict[str, Any]
     # None with one executor; else keyed_tasks_local, keyed_tasks, last_epoch, subtasks
     placement: dict[str, Any] | None
+    # copies, bytes (read from the object store), failed: local_recovery.standby's cost
+    standby_copies: dict[str, int]
     # Wall-clock marks (epoch ms, None until reached): process_started_ms,
     # driver_started_ms, handover_ms (a pre-started driver), spark_ready_ms, recovered_ms,
     # first_epoch_ms

@@ -62,6 +62,22 @@ class DriverCollector(Collector):
             "Bytes of state restored from the object store",
             r.remote_bytes,
         )
+        standby = st.standby_copies.to_json()
+        yield counter(
+            "stator_standby_copies",
+            "Standby copies that read from the object store (local_recovery.standby)",
+            standby["copies"],
+        )
+        yield counter(
+            "stator_standby_copy_bytes",
+            "Bytes standby copies read from the object store",
+            standby["bytes"],
+        )
+        yield counter(
+            "stator_standby_copies_failed",
+            "Standby copies that failed (the next checkpoint's orders try again)",
+            standby["failed"],
+        )
         yield counter(
             "stator_keyed_tasks_local",
             "Keyed tasks that ran on the executor holding their local state",

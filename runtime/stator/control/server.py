@@ -190,6 +190,7 @@ class ControlServer:
                     "latest": [st.last_restores[k] for k in sorted(st.last_restores)],
                 },
                 "placement": _placement(d, st),
+                "standby_copies": st.standby_copies.to_json(),
             }
         )
 

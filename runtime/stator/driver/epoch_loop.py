@@ -366,7 +366,7 @@ class JobDriver:
             )
             self.placement = self.placer.tracker
             if cfg.local_recovery.standby:
-                self.standby = StandbyAssigner(self.store)
+                self.standby = StandbyAssigner(self.store, self.status.standby_copies.note)
             self.in_flight.alive = lambda: live_executors(sc)
         if startup.spark_ready_ms is None:
             startup.spark_ready_ms = now_ms()

@@ -264,6 +264,7 @@ class RegionalJob:
             st.keyed_tasks_local += p.keyed_tasks_local
             st.keyed_tasks_total += p.keyed_tasks_total
             st.last_restores.update(p.last_restores)
+            st.standby_copies.merge(p.standby_copies)  # one uploader serves every region
         st.in_flight_checkpoints = tuple(c for p in parts for c in p.in_flight_checkpoints)
         st.restores = RestoreCounts(
             sum(p.restores.local for p in parts),

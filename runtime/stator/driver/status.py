@@ -15,7 +15,7 @@ from typing import Any
 from ..checkpoint.coordinator import now_ms
 from ..checkpoint.metadata import CheckpointMetadata
 from ..cluster.placement import EpochPlacement
-from ..epoch.reports import StateReport
+from ..epoch.reports import StandbyTally, StateReport
 
 
 def process_started_ms() -> int | None:
@@ -91,6 +91,31 @@ class RestoreCounts:
 
 
 @dataclass
+class StandbyCopies:
+    """Standby copies made for this driver's job, from each uploader's newest tally."""
+
+    tallies: dict[str, StandbyTally] = field(default_factory=dict)  # uploader -> tally
+
+    def note(self, tally: StandbyTally | None) -> None:
+        """Replaces the dict instead of changing it: the orders' thread calls this while the
+        control API reads it."""
+        if tally is not None and tally.newer_than(self.tallies.get(tally.uploader)):
+            self.tallies = {**self.tallies, tally.uploader: tally}
+
+    def merge(self, other: StandbyCopies) -> None:
+        for tally in other.tallies.values():
+            self.note(tally)
+
+    def to_json(self) -> dict[str, int]:
+        tallies = self.tallies.values()
+        return {
+            "copies": sum(t.copies for t in tallies),
+            "bytes": sum(t.bytes for t in tallies),
+            "failed": sum(t.failed for t in tallies),
+        }
+
+
+@dataclass
 class JobStatus:
     job: str
     epoch: int = 0
@@ -107,6 +132,7 @@ class JobStatus:
     state: JobState = JobState.CREATED
     stopped_with_savepoint: str | None = None
     restores: RestoreCounts = field(default_factory=RestoreCounts)
+    standby_copies: StandbyCopies = field(default_factory=StandbyCopies)
     # Keyed tasks that ran on the executor holding their local state, of those placed
     # (only with several executors: local-cluster or k8s).
     keyed_tasks_local: int = 0
@@ -123,8 +149,10 @@ class JobStatus:
     def keyed_tasks_done(
         self, epoch: int, states: list[StateReport], placement: EpochPlacement | None
     ) -> None:
-        """Count an epoch's restores (by source and bytes) and its task placement."""
+        """Count an epoch's restores (by source and bytes), its task placement and the
+        standby copies its executors made."""
         for s in states:
+            self.standby_copies.note(s.standby)
             r = s.restore
             if not r.restored:
                 continue

@@ -96,6 +96,25 @@ NO_RESTORE = RestoreReport("none")
 
 
 @dataclass(frozen=True)
+class StandbyTally:
+    """The standby copies one uploader process made since it started
+    (``tasks/standby_copy.py``): a copy's cost is bytes read from the object store on an
+    executor that does not run the subtask, which no restore counts. Cumulative, so the
+    driver keeps each uploader's newest and a tally reported twice or late counts once."""
+
+    uploader: str  # a token of the uploader process
+    copies: int = 0  # copies that read from the object store
+    bytes: int = 0  # what they read
+    failed: int = 0  # copies that failed (the next checkpoint's order tries again)
+
+    def newer_than(self, other: StandbyTally | None) -> bool:
+        return other is None or (self.copies + self.failed, self.bytes) > (
+            other.copies + other.failed,
+            other.bytes,
+        )
+
+
+@dataclass(frozen=True)
 class StateReport:
     """A keyed subtask committed ``epoch`` (and, if asked, took its part of a checkpoint and
     of a savepoint)."""
@@ -121,6 +140,8 @@ class StateReport:
     # The database commit of ``epoch`` (``KeyedBackend.commit_token``): the next epoch keeps
     # the local state only if it is this commit (``EpochSpec.commits``).
     commit: str = ""
+    # The standby copies this executor's uploader made (None: it made none yet).
+    standby: StandbyTally | None = None
 
 
 Report = SplitReport | SplitFailure | SinkReport | StateReport

@@ -35,7 +35,7 @@ from .local_state import open_state, take_snapshot
 from .operators import ProcessRunner, ReduceRunner
 from .routing import Router, Shuffled, unpack
 from .source import part_name
-from .standby_copy import hand_over
+from .standby_copy import hand_over, read_tally
 from .user_errors import user_code
 
 
@@ -106,6 +106,7 @@ def keyed_task(
             node_name(),
             upload,
             backend.commit_token,
+            None if spec.standby is None else read_tally(spec.local_dir, spec.job),
         )
         done: list[Report] = [state, *staged]
         reports.add(done)

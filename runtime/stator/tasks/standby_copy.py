@@ -27,6 +27,11 @@ Keeping a copy (one subtask, on its standby executor):
    second each: compaction retires some file of it meanwhile), so without them every
    attempt read the whole state again and failed again, and no copy was ever made.
 
+Counting: the uploader keeps a tally of the copies it made and the bytes they read
+(:class:`~stator.epoch.reports.StandbyTally`) in ``<job>/.standby-tally.json`` under the
+executor's state directory; keyed tasks and the driver's hand-over tasks there report it
+(:func:`read_tally`), so the driver's status and metrics show what standby copies cost.
+
 Restoring: ``chk-<id>`` is an ordinary local copy (``local_copy.py``); the placement finds
 it by the executors' survey (``cluster/inventory.py``). A standby copy of an older
 checkpoint than the one restored is brought up to it first (:func:`keep` again, in the
@@ -39,15 +44,26 @@ import contextlib
 import fcntl
 import json
 import logging
+import os
+import threading
+import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..checkpoint.metadata import RemoteFile
 from ..checkpoint.transfer import download_snapshot, salvaged
 from ..cluster.jvm import executor_location, task_location
-from ..epoch.spec import EpochSpec, StandbyOrder, StandbyTask, node_name, subtask_dir
+from ..epoch.reports import StandbyTally
+from ..epoch.spec import (
+    EpochSpec,
+    StandbyOrder,
+    StandbyTask,
+    node_name,
+    state_root,
+    subtask_dir,
+)
 from ..state.discard import discard
 from ..storage import ObjectStore
 from . import local_copy
@@ -57,6 +73,7 @@ log = logging.getLogger("stator.tasks")
 RECORD_PREFIX = "standby-"
 LOCK_NAME = ".standby.lock"
 SALVAGE_NAME = ".standby-salvage"  # files a failed copy fetched, for the next one
+TALLY_NAME = ".standby-tally.json"
 
 
 @dataclass(frozen=True)
@@ -65,6 +82,20 @@ class StandbyJob:
 
     store: ObjectStore
     orders: tuple[tuple[Path, StandbyOrder], ...]  # (the subtask's state directory, order)
+    tally: Path  # where the uploader writes its tally (:func:`tally_path`)
+
+
+def tally_path(local_dir: str, job: str) -> Path:
+    return state_root(local_dir) / job / TALLY_NAME
+
+
+def read_tally(local_dir: str, job: str) -> StandbyTally | None:
+    """This executor's uploader's tally, if it made a copy (best effort: a tally that cannot
+    be read is reported by a later task)."""
+    try:
+        return StandbyTally(**json.loads(tally_path(local_dir, job).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 def record_path(state_dir: Path, checkpoint_id: int) -> Path:
@@ -162,24 +193,26 @@ def hand_over(spec: EpochSpec) -> None:
 
 def hand_over_orders(
     task: StandbyTask, job: str, local_dir: str, _: Iterable[Any]
-) -> Iterator[tuple[str, str, str]]:
+) -> Iterator[tuple[str, str, str, StandbyTally | None]]:
     """Step 2 on the executor this runs on: from a keyed task, or from the driver's task for
     an executor that runs no keyed subtask (``cluster/standby.py``). Yields this executor's
-    location if its orders were handed over (else ""), its id and its node. Best effort: a
-    standby copy is never worth failing an epoch for."""
+    location if its orders were handed over (else ""), its id, its node and its uploader's
+    tally. Best effort: a standby copy is never worth failing an epoch for."""
     executor, host = task_location()
     where = executor_location(host, executor) if executor else ""
     orders = task.orders.get(where, ())
+    tally = read_tally(local_dir, job)
     if not orders:
-        yield "", executor, node_name()
+        yield "", executor, node_name(), tally
         return
     job_ = StandbyJob(
         task.store,
         tuple((subtask_dir(local_dir, job, o.uid, o.subtask, o.parallelism), o) for o in orders),
+        tally_path(local_dir, job),
     )
     from ..checkpoint import uploads  # noqa: PLC0415 - the uploader runs this module's jobs
 
-    yield (where if uploads.submit(job_) else ""), executor, node_name()
+    yield (where if uploads.submit(job_) else ""), executor, node_name(), tally
 
 
 def newest_orders(jobs: list[StandbyJob]) -> list[StandbyJob]:
@@ -196,18 +229,26 @@ def newest_orders(jobs: list[StandbyJob]) -> list[StandbyJob]:
     for i, job in enumerate(jobs):
         kept = tuple((d, o) for d, o in job.orders if newest[d] == (o.checkpoint_id, i))
         if kept:
-            out.append(StandbyJob(job.store, kept))
+            out.append(replace(job, orders=kept))
     return out
+
+
+_tally = StandbyTally(uuid.uuid4().hex[:16])  # this uploader process's
+_tally_lock = threading.Lock()
 
 
 def run_job(job: StandbyJob) -> None:
     """Step 3 for each order of ``job`` (in the uploader)."""
+    global _tally  # noqa: PLW0603 - one tally per uploader process
     for state_dir, order in job.orders:
         if any(i > order.checkpoint_id for i in standby_ids(state_dir)):
             continue  # a late order: a newer copy is here already
         try:
             read = keep(job.store, state_dir, order.checkpoint_id, order.files)
         except Exception as exc:
+            with _tally_lock:
+                _tally = replace(_tally, failed=_tally.failed + 1)
+                _write_tally(job.tally, _tally)
             log.warning(
                 "standby copy of operator '%s' subtask %d, checkpoint %d failed: %s",
                 order.uid,
@@ -217,6 +258,9 @@ def run_job(job: StandbyJob) -> None:
             )
             continue
         if read:
+            with _tally_lock:
+                _tally = replace(_tally, copies=_tally.copies + 1, bytes=_tally.bytes + read)
+                _write_tally(job.tally, _tally)
             log.info(
                 "standby copy of operator '%s' subtask %d at checkpoint %d: %d bytes read",
                 order.uid,
@@ -224,6 +268,16 @@ def run_job(job: StandbyJob) -> None:
                 order.checkpoint_id,
                 read,
             )
+
+
+def _write_tally(path: Path, tally: StandbyTally) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staged = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        staged.write_text(json.dumps(tally.__dict__))
+        staged.rename(path)
+    except OSError as exc:
+        log.warning("standby tally %s not written: %s", path, exc)
 
 
 def release(state_dir: Path) -> None:
