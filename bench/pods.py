@@ -452,6 +452,8 @@ def _lose_executor(
         "next_epoch_s": round(time.monotonic() - t0, 1),
         "remote_bytes": read,
         "local_restores": after["restores"]["local"] - before["restores"]["local"],
+        # What standby copies read from MinIO since the driver started (their cost).
+        "standby_copy_bytes": after["standby_copies"]["bytes"],
     }
     state = after["latest_checkpoint"]["state_bytes"]
     if name.startswith("local") and read:
