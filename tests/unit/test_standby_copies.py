@@ -170,7 +170,8 @@ def test_the_uploader_keeps_the_copies_a_task_hands_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Step 3 runs in the uploader process, beside its uploads (here its ``serve`` loop),
-    and tallies what the copies read for the tasks on its executor to report."""
+    and tallies what the copies read for the tasks on its executor to report: every byte
+    read once, a failed attempt's too (the retry reads only the file it lacked)."""
     monkeypatch.setattr(standby_copy, "_tally", StandbyTally("uploader-1"))
     store = FileStore(f"file://{tmp_path}/ck")
     one, two = two_checkpoints(tmp_path, store)
@@ -182,16 +183,24 @@ def test_the_uploader_keeps_the_copies_a_task_hands_it(
     store.delete([gone.key])
     tally = standby_copy.tally_path(local_dir, "job")
     made = StandbyTally("uploader-1", copies=1, bytes=stored_bytes(one))
-    for checkpoint, expected in ((one, made), (two, replace(made, failed=1))):
-        order = StandbyOrder(UID, 0, 1, 2 if checkpoint is two else 1, checkpoint.files)
+    failed = replace(made, failed=1, bytes=made.bytes + stored_bytes(two, one) - gone.size)
+    retried = replace(failed, copies=2, bytes=stored_bytes(one) + stored_bytes(two, one))
+    steps = ((1, one, made), (2, two, failed), (2, two, retried))
+    for i, (checkpoint_id, checkpoint, expected) in enumerate(steps):
+        if i == 2:
+            assert standby_copy.standby_ids(where) == [1]  # the failed copy left the older
+            store.put(gone.key, saved)
+        order = StandbyOrder(UID, 0, 1, checkpoint_id, checkpoint.files)
         job = standby_copy.StandbyJob(store, ((where, order),), tally)
         uploads.serve(io.BytesIO(pickle.dumps(job)))
         deadline = time.monotonic() + 30
         while standby_copy.read_tally(local_dir, "job") != expected:
-            assert time.monotonic() < deadline, standby_copy.read_tally(local_dir, "job")
+            assert time.monotonic() < deadline, (
+                standby_copy.read_tally(local_dir, "job"),
+                expected,
+            )
             time.sleep(0.05)
-    assert standby_copy.standby_ids(where) == [1]  # the failed copy of 2 left the copy of 1
-    store.put(gone.key, saved)
+    assert standby_copy.standby_ids(where) == [2]
 
 
 def test_orders_queued_behind_a_copy_are_run_newest_only(tmp_path: Path) -> None:

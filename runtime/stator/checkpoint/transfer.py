@@ -9,6 +9,7 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,6 +125,7 @@ def download_snapshot(
     target: Path,
     reuse: dict[str, Path] | None = None,
     salvage: Path | None = None,
+    on_read: Callable[[int], None] | None = None,
 ) -> int:
     """Materialize a snapshot into ``target`` (replaced atomically). Returns the bytes
     read from the store (inline files' included: the metadata brought them).
@@ -136,6 +138,9 @@ def download_snapshot(
     whole is hard-linked there (:func:`salvaged`), so that the next attempt reuses them. A
     copy made in the background of a checkpoint that was already retired loses one file to
     retention, not all it read.
+
+    ``on_read``: called with the size of each object read from the store, also when the
+    download then fails (a standby copy's tally counts what a failed attempt read).
 
     Sizes are checked against the metadata, so a truncated or swapped file fails the restore
     (and the coordinator falls back to an older checkpoint) instead of corrupting state.
@@ -155,6 +160,8 @@ def download_snapshot(
                 return 0
             store.get_file(f.key, dest)
             got = dest.stat().st_size
+            if on_read is not None:
+                on_read(got)
             if got != f.size:
                 raise TruncatedFile(
                     f"{store.url(f.key)} has {got} bytes, the checkpoint says {f.size}"

@@ -47,7 +47,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -113,10 +113,14 @@ def standby_ids(state_dir: Path) -> list[int]:
 
 
 def keep(
-    store: ObjectStore, state_dir: Path, checkpoint_id: int, files: tuple[RemoteFile, ...]
+    store: ObjectStore,
+    state_dir: Path,
+    checkpoint_id: int,
+    files: tuple[RemoteFile, ...],
+    on_read: Callable[[int], None] | None = None,
 ) -> int:
     """Step 3 of the module docstring. Returns the bytes read from the object store (0 if the
-    copy was already there)."""
+    copy was already there); ``on_read`` as ``download_snapshot``'s."""
     state_dir.mkdir(parents=True, exist_ok=True)
     with _locked(state_dir):
         copy = local_copy.copy_dir(state_dir, checkpoint_id)
@@ -127,7 +131,7 @@ def keep(
             return 0
         salvage = state_dir / SALVAGE_NAME
         reuse = {**_salvaged(salvage, files), **_reusable(state_dir)}
-        read = download_snapshot(store, files, copy, reuse, salvage)
+        read = download_snapshot(store, files, copy, reuse, salvage, on_read)
         _write_record(record, files)
         discard(salvage)
         for older in local_copy.copy_ids(state_dir):
@@ -243,11 +247,14 @@ def run_job(job: StandbyJob) -> None:
     for state_dir, order in job.orders:
         if any(i > order.checkpoint_id for i in standby_ids(state_dir)):
             continue  # a late order: a newer copy is here already
+        fetched: list[int] = []  # sizes of the objects read, a failed attempt's too
         try:
-            read = keep(job.store, state_dir, order.checkpoint_id, order.files)
+            read = keep(job.store, state_dir, order.checkpoint_id, order.files, fetched.append)
         except Exception as exc:
             with _tally_lock:
-                _tally = replace(_tally, failed=_tally.failed + 1)
+                _tally = replace(
+                    _tally, failed=_tally.failed + 1, bytes=_tally.bytes + sum(fetched)
+                )
                 _write_tally(job.tally, _tally)
             log.warning(
                 "standby copy of operator '%s' subtask %d, checkpoint %d failed: %s",
@@ -259,7 +266,9 @@ def run_job(job: StandbyJob) -> None:
             continue
         if read:
             with _tally_lock:
-                _tally = replace(_tally, copies=_tally.copies + 1, bytes=_tally.bytes + read)
+                _tally = replace(
+                    _tally, copies=_tally.copies + 1, bytes=_tally.bytes + sum(fetched)
+                )
                 _write_tally(job.tally, _tally)
             log.info(
                 "standby copy of operator '%s' subtask %d at checkpoint %d: %d bytes read",
