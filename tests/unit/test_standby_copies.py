@@ -27,7 +27,7 @@ from stator.epoch.reports import StandbyTally
 from stator.epoch.spec import STATE_DIR_ENV, CheckpointTask, RestoreTask, StandbyOrder
 from stator.errors import StorageError
 from stator.storage import FileStore, ObjectStore
-from stator.tasks import standby_copy
+from stator.tasks import local_copy, standby_copy
 from stator.tasks.local_state import open_state, take_snapshot
 from tests.unit.test_local_state_restore import KG, UID, commit, spec
 
@@ -84,6 +84,20 @@ def test_a_copy_already_on_the_disk_is_not_read_again(tmp_path: Path) -> None:
     own = tmp_path / "executor-a" / "job" / UID / "0-of-1"
     assert standby_copy.keep(store, own, 2, two.files) == 0
     assert standby_copy.standby_ids(own) == [2]
+
+
+def test_a_standby_copy_reuses_the_executors_own_older_copy(tmp_path: Path) -> None:
+    """The replacement of the executor that ran the subtask becomes its standby, on the same
+    volume: the subtask's own copy of an older checkpoint lies there, its keys named, and
+    the standby copy reads only the files the newer checkpoint added."""
+    store = FileStore(f"file://{tmp_path}/ck")
+    one, two = two_checkpoints(tmp_path, store)
+    own = tmp_path / "executor-a" / "job" / UID / "0-of-1"
+    assert local_copy.copy_ids(own) == [1, 2]
+    local_copy.drop(own, 2)  # only the older own copy is left
+    assert standby_copy.keep(store, own, 2, two.files) == stored_bytes(two, besides=one) > 0
+    assert standby_copy.standby_ids(own) == [2]
+    assert local_copy.copy_ids(own) == [2] and not local_copy.keys_path(own, 1).exists()
 
 
 def test_a_failed_copy_keeps_what_it_read_for_the_next_one(

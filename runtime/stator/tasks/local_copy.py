@@ -16,6 +16,12 @@ Keeping copies (one subtask, one executor):
    the one the task restores from and the one it is taking now. Until the driver confirms a
    newer checkpoint, the copy of the latest completed one stays.
 
+Beside each copy, ``keys-<id>.json`` names the object-store key of each of its stored files
+(:func:`write_keys`). Keys are unique per upload, so a copy of another checkpoint of the
+subtask that needs the object with that key hard-links the file instead of downloading it
+(:func:`reusable`): a standby copy made on an executor whose volume holds the subtask's own
+older copy (the replacement of the executor that ran it) reads only the files added since.
+
 Restoring from a copy (``restore_local``):
 
 1. Verify: the copy's files have the names and sizes of the checkpoint's metadata. A missing,
@@ -30,6 +36,7 @@ Restoring from a copy (``restore_local``):
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import uuid
@@ -39,6 +46,7 @@ from ..checkpoint.metadata import RemoteFile
 from ..state.discard import discard, replace_dir
 
 COPY_PREFIX = "chk-"
+KEYS_PREFIX = "keys-"
 
 
 def copy_dir(state_dir: Path, checkpoint_id: int) -> Path:
@@ -54,6 +62,38 @@ def copy_ids(state_dir: Path) -> list[int]:
         if tail.isdigit():
             found.append(int(tail))
     return sorted(found)
+
+
+def keys_path(state_dir: Path, checkpoint_id: int) -> Path:
+    return state_dir / f"{KEYS_PREFIX}{checkpoint_id}.json"
+
+
+def write_keys(state_dir: Path, checkpoint_id: int, files: tuple[RemoteFile, ...]) -> None:
+    """Name the store key of each stored file of the copy of ``checkpoint_id``."""
+    path = keys_path(state_dir, checkpoint_id)
+    staged = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+    staged.write_text(json.dumps({f.name: f.key for f in files if f.stored}))
+    staged.rename(path)
+
+
+def reusable(state_dir: Path) -> dict[str, Path]:
+    """Store key -> local file, over every copy in ``state_dir`` with its keys named. A file
+    is used only if its size is the checkpoint's (``transfer.download_snapshot``)."""
+    out: dict[str, Path] = {}
+    for checkpoint_id in copy_ids(state_dir):
+        try:
+            keys = json.loads(keys_path(state_dir, checkpoint_id).read_text())
+        except (OSError, ValueError):
+            continue
+        copy = copy_dir(state_dir, checkpoint_id)
+        out.update({key: copy / name for name, key in keys.items()})
+    return out
+
+
+def drop(state_dir: Path, checkpoint_id: int) -> None:
+    """Delete a copy (in the background: the last links of old SSTs) and its keys."""
+    keys_path(state_dir, checkpoint_id).unlink(missing_ok=True)
+    discard(copy_dir(state_dir, checkpoint_id))
 
 
 def mismatch(copy: Path, files: tuple[RemoteFile, ...]) -> str | None:
@@ -96,7 +136,7 @@ def prune(state_dir: Path, keep: set[int]) -> list[int]:
     """Step 3 of keeping copies: delete every copy whose id is not in ``keep``."""
     removed = []
     for checkpoint_id in copy_ids(state_dir):
-        if checkpoint_id not in keep:  # in the background: the last links of old SSTs
-            discard(copy_dir(state_dir, checkpoint_id))
+        if checkpoint_id not in keep:
+            drop(state_dir, checkpoint_id)
             removed.append(checkpoint_id)
     return removed

@@ -430,6 +430,8 @@ def take_snapshot(
     # once uploaded).
     keep = {ck.checkpoint_id, spec.completed_checkpoint, *spec.in_flight}
     local_copy.prune(base, keep if ck.keep_local else {ck.checkpoint_id, *spec.in_flight})
+    if ck.keep_local:
+        local_copy.write_keys(base, ck.checkpoint_id, plan.files)
     job = uploads.UploadJob(
         ck.store, ck.checkpoint_id, uid, subtask, local, plan, ck.deadline_ms, not ck.keep_local
     )

@@ -19,13 +19,16 @@ Keeping a copy (one subtask, on its standby executor):
    executors share, or the subtask ran here): a file whose store key an older standby copy
    there has is hard-linked
    (incremental checkpoints share their SSTs under unique keys), the rest is downloaded.
-   Files go to a staging directory renamed into place, then ``standby-<id>.json`` records
-   each file's key: only a copy with that record is reused. Older copies of the subtask
-   there are deleted last. A failure leaves the older copy, and the next order retries,
-   reusing the files the failed one fetched (``.standby-salvage``). A copy of a large state
-   takes longer to read than retention keeps a checkpoint's files (three checkpoints of a
-   second each: compaction retires some file of it meanwhile), so without them every
-   attempt read the whole state again and failed again, and no copy was ever made.
+   Files go to a staging directory renamed into place, then ``keys-<id>.json`` names each
+   file's key (``local_copy.write_keys``; the executor's own copies have one too, so a new
+   standby on the volume of the executor that ran the subtask reads only the files added
+   since its own copy) and ``standby-<id>.json`` marks the copy a standby copy. Older copies
+   of the subtask there are deleted last. A failure leaves the older copy, and the next
+   order retries, reusing the files the failed one fetched (``.standby-salvage``). A copy
+   of a large state takes longer to read than retention keeps a checkpoint's files (three
+   checkpoints of a second each: compaction retires some file of it meanwhile), so without
+   them every attempt read the whole state again and failed again, and no copy was ever
+   made.
 
 Counting: the uploader keeps a tally of the copies it made and the bytes they read
 (:class:`~stator.epoch.reports.StandbyTally`) in ``<job>/.standby-tally.json`` under the
@@ -127,24 +130,20 @@ def keep(
         record = record_path(state_dir, checkpoint_id)
         if local_copy.mismatch(copy, files) is None:  # made already, or the executor's own
             if not record.is_file():
-                _write_record(record, files)
+                local_copy.write_keys(state_dir, checkpoint_id, files)
+                record.touch()
             return 0
         salvage = state_dir / SALVAGE_NAME
-        reuse = {**_salvaged(salvage, files), **_reusable(state_dir)}
+        reuse = {**_salvaged(salvage, files), **local_copy.reusable(state_dir)}
         read = download_snapshot(store, files, copy, reuse, salvage, on_read)
-        _write_record(record, files)
+        local_copy.write_keys(state_dir, checkpoint_id, files)
+        record.touch()
         discard(salvage)
         for older in local_copy.copy_ids(state_dir):
             if older < checkpoint_id:
-                discard(local_copy.copy_dir(state_dir, older))
+                local_copy.drop(state_dir, older)
                 record_path(state_dir, older).unlink(missing_ok=True)
         return read
-
-
-def _write_record(record: Path, files: tuple[RemoteFile, ...]) -> None:
-    staged = record.with_suffix(".tmp")
-    staged.write_text(json.dumps({f.name: f.key for f in files if f.stored}))
-    staged.rename(record)
 
 
 def _salvaged(salvage: Path, files: tuple[RemoteFile, ...]) -> dict[str, Path]:
@@ -160,19 +159,6 @@ def _salvaged(salvage: Path, files: tuple[RemoteFile, ...]) -> dict[str, Path]:
             entry.unlink(missing_ok=True)
         else:
             out[key] = entry
-    return out
-
-
-def _reusable(state_dir: Path) -> dict[str, Path]:
-    """Store key -> local file, over every standby copy in ``state_dir``."""
-    out: dict[str, Path] = {}
-    for checkpoint_id in standby_ids(state_dir):
-        try:
-            keys = json.loads(record_path(state_dir, checkpoint_id).read_text())
-        except (OSError, ValueError):
-            continue
-        copy = local_copy.copy_dir(state_dir, checkpoint_id)
-        out.update({key: copy / name for name, key in keys.items()})
     return out
 
 
@@ -291,7 +277,7 @@ def _write_tally(path: Path, tally: StandbyTally) -> None:
 
 def release(state_dir: Path) -> None:
     """The subtask runs on this executor now: its standby copies become plain local copies
-    (kept or pruned as the subtask's own, ``local_copy.py``) and are no longer reused."""
+    (kept or pruned as the subtask's own, ``local_copy.py``; their keys stay named)."""
     for entry in state_dir.glob(f"{RECORD_PREFIX}*.json"):
         entry.unlink(missing_ok=True)
     discard(state_dir / SALVAGE_NAME)
