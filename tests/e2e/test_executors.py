@@ -385,8 +385,7 @@ def test_an_executor_lost_with_its_checkpoint_in_flight_rewinds_before_its_stand
     pods = running_executors(space, name, 2)
     [held] = subtask_nodes(status).values()
     victim = next(str(p["metadata"]["name"]) for p in pods if p["spec"]["nodeName"] == held)
-    tree = psutil.Process(agent.pods[f"{space.name}/{victim}"].proc.pid).children(recursive=True)
-    uploaders = [p for p in tree if "executor_uploader" in " ".join(p.cmdline())]
+    uploaders = uploader_processes(agent.pods[f"{space.name}/{victim}"].proc.pid)
     assert uploaders, f"no uploader process in {victim}"
     for p in uploaders:
         p.suspend()
@@ -494,6 +493,19 @@ def kill_in_keyed_task(
 def restart_count(space: Space, pod: str) -> int:
     got = space.kube.kubectl_json("get", "pod", pod, "-n", space.name)
     return int(next(iter(got["status"].get("containerStatuses") or []), {}).get("restartCount", 0))
+
+
+def uploader_processes(pod_pid: int) -> list[psutil.Process]:
+    """The executor uploader processes under a pod's process. Python workers come and go
+    meanwhile (one exited between the listing and its command line in a CI run)."""
+    found = []
+    for p in psutil.Process(pod_pid).children(recursive=True):
+        try:
+            if "executor_uploader" in " ".join(p.cmdline()):
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
 
 
 def subtask_nodes(status: dict[str, Any]) -> dict[int, str]:
