@@ -35,7 +35,7 @@ from .local_state import open_state, take_snapshot
 from .operators import ProcessRunner, ReduceRunner
 from .routing import Router, Shuffled, unpack
 from .source import part_name
-from .standby_copy import hand_over, read_tally
+from .standby_copy import hand_over
 from .user_errors import user_code
 
 
@@ -90,6 +90,7 @@ def keyed_task(
                 snapshot, upload = take_snapshot(spec, node.uid, subtask, key_groups, backend)
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
+        tally = hand_over(spec)
         state = StateReport(
             node.uid,
             subtask,
@@ -106,11 +107,10 @@ def keyed_task(
             node_name(),
             upload,
             backend.commit_token,
-            None if spec.standby is None else read_tally(spec.local_dir, spec.job),
+            tally,
         )
         done: list[Report] = [state, *staged]
         reports.add(done)
-        hand_over(spec)
     finally:
         backend.close()
     return iter(out)

@@ -174,11 +174,13 @@ def _locked(state_dir: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def hand_over(spec: EpochSpec) -> None:
+def hand_over(spec: EpochSpec) -> StandbyTally | None:
     """Step 2 of the module docstring, from a keyed task (every keyed task of the executor
-    sends it: :func:`keep` of a copy that is there costs a look at its files)."""
-    if spec.standby is not None:
-        next(hand_over_orders(spec.standby, spec.job, spec.local_dir, ()))
+    sends it: :func:`keep` of a copy that is there costs a look at its files). Returns the
+    executor's tally, for the task's report (None without standby copies)."""
+    if spec.standby is None:
+        return None
+    return next(hand_over_orders(spec.standby, spec.job, spec.local_dir, ()))[3]
 
 
 def hand_over_orders(
@@ -229,7 +231,6 @@ _tally_lock = threading.Lock()
 
 def run_job(job: StandbyJob) -> None:
     """Step 3 for each order of ``job`` (in the uploader)."""
-    global _tally  # noqa: PLW0603 - one tally per uploader process
     for state_dir, order in job.orders:
         if any(i > order.checkpoint_id for i in standby_ids(state_dir)):
             continue  # a late order: a newer copy is here already
@@ -237,11 +238,7 @@ def run_job(job: StandbyJob) -> None:
         try:
             read = keep(job.store, state_dir, order.checkpoint_id, order.files, fetched.append)
         except Exception as exc:
-            with _tally_lock:
-                _tally = replace(
-                    _tally, failed=_tally.failed + 1, bytes=_tally.bytes + sum(fetched)
-                )
-                _write_tally(job.tally, _tally)
+            _count(job.tally, sum(fetched), failed=1)
             log.warning(
                 "standby copy of operator '%s' subtask %d, checkpoint %d failed: %s",
                 order.uid,
@@ -251,11 +248,7 @@ def run_job(job: StandbyJob) -> None:
             )
             continue
         if read:
-            with _tally_lock:
-                _tally = replace(
-                    _tally, copies=_tally.copies + 1, bytes=_tally.bytes + sum(fetched)
-                )
-                _write_tally(job.tally, _tally)
+            _count(job.tally, sum(fetched), copies=1)
             log.info(
                 "standby copy of operator '%s' subtask %d at checkpoint %d: %d bytes read",
                 order.uid,
@@ -265,14 +258,23 @@ def run_job(job: StandbyJob) -> None:
             )
 
 
-def _write_tally(path: Path, tally: StandbyTally) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        staged = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        staged.write_text(json.dumps(tally.__dict__))
-        staged.rename(path)
-    except OSError as exc:
-        log.warning("standby tally %s not written: %s", path, exc)
+def _count(path: Path, read: int, copies: int = 0, failed: int = 0) -> None:
+    """Add a copy's outcome to this uploader's tally and write it to ``path``."""
+    global _tally  # noqa: PLW0603 - one tally per uploader process
+    with _tally_lock:
+        _tally = replace(
+            _tally,
+            copies=_tally.copies + copies,
+            bytes=_tally.bytes + read,
+            failed=_tally.failed + failed,
+        )
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            staged = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            staged.write_text(json.dumps(_tally.__dict__))
+            staged.rename(path)
+        except OSError as exc:
+            log.warning("standby tally %s not written: %s", path, exc)
 
 
 def release(state_dir: Path) -> None:
