@@ -316,10 +316,15 @@ def test_a_standby_executor_resumes_a_lost_executors_subtask_from_its_copy(
     space.apply(manifest)
     three_checkpoints(space, name)
     # Copies are made after each checkpoint completes: two more make sure they are there.
+    # The idle executor's node is known once its first orders task (sent beside the epochs,
+    # its Python worker started first) came back: five checkpoints can take less time.
     status = space.wait(
         name,
-        "five checkpoints",
-        lambda s: s.get("latestCheckpoint", {}).get("id", 0) >= 5,
+        "five checkpoints, every standby executor's node known",
+        lambda s: (
+            s.get("latestCheckpoint", {}).get("id", 0) >= 5
+            and all((t.get("standby") or {}).get("node") for t in s["placement"]["subtasks"])
+        ),
         timeout=300,
     )
     pods = running_executors(space, name, 3)
