@@ -100,6 +100,35 @@ def test_a_standby_copy_reuses_the_executors_own_older_copy(tmp_path: Path) -> N
     assert local_copy.copy_ids(own) == [2] and not local_copy.keys_path(own, 1).exists()
 
 
+def test_a_restore_links_the_ssts_the_executors_own_older_copy_holds(tmp_path: Path) -> None:
+    """The subtask comes back to an executor whose volume holds only its own copy of an
+    older checkpoint (no standby record): the restore is remote, and reads only the files
+    the newer checkpoint added; the SSTs both name are hard-linked from the older copy."""
+    store = FileStore(f"file://{tmp_path}/ck")
+    one, two = two_checkpoints(tmp_path, store)
+    local = tmp_path / "executor-a"
+    own = local / "job" / UID / "0-of-1"
+    local_copy.drop(own, 2)
+    (own / "db").rename(tmp_path / "lost")  # the database is gone, its copy of 1 is not
+    restore = RestoreTask(store, 2, 2, snapshots={(UID, 0): two}, local_copies=True)
+    backend, restored = open_state(spec(local, 3, restore=restore), UID, 0, KG)
+    try:
+        assert backend.epoch == 2
+        assert (restored.source, restored.fallback) == ("remote", "no local copy")
+        linked = sum(f.size for f in two.files if f.key in {g.key for g in one.files})
+        assert linked > 0 and restored.local_bytes == linked
+        assert restored.remote_bytes == two.state_bytes - linked
+    finally:
+        backend.close()
+    # Without local recovery (the checkpoint is not this job's), nothing local is trusted.
+    local_copy.drop(own, 2)
+    (own / "db").rename(tmp_path / "lost-again")
+    foreign = replace(restore, local_copies=False)
+    backend, restored = open_state(spec(local, 3, restore=foreign), UID, 0, KG)
+    backend.close()
+    assert (restored.remote_bytes, restored.local_bytes) == (two.state_bytes, 0)
+
+
 def test_a_failed_copy_keeps_what_it_read_for_the_next_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

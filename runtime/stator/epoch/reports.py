@@ -74,9 +74,10 @@ class RestoreReport:
     ``source``: ``none`` (its local database was already at the expected epoch, or it started
     empty), ``local`` (from the executor's copy of the checkpoint) or ``remote`` (from the
     object store: a checkpoint, a rescaled checkpoint or a savepoint). ``remote_bytes`` counts
-    what was read from the object store; ``fallback`` says why a local copy was not used when a
-    remote restore happened. ``savepoint``: the state came from a savepoint (``checkpoint_id``
-    is then 0).
+    what was read from the object store, ``local_bytes`` what came from local files (a remote
+    restore links the SSTs an older local copy holds); ``fallback`` says why a local copy was
+    not used when a remote restore happened. ``savepoint``: the state came from a savepoint
+    (``checkpoint_id`` is then 0).
     """
 
     source: str

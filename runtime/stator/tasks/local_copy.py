@@ -12,15 +12,17 @@ Keeping copies (one subtask, one executor):
 2. The driver completes checkpoint ``<id>`` (its metadata written) and names it in the next
    epoch's spec (``EpochSpec.completed_checkpoint``). A declined or failed checkpoint is never
    named, so its copy is never used.
-3. Each task of the subtask prunes every copy except the completed one named by the driver,
-   the one the task restores from and the one it is taking now. Until the driver confirms a
-   newer checkpoint, the copy of the latest completed one stays.
+3. Each task of the subtask, once its state is open, prunes every copy except the completed
+   one named by the driver, the one the task restored from and the one it is taking now.
+   Until the driver confirms a newer checkpoint, the copy of the latest completed one stays.
 
 Beside each copy, ``keys-<id>.json`` names the object-store key of each of its stored files
 (:func:`write_keys`). Keys are unique per upload, so a copy of another checkpoint of the
 subtask that needs the object with that key hard-links the file instead of downloading it
 (:func:`reusable`): a standby copy made on an executor whose volume holds the subtask's own
-older copy (the replacement of the executor that ran it) reads only the files added since.
+older copy (the replacement of the executor that ran it) reads only the files added since;
+so does a restore from the object store on an executor that kept only an older copy (SSTs
+only: ``tasks/local_state.py``).
 
 Restoring from a copy (``restore_local``):
 

@@ -13,11 +13,13 @@ Opening subtask S for epoch E (its state must be at ``base_epoch`` = E-1):
    driver rewinds the job to that checkpoint; the checkpoint itself is good and is kept.
 3. A restore source at ``base_epoch`` covering the operator: a checkpoint at the same
    parallelism is restored from the executor's local copy when that copy holds the
-   checkpoint's files (``local_copy.py``); otherwise, transparently, from the object store.
-   A standby copy of an older checkpoint (``standby_copy.py``) is first brought up to it
-   with the files added since. Remote restores materialize the source (a checkpoint or
-   native savepoint at the same parallelism, the owned key-groups of a rescaled one, or a
-   canonical savepoint's key-group files). Files that are missing, truncated or unreadable
+   checkpoint's files (``local_copy.py``); otherwise, transparently, from the object store,
+   linking the SSTs a local copy of the subtask already holds under the same object key
+   (copies are pruned only after the restore). A standby copy of an older checkpoint
+   (``standby_copy.py``) is first brought up to it with the files added since. Remote
+   restores materialize the source (a checkpoint or native savepoint at the same
+   parallelism, the owned key-groups of a rescaled one, or a canonical savepoint's
+   key-group files). Files that are missing, truncated or unreadable
    as RocksDB fail with :class:`RestoreError` (the driver then drops that checkpoint and
    falls back to an older one); an object store that cannot be reached fails with its
    :class:`~stator.errors.StorageError` (the driver retries the same checkpoint).
@@ -79,10 +81,21 @@ def open_state(
     operator empty, or fail so that the driver fails over. Also says where the state came
     from, for the driver's status and metrics."""
     state_dir = spec.state_dir(uid, subtask)
+    sweep(state_dir)
     opened = _open_state(spec, uid, subtask, key_groups, state_dir)
+    # Pruned only now: a remote restore links the SSTs an older copy holds (``_held_here``).
+    local_copy.prune(state_dir, _kept(spec, state_dir))
     # The subtask runs here now: what was a standby copy is a local copy, pruned as any.
     standby_copy.release(state_dir)
     return opened
+
+
+def _kept(spec: EpochSpec, state_dir: Path) -> set[int]:
+    """The local copies a subtask keeps when it opens its state (``local_copy.py``, step 3)."""
+    keep = {spec.completed_checkpoint, *spec.in_flight}
+    keep |= {spec.checkpoint.checkpoint_id} if spec.checkpoint is not None else set()
+    keep |= {spec.restore.checkpoint_id} if spec.restore is not None else set()
+    return keep | set(standby_copy.standby_ids(state_dir)[-1:])  # a restore may catch it up
 
 
 def _open_state(
@@ -90,12 +103,6 @@ def _open_state(
 ) -> tuple[KeyedBackend, RestoreReport]:
     path = state_dir / "db"
     restore = spec.restore
-    keep = {spec.completed_checkpoint, *spec.in_flight}
-    keep |= {spec.checkpoint.checkpoint_id} if spec.checkpoint is not None else set()
-    keep |= {restore.checkpoint_id} if restore is not None else set()
-    keep |= set(standby_copy.standby_ids(state_dir)[-1:])  # a restore may catch it up
-    local_copy.prune(state_dir, keep)
-    sweep(state_dir)
     backend = KeyedBackend(
         path, spec.rocksdb, key_groups, spec.max_parallelism, uid, spec.warm_entries
     )
@@ -166,10 +173,13 @@ def _open_state(
             restore.checkpoint_id,
             f"restored state is at epoch {backend.epoch}, the job expects {spec.base_epoch}",
         )
+    # A checkpoint's own files that were linked from a local copy instead (``_held_here``).
+    linked = snapshot.state_bytes - remote_bytes if snapshot and not restore.savepoint else 0
     return backend, RestoreReport(
         "remote",
         restore.checkpoint_id,
         savepoint=restore.savepoint is not None,
+        local_bytes=linked,
         remote_bytes=remote_bytes,
         duration_ms=_ms_since(started),
         fallback=fallback,
@@ -318,7 +328,7 @@ def restore_into(
                 f"the checkpoint holds key-groups {snapshot.key_groups}, "
                 f"subtask {subtask} owns {key_groups}"
             )
-        read = download_snapshot(restore.store, snapshot.files, path)
+        read = download_snapshot(restore.store, snapshot.files, path, _held_here(restore, path))
         if restore.savepoint is not None:  # native: the job resumes at the savepoint's epoch
             _resume_at(spec, uid, key_groups, path)
         return read
@@ -339,6 +349,18 @@ def restore_into(
     finally:
         target.close()
     return read
+
+
+def _held_here(restore: RestoreTask, path: Path) -> dict[str, Path]:
+    """Store key -> SST file of a local copy in the subtask's state directory, which a remote
+    restore hard-links instead of downloading (keys are unique per upload: the same key is the
+    same bytes): an older copy of the subtask's own, or the checkpoint's copy that failed its
+    check for another file. Only SSTs are immutable (RocksDB appends to the others when it
+    opens a database), and only this job's checkpoints with local recovery on have copies."""
+    if not restore.local_copies or restore.savepoint is not None:
+        return {}
+    held = local_copy.reusable(path.parent)
+    return {key: file for key, file in held.items() if file.suffix == ".sst"}
 
 
 def _resume_at(spec: EpochSpec, uid: str, key_groups: KeyGroupRange, path: Path) -> None:
