@@ -75,25 +75,27 @@ from typing import Any
 
 from stator.control.client import ControlHTTPError, ControlUnreachable, SavepointRequest
 
+from .naming import (
+    JOB_FAILED_EXIT_CODE,
+    driver_lease_name,
+    driver_pod_name,
+    new_executor_set,
+    running_executor_set,
+    spark_app_id,
+)
 from .observer import Observation, PrestartedDriver
 from .operation import Operation, OpKind, Step
 from .ports import DriverApi, EventSink, KubeApi
 from .resources import (
-    JOB_FAILED_EXIT_CODE,
     config_map,
     control_secret,
     driver_lease,
-    driver_lease_name,
     driver_pod,
-    driver_pod_name,
     network_policy,
-    new_executor_set,
     role,
     role_binding,
-    running_executor_set,
     service,
     service_account,
-    spark_app_id,
 )
 from .spec import (
     Pinning,

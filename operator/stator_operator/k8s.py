@@ -14,7 +14,7 @@ from kubernetes.client.rest import ApiException
 
 from stator.cluster.lease import RELEASED_FOR
 
-from .resources import is_executor_set_of
+from .naming import is_executor_set_of
 
 GROUP, VERSION, PLURAL = "stator.dev", "v1alpha1", "statefulpipelines"
 UNREACHABLE = "node.kubernetes.io/unreachable"  # the node lifecycle controller's taint

@@ -23,9 +23,9 @@ from stator.control.client import (
     SavepointRequest,
 )
 
+from .naming import CONTROL_TOKEN_KEY, control_secret_name, driver_lease_name
 from .operation import Operation, Step
 from .ports import Connect, DriverApi, KubeApi
-from .resources import CONTROL_TOKEN_KEY, control_secret_name, driver_lease_name
 from .spec import CONTROL_PORT, get
 from .status import StatusWriter
 from .storage import SavepointStorage

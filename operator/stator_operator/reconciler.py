@@ -11,20 +11,19 @@ from typing import Any
 from stator.control.client import JobInfo
 from stator.driver.restart import History, decide
 
+from .admission import check_job_config, check_pods
 from .flows import DriverFailed, Flows
-from .observer import Observation
-from .operation import OpKind, Step
-from .ports import EventSink, KubeApi
-from .resources import (
+from .job_config import restart_config
+from .naming import (
     JOB_FAILED_EXIT_CODE,
     STATE_VOLUME,
     STOPPED_EXIT_CODE,
-    check_job_config,
-    check_pods,
-    restart_config,
     running_executor_set,
     spark_app_id,
 )
+from .observer import Observation
+from .operation import OpKind, Step
+from .ports import EventSink, KubeApi
 from .spec import (
     Pinning,
     SpecDiff,

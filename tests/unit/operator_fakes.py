@@ -20,9 +20,9 @@ from stator.control.client import (
     Readiness,
     SavepointRequest,
 )
+from stator_operator.naming import is_executor_set_of
 from stator_operator.operation import Operation, Step
 from stator_operator.pipeline import Pipeline
-from stator_operator.resources import is_executor_set_of
 from tests.unit.savepoints import write_savepoint
 
 

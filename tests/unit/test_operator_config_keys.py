@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from stator.config import JobConfig
-from stator_operator.resources import job_config
+from stator_operator.job_config import job_config
 from stator_operator.spec import SpecError, get, validate
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "statefulpipelines.stator.dev.yaml"

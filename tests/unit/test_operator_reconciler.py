@@ -18,8 +18,8 @@ from kubernetes.client.rest import ApiException
 from stator.config import JobConfig
 from stator.storage import open_store
 from stator_operator import flows, observer
+from stator_operator.naming import spark_app_id
 from stator_operator.operation import Operation, OpKind, Step
-from stator_operator.resources import spark_app_id
 from stator_operator.spec import UpgradeMode, attempt_fingerprint
 from tests.unit.operator_fakes import Bed, FakeDriver
 from tests.unit.savepoints import write_savepoint

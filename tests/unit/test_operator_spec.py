@@ -13,20 +13,11 @@ import pytest
 
 from stator.cluster.kubernetes import REQUIRED_ENV, in_cluster_conf
 from stator.config import JobConfig, load_config
-from stator_operator.resources import (
-    EXECUTOR_DEFAULTS,
-    RESERVED_ENV,
-    check_job_config,
-    check_pods,
-    config_map,
-    driver_pod,
-    event,
-    executor_claim,
-    executor_pod_template,
-    job_config,
-    restart_config,
-    spark_app_id,
-)
+from stator_operator.admission import check_job_config, check_pods
+from stator_operator.job_config import EXECUTOR_DEFAULTS, job_config, restart_config
+from stator_operator.naming import executor_claim, spark_app_id
+from stator_operator.owned import RESERVED_ENV
+from stator_operator.resources import config_map, driver_pod, event, executor_pod_template
 from stator_operator.spec import SpecDiff, SpecError, classify, fingerprint, replicas, validate
 
 SPEC: dict[str, Any] = {

@@ -7,14 +7,10 @@ from typing import Any
 
 import pytest
 
+from stator_operator.admission import check_job_config, check_pods
+from stator_operator.naming import spark_app_id
 from stator_operator.podsecurity import pod_violations
-from stator_operator.resources import (
-    check_job_config,
-    check_pods,
-    driver_pod,
-    executor_pod_template,
-    spark_app_id,
-)
+from stator_operator.resources import driver_pod, executor_pod_template
 from stator_operator.spec import SpecError, validate
 from tests.hostile_specs import HOSTILE
 

@@ -1,0 +1,119 @@
+"""A spec's checks before any driver runs with it: what the spec may not set (operator-owned
+pod template fields, volume names, environment variables, Spark settings, plain-text
+credentials), the driver pod against the restricted Pod Security Standard, and the runtime's
+own check of the job config; every problem named with its field, not found later in a
+crash-looping pod."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from stator.config import JobConfig, build
+from stator.errors import ConfigError
+
+from .job_config import job_config
+from .owned import RESERVED_ENV, reserved_env, spark_conf_owner
+from .podsecurity import pod_violations, template_violations
+from .resources import driver_pod, driver_volumes
+from .spec import SpecError, get
+
+
+def env_violations(spec: dict[str, Any]) -> list[str]:
+    """``spec.driver.env`` and ``spec.executor.env`` entries set by the operator or by Spark:
+    theirs would override or be overridden, silently; and executor variables that look like
+    credentials (their value would be stored in the pipeline's ConfigMap)."""
+    out = [
+        f"spec.{kind}.env[{e['name']}]: set by {why}; remove it"
+        for kind in RESERVED_ENV
+        for e in get(spec, kind, "env", default=None) or []
+        if (why := reserved_env(kind, str(e.get("name")))) is not None
+    ]
+    out += [
+        f"spec.executor.env[{e['name']}]: looks like a credential, and executor variables are "
+        f"stored in the pipeline's ConfigMap; put it in a Secret and give it with "
+        f"spec.sparkConf spark.kubernetes.executor.secretKeyRef.{e['name']}=<secret>:<key>"
+        for e in get(spec, "executor", "env", default=None) or []
+        if _plain_credential(str(e.get("name")).replace("_", "."))
+    ]
+    return out
+
+
+def volume_violations(template: dict[str, Any], where: str) -> list[str]:
+    """Volumes of a pod template named like one of the driver's own: they are added to the
+    driver's volumes, and a name may be used once."""
+    owned = [v["name"] for v in driver_volumes("-")]
+    return [
+        f"{where}.spec.volumes[{v.get('name')}]: the name is one of the operator's volumes "
+        f"({', '.join(owned)}); rename it"
+        for v in get(template, "spec", "volumes", default=None) or []
+        if v.get("name") in owned
+    ]
+
+
+def check_pods(spec: dict[str, Any], name: str, namespace: str) -> None:
+    """The pods this spec gives: what the spec may not set (operator-owned template fields,
+    volume names, driver and executor environment variables), then the driver pod, user
+    template merged, against the restricted Pod Security Standard (podsecurity.py); every
+    problem named with its field."""
+    where = "spec.driver.podTemplate"
+    template = get(spec, "driver", "podTemplate", default=None) or {}
+    problems = template_violations(template, where) + volume_violations(template, where)
+    problems += env_violations(spec)
+    body = {"metadata": {"name": name, "namespace": namespace, "uid": "-"}}
+    problems += pod_violations(driver_pod(body, spec, "check", "none", False), where)
+    _refuse(problems)
+
+
+def _refuse(problems: list[str]) -> None:
+    """One error naming the first three problems (and how many more)."""
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise SpecError("; ".join(problems[:3]) + more)
+
+
+# Words of a Spark setting that holds a secret in plain text (it would be stored in the
+# pipeline's ConfigMap); references to Secrets (secretKeyRef, secrets) are not secrets.
+_CREDENTIAL_WORDS = ("secret", "password", "token", "access.key", "accesskey", "credential")
+
+
+def _plain_credential(key: str) -> bool:
+    lowered = key.lower()
+    if "secretkeyref" in lowered or ".secrets." in lowered:
+        return False
+    return any(word in lowered for word in _CREDENTIAL_WORDS)
+
+
+def spark_conf_violations(spec: dict[str, Any]) -> list[str]:
+    """``spec.sparkConf`` keys the operator, the driver or the runtime sets, and secrets in
+    plain text."""
+    out = [
+        f"spec.sparkConf.{key}: set by {why}; remove it"
+        for key in spec.get("sparkConf") or {}
+        if (why := spark_conf_owner(key)) is not None
+    ]
+    out += [
+        f"spec.sparkConf.{key}: credentials are not accepted in plain text (they would be "
+        f"stored in a ConfigMap); put them in a Secret and give them to executors with "
+        f"spark.kubernetes.executor.secretKeyRef.<ENV_NAME>=<secret>:<key>"
+        for key in spec.get("sparkConf") or {}
+        if _plain_credential(key) and spark_conf_owner(key) is None
+    ]
+    return out
+
+
+def check_job_config(spec: dict[str, Any], name: str, namespace: str) -> None:
+    """The job config this spec gives, before a driver runs with it: spec.sparkConf keys that
+    are not the spec's, then the runtime's own check (a Spark setting Stator cannot run with,
+    an unknown or ill-typed spec.config key), each reported with its field, not found later
+    in a crash-looping pod."""
+    _refuse(spark_conf_violations(spec))
+    try:
+        build(JobConfig, {"spark": {"conf": dict(spec.get("sparkConf") or {})}}, "")
+    except ConfigError as exc:
+        raise SpecError(f"spec.sparkConf: {exc}") from exc
+    try:
+        build(JobConfig, job_config(spec, name, namespace), "")
+    except (ConfigError, yaml.YAMLError, AttributeError, TypeError) as exc:
+        raise SpecError(f"spec.config: {exc}") from exc
