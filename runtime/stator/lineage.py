@@ -1,6 +1,7 @@
-"""Savepoints and checkpoints as they lie in storage: where savepoints go by default, and how
-to list, find and dispose them. The driver, the ``stator`` command line and the operator (which
-reads storage when the driver is gone) all go through here, so the layout is defined once.
+"""Savepoints and checkpoints as they lie in storage: where savepoints go by default, how to list,
+find and dispose them, and one read by its URI as a restore target (``Target``). The driver, the
+``stator`` command line and the operator (which reads storage when the driver is gone) all go
+through here, so the layout is defined once.
 
 Layout::
 
@@ -13,14 +14,19 @@ disposal deletes the metadata first: a half-deleted savepoint is never mistaken 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .checkpoint.coordinator import load_checkpoint
 from .checkpoint.metadata import METADATA_NAME as CHECKPOINT_METADATA
-from .checkpoint.metadata import CheckpointMetadata, checkpoint_dir, parse_checkpoint_dir
+from .checkpoint.metadata import (
+    CheckpointMetadata,
+    OperatorSnapshot,
+    checkpoint_dir,
+    parse_checkpoint_dir,
+)
 from .checkpoint.metadata import metadata_key as checkpoint_metadata_key
-from .errors import StatorError
-from .savepoint.metadata import METADATA_NAME, SavepointMetadata
+from .errors import CheckpointNotFoundError, StatorError, StorageError
+from .savepoint.metadata import METADATA_NAME, OperatorSavepoint, SavepointMetadata
 from .storage import ObjectStore, S3Options, open_store
 
 
@@ -141,12 +147,89 @@ def list_checkpoints(root: str, s3: S3Options | None = None) -> list[CheckpointE
     return entries
 
 
+Snapshot = CheckpointMetadata | SavepointMetadata
+
+
+@dataclass(frozen=True)
+class Target:
+    """A checkpoint or savepoint to restore from, and the store its files are in."""
+
+    meta: Snapshot
+    store: ObjectStore
+
+    @property
+    def epoch(self) -> int:
+        return self.meta.epoch
+
+    @property
+    def is_savepoint(self) -> bool:
+        return isinstance(self.meta, SavepointMetadata)
+
+    def part_for(self, region: str, uids: set[str]) -> Target:
+        """What one failover region restores from this snapshot: the entries of its own
+        operators, sources and sinks. A savepoint of a job of several regions recorded each
+        region's epoch: the region resumes after the highest epoch of the regions it shares
+        uids with (never at an epoch number one of them already used: its sinks would write
+        it again). The whole snapshot was checked against the whole job first
+        (``check_compatible``)."""
+        meta = self.meta
+        sources = {u: s for u, s in meta.sources.items() if u in uids}
+        part: Snapshot
+        if isinstance(meta, SavepointMetadata):
+            overlapping = [
+                meta.region_epochs[r]
+                for r, members in meta.region_uids.items()
+                if r in meta.region_epochs and uids.intersection(members)
+            ]
+            epoch = max(overlapping, default=meta.region_epochs.get(region, meta.epoch))
+            ops = {u: op for u, op in meta.operators.items() if u in uids}
+            part = replace(meta, operators=ops, sources=sources, epoch=epoch)
+        else:
+            snaps = {u: op for u, op in meta.operators.items() if u in uids}
+            sinks = {u: c for u, c in meta.sinks.items() if u in uids}
+            part = replace(meta, operators=snaps, sources=sources, sinks=sinks)
+        return Target(part, self.store)
+
+    def commits(self, parallelism: dict[str, int]) -> dict[tuple[str, int], str]:
+        """The database commit each keyed subtask's restored state is, for the operators
+        whose parallelism is the one the snapshot was taken at (``EpochSpec.commits``)."""
+        operators: dict[str, OperatorSnapshot] | dict[str, OperatorSavepoint]
+        operators = self.meta.operators
+        return {
+            (uid, subtask): commit
+            for uid, op in operators.items()
+            if op.parallelism == parallelism.get(uid)
+            for subtask, commit in op.commits.items()
+            if commit
+        }
+
+    def describe(self) -> str:
+        if isinstance(self.meta, SavepointMetadata):
+            return f"savepoint {self.store.uri} (epoch {self.meta.epoch})"
+        return f"checkpoint {self.meta.checkpoint_id} (epoch {self.meta.epoch}) at {self.store.uri}"
+
+
+def load_target(uri: str, s3: S3Options) -> Target:
+    """A savepoint directory, or a checkpoint directory (chk-N), by URI (or their metadata's)."""
+    uri = snapshot_dir(uri)
+    sp_store = open_store(uri, s3)
+    if sp_store.exists(METADATA_NAME):
+        meta = SavepointMetadata.from_json(sp_store.get(METADATA_NAME), sp_store.url(METADATA_NAME))
+        return Target(meta, sp_store)
+    parent, _, name = uri.rstrip("/").rpartition("/")
+    try:
+        store = open_store(parent, s3)
+        return Target(load_checkpoint(store, name), store)
+    except (CheckpointNotFoundError, StorageError) as exc:
+        raise CheckpointNotFoundError(
+            f"restore.source {uri!r} is neither a savepoint (no {METADATA_NAME}) nor a "
+            f"checkpoint directory: {exc}"
+        ) from exc
+
+
 def check_restorable(uri: str, s3: S3Options | None = None) -> None:
     """Raise a StatorError saying why ``uri`` (a savepoint or a chk-N directory) cannot be
     restored from; reads, never writes."""
-    # Imported here: the restore planner may come to use this module itself.
-    from .driver.restore import load_target  # noqa: PLC0415
-
     load_target(uri, s3 or S3Options())
 
 

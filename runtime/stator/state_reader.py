@@ -23,8 +23,8 @@ from typing import Any
 from .api.serializers import by_name
 from .checkpoint.metadata import CheckpointMetadata, SubtaskSnapshot
 from .checkpoint.transfer import download_snapshot
-from .driver.restore import load_target
 from .keygroups import KeyGroupRange, decode_key
+from .lineage import load_target
 from .savepoint.format import StateEntry, TimerEntry, read_key_group
 from .savepoint.transfer import database_entries, state_catalog
 from .state.backend import KeyedBackend

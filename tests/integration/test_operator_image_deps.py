@@ -22,7 +22,7 @@ import stator_operator.pipeline
 from stator.config import JobConfig, build
 from stator.control.client import ControlClient
 from stator.errors import ConfigError, StatorError
-from stator.driver.restore import load_target
+from stator.lineage import load_target
 from stator.lineage import check_restorable, dispose_savepoint, find_savepoint
 from stator.storage import S3Options, open_store
 """

@@ -9,8 +9,8 @@ import pytest
 
 from stator.checkpoint.metadata import CheckpointMetadata
 from stator.driver.failures import Kind, classify, short_error
-from stator.driver.restore import Target
 from stator.errors import ConfigError, StorageError
+from stator.lineage import Target
 from stator.savepoint.metadata import SavepointMetadata
 from stator.storage import open_store
 from stator.tasks.local_state import RestoreError

@@ -159,7 +159,7 @@ def test_restore_sources_name_the_commit_each_subtask_must_be() -> None:
     """Local state is kept only if it is the commit the restore source was taken from
     (``tasks/local_state.py``, step 1): for the subtasks of an operator at the parallelism
     the source was taken at; metadata of an older Stator (no commits) names none."""
-    from stator.driver.restore import Target
+    from stator.lineage import Target
 
     store = open_store("file:///tmp/unused-commits")
     raw = _checkpoint()
@@ -245,7 +245,8 @@ def test_native_savepoint_metadata_of_the_wrong_shape_is_unusable(
 def test_native_savepoints_read_back_and_restore_as_checkpoints_do() -> None:
     """Same parallelism: each subtask downloads its own files; another: the overlapping
     databases are rescaled. A canonical savepoint (no format_type, as before) is unchanged."""
-    from stator.driver.restore import Target, restore_task
+    from stator.driver.restore import restore_task
+    from stator.lineage import Target
 
     meta = SavepointMetadata.from_json(json.dumps(_native()).encode())
     assert meta.native and meta.state_bytes == 14

@@ -20,10 +20,10 @@ from stator.checkpoint.metadata import (
 from stator.config import JobConfig, load_config
 from stator.driver.epoch_loop import JobDriver
 from stator.driver.regions import RegionalJob, build_job
-from stator.driver.restore import Target
 from stator.driver.savepoints import merge_parts
 from stator.driver.status import JobState
 from stator.errors import ConfigError
+from stator.lineage import Target
 from stator.savepoint.metadata import OperatorSavepoint, SavepointMetadata
 from stator.sinks import CollectSink
 from stator.sources.generator import list_source

@@ -50,7 +50,7 @@ from ..config import JobConfig
 from ..epoch.reports import Report, SinkReport, SplitFailure, SplitReport, StateReport
 from ..epoch.spec import CheckpointTask, EpochSpec, SavepointTask, StandbyTask
 from ..errors import JobFailed, StateMismatchError, StatorError
-from ..lineage import has_run
+from ..lineage import Target, has_run
 from ..storage import ObjectStore, open_store
 from .completion import (
     CheckpointRequest,
@@ -67,7 +67,7 @@ from .parallelism import Parallelism, resolve_parallelism
 from .planning import CheckpointSchedule, EpochPlanner, Plan
 from .preflight import check_restore_source, check_storage
 from .recovery import Recovery
-from .restore import Target, restore_task
+from .restore import restore_task
 from .savepoints import (
     SavepointEpoch,
     SavepointRefused,

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from enum import Enum
 
 from ..errors import ConfigError, PipelineError, StateCompatibilityError
+from ..lineage import Target
 from ..tasks.local_state import RESTORE_ERROR_MARKER
 from ..tasks.user_errors import TRACEBACK_BEGIN, TRACEBACK_END, USER_ERROR_MARKER
-from .restore import Target
 
 _ATTEMPTS = re.compile(r"failed (\d+) times")
 _PYTHON_TRACEBACK = "PythonException: Traceback (most recent call last):"

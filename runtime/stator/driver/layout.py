@@ -29,9 +29,8 @@ from __future__ import annotations
 
 from ..checkpoint.metadata import CheckpointMetadata
 from ..errors import ConfigError
-from ..lineage import list_checkpoints
+from ..lineage import Target, list_checkpoints
 from ..storage import S3Options, open_store
-from .restore import Target
 
 REGIONS_DIR = "regions"
 

@@ -30,11 +30,11 @@ from contextlib import contextmanager
 from ..checkpoint.metadata import CheckpointMetadata
 from ..config import JobConfig
 from ..errors import CheckpointNotFoundError, ConfigError, StatorError, StorageError
-from ..lineage import list_checkpoints
+from ..lineage import Target, list_checkpoints, load_target
 from ..savepoint.metadata import OperatorSavepoint, SavepointMetadata
 from ..storage import ObjectStore, open_store
 from .parallelism import Parallelism
-from .restore import Target, check_compatible, load_target
+from .restore import check_compatible
 
 
 def preflight(

@@ -42,13 +42,14 @@ from ..checkpoint.coordinator import CheckpointCoordinator
 from ..checkpoint.metadata import CheckpointMetadata
 from ..config import JobConfig
 from ..errors import ConfigError, JobFailed, StatorError
+from ..lineage import Target, load_target
 from ..storage import ObjectStore
 from .completion import PendingOutput
 from .failures import Failure, Kind, classify, short_error
 from .parallelism import Parallelism
 from .planning import EpochPlanner
 from .restart import RestartStrategy
-from .restore import Target, check_compatible, load_target
+from .restore import check_compatible
 from .status import JobStatus
 
 log = logging.getLogger("stator.driver")

@@ -51,7 +51,7 @@ from ..cluster.placement import PlacementTracker
 from ..cluster.session import share_python_path, starts_executor_pods, warm_python_workers
 from ..config import JobConfig
 from ..errors import ConfigError, StatorError
-from ..lineage import has_run, savepoint_location
+from ..lineage import Target, has_run, load_target, savepoint_location
 from ..savepoint.metadata import METADATA_NAME
 from ..savepoint.native import remove_strays
 from ..storage import ObjectStore, open_store
@@ -60,7 +60,7 @@ from .handover import Handover, HandoverRequest
 from .layout import check_covers, check_regions
 from .parallelism import Parallelism, resolve_parallelism
 from .preflight import check_files, check_storage
-from .restore import Target, check_compatible, load_target
+from .restore import check_compatible
 from .savepoints import (
     PartVerdict,
     SavepointRequest,
