@@ -41,7 +41,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 from ..storage import ObjectStore
 from .transfer import UploadPlan, send_files, upload_dir
@@ -197,50 +197,58 @@ def serve(
     """Run every job read from ``jobs`` (a worker's pipe or socket) until it closes. One
     client per store, reused across jobs (``stores``: shared with other readers, which
     ``one_at_a_time`` then serializes)."""
-    from ..tasks.standby_copy import StandbyJob  # noqa: PLC0415 - it imports the task side
-
     stores = {} if stores is None else stores
     while True:
         try:
             job = pickle.load(jobs)  # noqa: S301 (our own worker, a private channel)
         except (EOFError, pickle.UnpicklingError, OSError):  # the worker is gone (maybe mid-write)
             return
-        if isinstance(job, StandbyJob):  # never in the way of a checkpoint's upload
-            _standby_jobs.put(job)
-            _start_standby_thread()
+        if not isinstance(job, UploadJob):  # never in the way of a checkpoint's upload
+            _background_jobs.put(job)
+            _start_background_thread()
             continue
         with one_at_a_time or contextlib.nullcontext():
             store = stores.setdefault(pickle.dumps(job.store), job.store)
             run_upload(replace(job, store=store))
 
 
-# Standby copies, one at a time, beside the uploads (``tasks/standby_copy.py``, step 3).
-_standby_jobs: queue.Queue[Any] = queue.Queue()
-_standby_thread: list[threading.Thread] = []
+class BackgroundJob(Protocol):
+    """A job (a frozen dataclass with a ``store``) the uploader runs beside the uploads, one at
+    a time (a standby copy: ``tasks/standby_copy.StandbyJob``). What queued while one ran is
+    coalesced first (a copy of an older checkpoint would only be replaced by the next one)."""
+
+    store: ObjectStore
+
+    @staticmethod
+    def coalesce(jobs: list[Any]) -> list[Any]: ...
+
+    def run(self) -> None: ...
 
 
-def _start_standby_thread() -> None:
+_background_jobs: queue.Queue[BackgroundJob] = queue.Queue()
+_background_thread: list[threading.Thread] = []
+
+
+def _start_background_thread() -> None:
     with _lock:
-        if not _standby_thread:
-            thread = threading.Thread(target=_run_standby_jobs, daemon=True)
+        if not _background_thread:
+            thread = threading.Thread(target=_run_background_jobs, daemon=True)
             thread.start()
-            _standby_thread.append(thread)
+            _background_thread.append(thread)
 
 
-def _run_standby_jobs() -> None:
-    """Whatever queued while a copy ran is taken at once, each subtask's newest order only
-    (``standby_copy.newest_orders``)."""
-    from ..tasks.standby_copy import newest_orders, run_job  # noqa: PLC0415
-
+def _run_background_jobs() -> None:
+    """Whatever queued while a job ran is taken at once and coalesced, kind by kind."""
     stores: dict[bytes, ObjectStore] = {}
     while True:
-        queued = [_standby_jobs.get()]
+        queued = [_background_jobs.get()]
         with contextlib.suppress(queue.Empty):
             while True:
-                queued.append(_standby_jobs.get_nowait())
-        for job in newest_orders(queued):
-            store = stores.setdefault(pickle.dumps(job.store), job.store)
-            run_job(replace(job, store=store))
+                queued.append(_background_jobs.get_nowait())
+        for kind in dict.fromkeys(type(job) for job in queued):
+            for job in kind.coalesce([j for j in queued if type(j) is kind]):
+                store = stores.setdefault(pickle.dumps(job.store), job.store)
+                replace(job, store=store).run()
 
 
 def main() -> None:

@@ -55,6 +55,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..checkpoint import uploads
 from ..checkpoint.metadata import RemoteFile
 from ..checkpoint.transfer import download_snapshot, salvaged
 from ..cluster.jvm import executor_location, task_location
@@ -86,6 +87,15 @@ class StandbyJob:
     store: ObjectStore
     orders: tuple[tuple[Path, StandbyOrder], ...]  # (the subtask's state directory, order)
     tally: Path  # where the uploader writes its tally (:func:`tally_path`)
+
+    # The uploader runs any job but an upload beside the uploads, never in their way, by
+    # these two (``uploads.serve``): it knows no more of standby copies.
+    @staticmethod
+    def coalesce(jobs: list[StandbyJob]) -> list[StandbyJob]:
+        return newest_orders(jobs)
+
+    def run(self) -> None:
+        run_job(self)
 
 
 def tally_path(local_dir: str, job: str) -> Path:
@@ -202,8 +212,6 @@ def hand_over_orders(
         tuple((subtask_dir(local_dir, job, o.uid, o.subtask, o.parallelism), o) for o in orders),
         tally_path(local_dir, job),
     )
-    from ..checkpoint import uploads  # noqa: PLC0415 - the uploader runs this module's jobs
-
     yield (where if uploads.submit(job_) else ""), executor, node_name(), tally
 
 
