@@ -272,6 +272,35 @@ def test_copies_are_kept_until_the_driver_confirms_the_next_checkpoint(tmp_path:
     assert sorted(p.name for p in state_dir.glob("chk-*")) == ["chk-1"]
 
 
+def test_a_failed_snapshot_attempt_leaves_no_keys_naming_its_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retried epoch snapshots checkpoint 1 again, and fails before it names its files'
+    keys: the first attempt's keys must not be left to name the new files (a restore links
+    local files by key)."""
+    from stator.tasks import local_copy, local_state
+
+    store = FileStore(f"file://{tmp_path}/ck")
+    checkpointed(tmp_path, store, epoch=1)
+    local = tmp_path / "executor-a"
+    state_dir = local / "job" / UID / "0-of-1"
+    assert local_copy.reusable(state_dir)  # the first attempt named its keys
+
+    def fail(*_: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(local_state, "plan_upload", fail)
+    s = spec(local, 1, checkpoint=CheckpointTask(1, store, True, {}))
+    s = dataclasses.replace(s, base_epoch=0, commits={})
+    backend, _ = open_state(s, UID, 0, KG)
+    try:
+        with pytest.raises(OSError, match="disk full"):
+            take_snapshot(s, UID, 0, KG, backend)
+    finally:
+        backend.close()
+    assert local_copy.copy_ids(state_dir) == [1] and local_copy.reusable(state_dir) == {}
+
+
 def test_rows_left_at_epoch_0_by_a_killed_restore_are_not_a_new_jobs_state(
     tmp_path: Path,
 ) -> None:

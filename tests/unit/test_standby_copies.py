@@ -129,6 +129,32 @@ def test_a_restore_links_the_ssts_the_executors_own_older_copy_holds(tmp_path: P
     assert (restored.remote_bytes, restored.local_bytes) == (two.state_bytes, 0)
 
 
+def test_a_restore_whose_linked_file_proves_wrong_reads_it_all_again(tmp_path: Path) -> None:
+    """An SST of the older copy has the size its key says but not its bytes (a damaged disk):
+    the restore that linked it fails to open or shows another commit, and the object store,
+    the truth, is read whole instead; the checkpoint is not blamed."""
+    store = FileStore(f"file://{tmp_path}/ck")
+    one, two = two_checkpoints(tmp_path, store)
+    local = tmp_path / "executor-a"
+    own = local / "job" / UID / "0-of-1"
+    local_copy.drop(own, 2)
+    (own / "db").rename(tmp_path / "lost")
+    shared = [f for f in two.files if f.key in {g.key for g in one.files}]
+    assert shared and all(f.name.endswith(".sst") for f in shared)
+    for f in shared:  # replaced, not written through: the lost database keeps its own
+        damaged = own / "chk-1" / f.name
+        damaged.unlink()
+        damaged.write_bytes(bytes(f.size))
+    restore = RestoreTask(store, 2, 2, snapshots={(UID, 0): two}, local_copies=True)
+    backend, restored = open_state(spec(local, 3, restore=restore), UID, 0, KG)
+    try:
+        assert (backend.epoch, backend.commit_token) == (2, two.commit)
+        assert restored.source == "remote"
+        assert (restored.remote_bytes, restored.local_bytes) == (two.state_bytes, 0)
+    finally:
+        backend.close()
+
+
 def test_a_failed_copy_keeps_what_it_read_for_the_next_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -130,8 +130,9 @@ def download_snapshot(
     """Materialize a snapshot into ``target`` (replaced atomically). Returns the bytes
     read from the store (inline files' included: the metadata brought them).
 
-    ``reuse``: store key -> a local file that holds that object (a standby copy of an older
-    checkpoint, ``tasks/standby_copy.py``), hard-linked instead of downloaded. Keys are
+    ``reuse``: store key -> a local file that holds that object (a local copy of another
+    checkpoint of the subtask: ``tasks/standby_copy.py``, ``tasks/local_state.py``),
+    hard-linked instead of downloaded. Keys are
     unique per upload (``shared_key``), so the same key is the same bytes.
 
     ``salvage``: when a file fails, the others are still fetched, and every file fetched

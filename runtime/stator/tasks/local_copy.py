@@ -11,7 +11,7 @@ Keeping copies (one subtask, one executor):
    the checkpoint part, as before; a half-written copy is pruned at step 3.
 2. The driver completes checkpoint ``<id>`` (its metadata written) and names it in the next
    epoch's spec (``EpochSpec.completed_checkpoint``). A declined or failed checkpoint is never
-   named, so its copy is never used.
+   named, so its copy is never restored from.
 3. Each task of the subtask, once its state is open, prunes every copy except the completed
    one named by the driver, the one the task restored from and the one it is taking now.
    Until the driver confirms a newer checkpoint, the copy of the latest completed one stays.

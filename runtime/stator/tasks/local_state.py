@@ -82,9 +82,12 @@ def open_state(
     from, for the driver's status and metrics."""
     state_dir = spec.state_dir(uid, subtask)
     sweep(state_dir)
-    opened = _open_state(spec, uid, subtask, key_groups, state_dir)
-    # Pruned only now: a remote restore links the SSTs an older copy holds (``_held_here``).
-    local_copy.prune(state_dir, _kept(spec, state_dir))
+    try:
+        opened = _open_state(spec, uid, subtask, key_groups, state_dir)
+    finally:
+        # Pruned only now (a remote restore links the SSTs an older copy holds: ``_held_here``),
+        # and also when the open fails: a retry on a full disk must not find them again.
+        local_copy.prune(state_dir, _kept(spec, state_dir))
     # The subtask runs here now: what was a standby copy is a local copy, pruned as any.
     standby_copy.release(state_dir)
     return opened
@@ -128,7 +131,7 @@ def _open_state(
         )
     started = time.monotonic()
     snapshot = restore.snapshots.get((uid, subtask))
-    fallback = None
+    fallback, fetched = None, 0
     if snapshot is not None and restore.savepoint is None:  # savepoints have no local copies
         fallback, fetched = _restore_from_copy(
             restore, spec, snapshot, key_groups, state_dir, backend
@@ -149,8 +152,52 @@ def _open_state(
             fallback,
         )
     _refuse_retry_elsewhere(spec, uid, subtask, restore.checkpoint_id)
+    held = _held_here(restore, path)
     try:
-        remote_bytes = restore_into(restore, spec, uid, subtask, key_groups, path)
+        read = _restore_remote(restore, spec, uid, subtask, key_groups, backend, held)
+    except RestoreError as exc:
+        if not held:
+            raise
+        # A local file was not what its key says: the object store is the truth.
+        log.warning(
+            "operator '%s' subtask %d: checkpoint %d with local SST files failed (%s): "
+            "reading all of it from the object store",
+            uid,
+            subtask,
+            restore.checkpoint_id,
+            exc,
+        )
+        read = _restore_remote(restore, spec, uid, subtask, key_groups, backend, {})
+    # The checkpoint's files that were not read now were linked from a local copy
+    # (``_held_here``); a standby copy's catching up may have read some of them just before.
+    linked = snapshot.state_bytes - read if snapshot and not restore.savepoint else 0
+    return backend, RestoreReport(
+        "remote",
+        restore.checkpoint_id,
+        savepoint=restore.savepoint is not None,
+        local_bytes=max(0, linked - fetched),
+        remote_bytes=read + fetched,
+        duration_ms=_ms_since(started),
+        fallback=fallback,
+    )
+
+
+def _restore_remote(
+    restore: RestoreTask,
+    spec: EpochSpec,
+    uid: str,
+    subtask: int,
+    key_groups: KeyGroupRange,
+    backend: KeyedBackend,
+    held: dict[str, Path],
+) -> int:
+    """Step 3 from the object store, linking ``held`` (``_held_here``), with ``backend`` open
+    on the result. Returns the bytes read from the store. Files that are missing, truncated,
+    unreadable or at another epoch (or, with local files linked, another commit) fail with
+    :class:`RestoreError`; a store that cannot be reached, or the executor's disk, with
+    their own errors (retried)."""
+    try:
+        read = restore_into(restore, spec, uid, subtask, key_groups, backend.path, held)
         backend.open()
     except StorageError as exc:
         backend.close()
@@ -173,17 +220,16 @@ def _open_state(
             restore.checkpoint_id,
             f"restored state is at epoch {backend.epoch}, the job expects {spec.base_epoch}",
         )
-    # A checkpoint's own files that were linked from a local copy instead (``_held_here``).
-    linked = snapshot.state_bytes - remote_bytes if snapshot and not restore.savepoint else 0
-    return backend, RestoreReport(
-        "remote",
-        restore.checkpoint_id,
-        savepoint=restore.savepoint is not None,
-        local_bytes=linked,
-        remote_bytes=remote_bytes,
-        duration_ms=_ms_since(started),
-        fallback=fallback,
-    )
+    snapshot = restore.snapshots.get((uid, subtask))
+    expected = snapshot.commit if snapshot is not None else ""
+    if held and expected and backend.commit_token != expected:
+        backend.close()
+        raise RestoreError(
+            restore.checkpoint_id,
+            f"restored state is commit {backend.commit_token[:8]}, the checkpoint's is "
+            f"{expected[:8]}",
+        )
+    return read
 
 
 def _refuse_retry_elsewhere(spec: EpochSpec, uid: str, subtask: int, checkpoint_id: int) -> None:
@@ -220,7 +266,8 @@ def _restore_from_copy(
     """Open ``backend`` on the executor's copy of the checkpoint (``local_copy.py``, steps
     1-3 of restoring), first bringing a standby copy of an older checkpoint up to it
     (``standby_copy.py``). Returns None on success, else why the object store must be read;
-    and the bytes the standby copy's catching up read from the object store."""
+    and the bytes the standby copy's catching up read from the object store (also when the
+    copy then fails)."""
     if not restore.local_copies:
         return "no local copy (local recovery is off, or the checkpoint is not this job's)", 0
     if tuple(snapshot.key_groups) != (key_groups.start, key_groups.end):
@@ -228,20 +275,20 @@ def _restore_from_copy(
     copy = local_copy.copy_dir(state_dir, restore.checkpoint_id)
     reason, fetched = _catch_up(restore, snapshot, state_dir)
     if reason is not None:
-        return reason, 0
+        return reason, fetched
     try:
         local_copy.restore_local(copy, snapshot.files, backend.path)
         backend.open()
     except Exception as exc:
         backend.close()
-        return f"local copy unusable: {type(exc).__name__}: {exc}", 0
+        return f"local copy unusable: {type(exc).__name__}: {exc}", fetched
     found = (backend.epoch, backend.commit_token if snapshot.commit else "")
     if found != (spec.base_epoch, snapshot.commit):
         backend.close()
         return (
             f"local copy is epoch {backend.epoch} commit {backend.commit_token[:8]}, the "
             f"checkpoint epoch {spec.base_epoch} commit {snapshot.commit[:8] or '(unknown)'}"
-        ), 0
+        ), fetched
     return None, fetched
 
 
@@ -318,8 +365,10 @@ def restore_into(
     subtask: int,
     key_groups: KeyGroupRange,
     path: Path,
+    held: dict[str, Path] | None = None,
 ) -> int:
-    """Materialize the subtask's restored state in ``path`` (replacing what is there).
+    """Materialize the subtask's restored state in ``path`` (replacing what is there),
+    linking the files of ``held`` (store key -> local file) instead of reading them.
     Returns the bytes of checkpoint files read from the object store."""
     snapshot = restore.snapshots.get((uid, subtask))
     if snapshot is not None:
@@ -328,7 +377,7 @@ def restore_into(
                 f"the checkpoint holds key-groups {snapshot.key_groups}, "
                 f"subtask {subtask} owns {key_groups}"
             )
-        read = download_snapshot(restore.store, snapshot.files, path, _held_here(restore, path))
+        read = download_snapshot(restore.store, snapshot.files, path, held)
         if restore.savepoint is not None:  # native: the job resumes at the savepoint's epoch
             _resume_at(spec, uid, key_groups, path)
         return read
@@ -427,6 +476,8 @@ def take_snapshot(
     assert ck is not None
     base = spec.state_dir(uid, subtask)
     local = local_copy.copy_dir(base, ck.checkpoint_id)
+    # An earlier attempt's keys would name this attempt's files until it writes its own.
+    local_copy.keys_path(base, ck.checkpoint_id).unlink(missing_ok=True)
     files = backend.snapshot_to(local)
     plan = plan_upload(
         ck.checkpoint_id,
