@@ -214,22 +214,24 @@ def _restore_remote(
         raise RestoreError(
             restore.checkpoint_id, f"operator '{uid}' subtask {subtask}: {exc}"
         ) from exc
-    if backend.epoch != spec.base_epoch:  # the files contradict their own metadata
-        backend.close()
-        raise RestoreError(
-            restore.checkpoint_id,
-            f"restored state is at epoch {backend.epoch}, the job expects {spec.base_epoch}",
-        )
+    # The files contradict their own metadata; with local files linked, so may their commit.
     snapshot = restore.snapshots.get((uid, subtask))
-    expected = snapshot.commit if snapshot is not None else ""
-    if held and expected and backend.commit_token != expected:
+    commit = snapshot.commit if held and snapshot is not None else ""
+    if (why := _differs(backend, spec.base_epoch, commit)) is not None:
         backend.close()
-        raise RestoreError(
-            restore.checkpoint_id,
-            f"restored state is commit {backend.commit_token[:8]}, the checkpoint's is "
-            f"{expected[:8]}",
-        )
+        raise RestoreError(restore.checkpoint_id, f"restored state is {why}")
     return read
+
+
+def _differs(backend: KeyedBackend, epoch: int, commit: str) -> str | None:
+    """Why the open ``backend`` is not the checkpoint's state: at ``epoch`` and, when
+    ``commit`` is given, that commit. None if it is."""
+    if (backend.epoch, backend.commit_token if commit else "") == (epoch, commit):
+        return None
+    return (
+        f"epoch {backend.epoch} commit {backend.commit_token[:8]}, the checkpoint epoch "
+        f"{epoch} commit {commit[:8] or '(unknown)'}"
+    )
 
 
 def _refuse_retry_elsewhere(spec: EpochSpec, uid: str, subtask: int, checkpoint_id: int) -> None:
@@ -282,13 +284,9 @@ def _restore_from_copy(
     except Exception as exc:
         backend.close()
         return f"local copy unusable: {type(exc).__name__}: {exc}", fetched
-    found = (backend.epoch, backend.commit_token if snapshot.commit else "")
-    if found != (spec.base_epoch, snapshot.commit):
+    if (why := _differs(backend, spec.base_epoch, snapshot.commit)) is not None:
         backend.close()
-        return (
-            f"local copy is epoch {backend.epoch} commit {backend.commit_token[:8]}, the "
-            f"checkpoint epoch {spec.base_epoch} commit {snapshot.commit[:8] or '(unknown)'}"
-        ), fetched
+        return f"local copy is {why}", fetched
     return None, fetched
 
 
