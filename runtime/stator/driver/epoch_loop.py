@@ -34,24 +34,19 @@ from typing import Any
 
 from ..api.pipeline import KeyedNode, Pipeline, SinkNode, SourceNode
 from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
-from ..checkpoint.metadata import CheckpointMetadata, RemoteFile
+from ..checkpoint.metadata import CheckpointMetadata
 from ..cluster.fencing import guard
 from ..cluster.jvm import fail_futile_retries, live_executors, load_helper, watch_lost_pods
-from ..cluster.placement import (
-    EpochLocations,
-    LocalRestore,
-    PlacementTracker,
-    Placer,
-    uses_placement,
-)
+from ..cluster.placement import EpochLocations, PlacementTracker, Placer, uses_placement
 from ..cluster.session import share_python_path, starts_executor_pods, warm_python_workers
 from ..cluster.standby import StandbyAssigner
 from ..config import JobConfig
 from ..epoch.reports import Report, SinkReport, SplitFailure, SplitReport, StateReport
 from ..epoch.spec import CheckpointTask, EpochSpec, SavepointTask, StandbyTask
-from ..errors import JobFailed, StateMismatchError, StatorError
-from ..lineage import Target, has_run
+from ..errors import JobFailed, StateMismatchError
+from ..lineage import Target
 from ..storage import ObjectStore, open_store
+from .checkpoint_base import incremental_base, local_restore
 from .completion import (
     CheckpointRequest,
     PendingOutput,
@@ -62,10 +57,9 @@ from .completion import (
 )
 from .handover import Handover, HandoverRequest
 from .in_flight import InFlightCheckpoints, Outcome
-from .layout import check_covers, check_one_driver
 from .parallelism import Parallelism, resolve_parallelism
 from .planning import CheckpointSchedule, EpochPlanner, Plan
-from .preflight import check_restore_source, check_storage
+from .preflight import check_storage, restore_target
 from .recovery import Recovery
 from .restore import restore_task
 from .savepoints import (
@@ -267,27 +261,15 @@ class JobDriver:
 
     def check_restore_source(self) -> Target | None:
         """Preflight step 2; :meth:`run` restores from what it found unless given another."""
-        cfg = self.config
-        try:
-            target = check_restore_source(self.job, cfg, self.parallelism, self.store)
-        except StatorError:
-            lineage = cfg.restore.lineage
-            if not lineage or not has_run(self.store.uri, lineage, cfg.s3):
-                raise
-            log.warning(
-                "restore.source %s cannot be read, but run %s has checkpoints: resuming them",
-                cfg.restore.source,
-                lineage,
-            )
-            target = None
-        if target is not None and cfg.restore.source not in ("latest", "none"):
-            check_covers(target, set(self.planner.sources))
-        fresh = cfg.restore.source == "none" and cfg.restore.force_empty
-        if cfg.restore.source in ("latest", "none") and self.region is None and not fresh:
-            newest = target.meta if target and isinstance(target.meta, CheckpointMetadata) else None
-            check_one_driver(self.job, self.store.uri, newest, cfg.s3)
-        self._preflighted = target
-        return target
+        self._preflighted = restore_target(
+            self.job,
+            self.config,
+            self.parallelism,
+            self.store,
+            set(self.planner.sources),
+            whole_job=self.region is None,
+        )
+        return self._preflighted
 
     def await_handover(self, start_executors: bool = False) -> HandoverRequest:
         """A pre-started driver: start what does not touch the job's state while the old
@@ -474,7 +456,13 @@ class JobDriver:
         started = time.monotonic()
         placement = None
         if self.placer is not None:
-            placement = self.placer.for_epoch(self.parallelism.operators, self._local_restore())
+            local = local_restore(
+                self.recovery.position.target,
+                self.store,
+                self.parallelism.operators,
+                self.config.local_recovery.enabled,
+            )
+            placement = self.placer.for_epoch(self.parallelism.operators, local)
             self._check_resumable(placement)
             spec = replace(spec, pinned=placement.pinned)
             if self.standby is not None:
@@ -535,7 +523,13 @@ class JobDriver:
         if due or (savepoint is not None and ck.enabled):
             self._settle(self.in_flight.wait(ck.max_concurrent - 1))
             self.schedule.triggered()
-            base, previous = self._incremental_base()
+            base, previous = incremental_base(
+                self.in_flight.newest(),
+                position.target,
+                self.store,
+                self.parallelism.operators,
+                ck.incremental,
+            )
             checkpoint = CheckpointTask(
                 self.coordinator.new_checkpoint_id(),
                 self.store,
@@ -582,50 +576,6 @@ class JobDriver:
             commits=dict(position.commits),
         )
 
-    def _local_restore(self) -> LocalRestore | None:
-        """The checkpoint keyed subtasks would restore from, if executors may hold local
-        copies of it: this job's own, with local recovery on."""
-        t = self.recovery.position.target
-        if (
-            t is None
-            or not self.config.local_recovery.enabled
-            or not isinstance(t.meta, CheckpointMetadata)
-            or t.store.uri != self.store.uri
-        ):
-            return None
-        same = frozenset(
-            uid
-            for uid, op in t.meta.operators.items()
-            if op.parallelism == self.parallelism.operators.get(uid)
-        )
-        return LocalRestore(t.meta.checkpoint_id, same)
-
-    def _incremental_base(self) -> tuple[int, dict[tuple[str, int], dict[str, RemoteFile]]]:
-        """The checkpoint the next one builds on and the files each subtask shares with it:
-        the newest in flight (``in_flight.py`` step 1), else the latest completed one."""
-        newest = self.in_flight.newest()
-        if newest is not None and self.config.checkpoint.incremental:
-            return newest.checkpoint_id, self._shared_with(newest)
-        t = self.recovery.position.target
-        if (
-            t is None
-            or not self.config.checkpoint.incremental
-            or not isinstance(t.meta, CheckpointMetadata)
-            or t.store.uri != self.store.uri
-        ):
-            return 0, {}  # a savepoint, another job's checkpoint, or nothing: upload everything
-        return 0, self._shared_with(t.meta)
-
-    def _shared_with(
-        self, meta: CheckpointMetadata
-    ) -> dict[tuple[str, int], dict[str, RemoteFile]]:
-        previous = {}
-        for uid, op in meta.operators.items():
-            if op.parallelism == self.parallelism.operators.get(uid):
-                for snap in op.subtasks:
-                    previous[(uid, snap.index)] = {f.name: f for f in snap.files}
-        return previous
-
     def _keyed_tasks_done(self, epoch: int, states: list[StateReport]) -> None:
         """Placement and restores of an epoch's keyed tasks: status, metrics and the log."""
         placed = (
@@ -634,31 +584,6 @@ class JobDriver:
             else None
         )
         self.status.keyed_tasks_done(epoch, states, placed)
-        for s in states:
-            if s.restore.restored:
-                r = s.restore
-                log.info(
-                    "epoch %d: operator '%s' subtask %d restored %s from %s "
-                    "(%d bytes local, %d bytes from the object store, %d ms)%s%s%s",
-                    epoch,
-                    s.uid,
-                    s.subtask,
-                    "the savepoint" if r.savepoint else f"checkpoint {r.checkpoint_id}",
-                    r.source,
-                    r.local_bytes,
-                    r.remote_bytes,
-                    r.duration_ms,
-                    f" on executor {s.executor}" if s.executor else "",
-                    f" (node {s.node})" if s.node else "",
-                    f"; not local: {r.fallback}" if r.fallback else "",
-                )
-        if placed is not None and placed.local < placed.total:
-            log.info(
-                "epoch %d: %d of %d keyed tasks ran where their local state is",
-                epoch,
-                placed.local,
-                placed.total,
-            )
 
     def _advance(self, spec: EpochSpec, reports: list[Report], started: float) -> EpochResult:
         """Steps 3-4 of the module docstring."""

@@ -12,7 +12,9 @@ its cause. So the CLI runs these checks first, in this order, and each one fails
    metadata parses and whose files are all there at their recorded sizes; the source
    (explicit, or the newest completed checkpoint for ``latest``) must be compatible with the
    pipeline: same max parallelism, no state for operators the pipeline dropped (unless
-   ``restore.allow_non_restored_state``).
+   ``restore.allow_non_restored_state``). A job's driver runs it through
+   :func:`restore_target`, which adds what only a driver knows: the run it resumes when the
+   named source cannot be read, and the layout of its failover regions (``layout.py``).
 3. Checkpoint storage reachable and writable (a probe object, removed at once).
 4. The savepoint directory, likewise (a savepoint, a stop-with-savepoint or a rescale would
    otherwise find out only when it is asked for, with the job running).
@@ -24,17 +26,21 @@ waits, so that its clients are built then, and step 2 once the hand-over names t
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ..checkpoint.metadata import CheckpointMetadata
 from ..config import JobConfig
 from ..errors import CheckpointNotFoundError, ConfigError, StatorError, StorageError
-from ..lineage import Target, list_checkpoints, load_target
+from ..lineage import Target, has_run, list_checkpoints, load_target
 from ..savepoint.metadata import OperatorSavepoint, SavepointMetadata
 from ..storage import ObjectStore, open_store
+from .layout import check_covers, check_one_driver
 from .parallelism import Parallelism
 from .restore import check_compatible
+
+log = logging.getLogger("stator.driver")
 
 
 def preflight(
@@ -100,6 +106,41 @@ def check_restore_source(
             set(parallelism.operators),
             config.restore.allow_non_restored_state,
         )
+    return target
+
+
+def restore_target(
+    job: str,
+    config: JobConfig,
+    parallelism: Parallelism,
+    store: ObjectStore,
+    sources: set[str],
+    whole_job: bool,
+) -> Target | None:
+    """Step 2 as a job's driver runs it (``whole_job``: the one driver of the job, not one
+    failover region of several): a ``restore.source`` that cannot be read while the run it
+    belongs to (``restore.lineage``) has checkpoints resumes those; an explicit source must
+    cover every source of the pipeline (``layout.check_covers``); and resuming the job's
+    own checkpoints is refused while its regions stand at other epochs
+    (``layout.check_one_driver``)."""
+    cfg = config.restore
+    try:
+        target = check_restore_source(job, config, parallelism, store)
+    except StatorError:
+        if not cfg.lineage or not has_run(store.uri, cfg.lineage, config.s3):
+            raise
+        log.warning(
+            "restore.source %s cannot be read, but run %s has checkpoints: resuming them",
+            cfg.source,
+            cfg.lineage,
+        )
+        target = None
+    if target is not None and cfg.source not in ("latest", "none"):
+        check_covers(target, sources)
+    fresh = cfg.source == "none" and cfg.force_empty
+    if cfg.source in ("latest", "none") and whole_job and not fresh:
+        newest = target.meta if target and isinstance(target.meta, CheckpointMetadata) else None
+        check_one_driver(job, store.uri, newest, config.s3)
     return target
 
 

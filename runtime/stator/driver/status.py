@@ -4,6 +4,7 @@ the epoch loop, read (never blocked on) by the control API, the CLI and metrics.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import threading
 from collections import deque
@@ -16,6 +17,8 @@ from ..checkpoint.coordinator import now_ms
 from ..checkpoint.metadata import CheckpointMetadata
 from ..cluster.placement import EpochPlacement
 from ..epoch.reports import StandbyTally, StateReport
+
+log = logging.getLogger("stator.driver")
 
 
 def process_started_ms() -> int | None:
@@ -150,12 +153,28 @@ class JobStatus:
         self, epoch: int, states: list[StateReport], placement: EpochPlacement | None
     ) -> None:
         """Count an epoch's restores (by source and bytes), its task placement and the
-        standby copies its executors made."""
+        standby copies its executors made; log the restores, and the tasks that ran away
+        from their local state."""
         for s in states:
             self.standby_copies.note(s.standby)
             r = s.restore
             if not r.restored:
                 continue
+            log.info(
+                "epoch %d: operator '%s' subtask %d restored %s from %s "
+                "(%d bytes local, %d bytes from the object store, %d ms)%s%s%s",
+                epoch,
+                s.uid,
+                s.subtask,
+                "the savepoint" if r.savepoint else f"checkpoint {r.checkpoint_id}",
+                r.source,
+                r.local_bytes,
+                r.remote_bytes,
+                r.duration_ms,
+                f" on executor {s.executor}" if s.executor else "",
+                f" (node {s.node})" if s.node else "",
+                f"; not local: {r.fallback}" if r.fallback else "",
+            )
             self.restores.add(r.source, r.local_bytes, r.remote_bytes)
             self.last_restores[(s.uid, s.subtask)] = {
                 "operator": s.uid,
@@ -176,6 +195,13 @@ class JobStatus:
             self.last_placement = placement
             self.keyed_tasks_local += placement.local
             self.keyed_tasks_total += placement.total
+            if placement.local < placement.total:
+                log.info(
+                    "epoch %d: %d of %d keyed tasks ran where their local state is",
+                    epoch,
+                    placement.local,
+                    placement.total,
+                )
 
 
 @dataclass(frozen=True)
