@@ -12,7 +12,6 @@ import contextlib
 import os
 import shutil
 import stat
-import tempfile
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from .atomic_file import STAGED_PREFIX, staged_file, write_atomically
 from .errors import StorageError
 
 
@@ -160,10 +160,7 @@ class FileStore(ObjectStore):
         path = self._path(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-            with os.fdopen(fd, "wb") as out:
-                out.write(data)
-            os.replace(tmp, path)
+            write_atomically(path, data)
         except OSError as exc:
             raise StorageError(f"cannot write {self.url(key)}: {exc}") from exc
 
@@ -171,10 +168,8 @@ class FileStore(ObjectStore):
         dest = self._path(key)
         try:
             dest.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".tmp-")
-            os.close(fd)
-            shutil.copyfile(path, tmp)
-            os.replace(tmp, dest)
+            with staged_file(dest) as staged:
+                shutil.copyfile(path, staged)
         except OSError as exc:
             raise StorageError(f"cannot write {self.url(key)}: {exc}") from exc
 
@@ -214,7 +209,7 @@ class FileStore(ObjectStore):
         out = []
         for dirpath, _, files in os.walk(start, onerror=self._walk_error):
             for name in files:
-                if name.startswith(".tmp-"):
+                if name.startswith(STAGED_PREFIX):
                     continue
                 full = Path(dirpath) / name
                 key = full.relative_to(base).as_posix()

@@ -23,13 +23,13 @@ or an older commit is ignored for its token.
 from __future__ import annotations
 
 import logging
-import os
 import pickle
 import threading
 from pathlib import Path
 from typing import Any
 
 from .. import pickling
+from ..atomic_file import write_atomically
 
 log = logging.getLogger("stator.state")
 
@@ -92,13 +92,8 @@ def _read(file: Path, token: bytes) -> Tables:
 
 
 def _write(file: Path, token: bytes, tables: Tables) -> None:
-    """Atomically (a rename), so a reader sees a whole file or the previous one."""
-    tmp = file.with_name(f".{file.name}.{os.getpid()}")
+    """Atomically, so a reader sees a whole file or the previous one."""
     try:
-        with tmp.open("wb") as f:
-            f.write(token)
-            f.write(pickling.dumps(tables))
-        os.replace(tmp, file)
+        write_atomically(file, token, pickling.dumps(tables))
     except Exception as exc:  # e.g. a state value that does not pickle: no file
         log.debug("warm cache %s not written: %s", file, exc)
-        tmp.unlink(missing_ok=True)

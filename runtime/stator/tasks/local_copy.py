@@ -44,6 +44,7 @@ import shutil
 import uuid
 from pathlib import Path
 
+from ..atomic_file import write_atomically
 from ..checkpoint.metadata import RemoteFile
 from ..state.discard import discard, replace_dir
 
@@ -72,10 +73,8 @@ def keys_path(state_dir: Path, checkpoint_id: int) -> Path:
 
 def write_keys(state_dir: Path, checkpoint_id: int, files: tuple[RemoteFile, ...]) -> None:
     """Name the store key of each stored file of the copy of ``checkpoint_id``."""
-    path = keys_path(state_dir, checkpoint_id)
-    staged = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
-    staged.write_text(json.dumps({f.name: f.key for f in files if f.stored}))
-    staged.rename(path)
+    keys = {f.name: f.key for f in files if f.stored}
+    write_atomically(keys_path(state_dir, checkpoint_id), json.dumps(keys).encode())
 
 
 def reusable(state_dir: Path) -> dict[str, Path]:

@@ -47,7 +47,6 @@ import contextlib
 import fcntl
 import json
 import logging
-import os
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -55,6 +54,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..atomic_file import write_atomically
 from ..checkpoint import uploads
 from ..checkpoint.metadata import RemoteFile
 from ..checkpoint.transfer import download_snapshot, salvaged
@@ -278,9 +278,7 @@ def _count(path: Path, read: int, copies: int = 0, failed: int = 0) -> None:
         )
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            staged = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            staged.write_text(json.dumps(_tally.__dict__))
-            staged.rename(path)
+            write_atomically(path, json.dumps(_tally.__dict__).encode())
         except OSError as exc:
             log.warning("standby tally %s not written: %s", path, exc)
 
