@@ -44,6 +44,7 @@ from ..config import JobConfig
 from ..errors import ConfigError, JobFailed, StatorError
 from ..lineage import Target, load_target
 from ..storage import ObjectStore
+from .checkpoint_base import own_checkpoint
 from .completion import PendingOutput
 from .failures import Failure, Kind, classify, short_error
 from .parallelism import Parallelism
@@ -139,15 +140,8 @@ class Recovery:
         # where it began. And what this run's checkpoints record: the name it was given,
         # else the lineage of that checkpoint.
         retained = {m.checkpoint_id for m in self.coordinator.completed}
-        meta = target.meta if target is not None else None
-        continued = (
-            meta
-            if isinstance(meta, CheckpointMetadata)
-            and target is not None
-            and target.store.uri == self.store.uri
-            and meta.checkpoint_id in retained
-            else None
-        )
+        own = own_checkpoint(target, self.store)
+        continued = own if own is not None and own.checkpoint_id in retained else None
         self._checkpointed = continued is not None
         self.lineage = lineage or (continued.lineage if continued else "")
         self.rewind(target)
