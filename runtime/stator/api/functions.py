@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, overload
 
+from ..state.markers import MISSING
 from .state import (
     ListStateDescriptor,
     MapStateDescriptor,
@@ -31,19 +32,13 @@ class KeyCursor:
 # ---------------------------------------------------------------------------- state handles
 
 
-def _missing() -> Any:
-    from ..state.tables import MISSING  # noqa: PLC0415 - breaks an import cycle
-
-    return MISSING
-
-
 class ValueState:
     # The table's cache and dirty set are held directly: value() and update() run once per
     # record, and each attribute hop shows (as does a method call where a subscript will do).
     __slots__ = ("_cache", "_cur", "_dirty", "_missing", "_t")
 
     def __init__(self, table: Table, cursor: KeyCursor) -> None:
-        self._t, self._cur, self._missing = table, cursor, _missing()
+        self._t, self._cur, self._missing = table, cursor, MISSING
         self._cache, self._dirty = table.cache, table.dirty
 
     def value(self, default: Any = None) -> Any:
@@ -68,7 +63,7 @@ class ReducingState:
     __slots__ = ("_cur", "_missing", "_t")
 
     def __init__(self, table: ReducingTable, cursor: KeyCursor) -> None:
-        self._t, self._cur, self._missing = table, cursor, _missing()
+        self._t, self._cur, self._missing = table, cursor, MISSING
 
     def get(self, default: Any = None) -> Any:
         v = self._t.load(self._cur.kkey)
@@ -85,7 +80,7 @@ class ListState:
     __slots__ = ("_cur", "_missing", "_t")
 
     def __init__(self, table: ListTable, cursor: KeyCursor) -> None:
-        self._t, self._cur, self._missing = table, cursor, _missing()
+        self._t, self._cur, self._missing = table, cursor, MISSING
 
     def get(self) -> list[Any]:
         """A copy of the list (empty if the key has none)."""
@@ -120,7 +115,7 @@ class MapState:
     __slots__ = ("_cur", "_missing", "_t", "_uks")
 
     def __init__(self, table: MapTable, cursor: KeyCursor) -> None:
-        self._t, self._cur, self._missing = table, cursor, _missing()
+        self._t, self._cur, self._missing = table, cursor, MISSING
         self._uks = table.user_key_serializer
 
     def _skey(self) -> bytes:

@@ -28,8 +28,9 @@ from .layout import (
     META_WATERMARK,
     TIMER_MARK,
 )
+from .markers import MISSING
 from .options import RocksDBOptions
-from .tables import MISSING, MapTable, Table, table_for
+from .tables import MapTable, Table, table_for
 from .timers import TimerStore
 
 _I64 = struct.Struct(">q")

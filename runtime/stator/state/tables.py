@@ -28,9 +28,8 @@ from ..api.state import (
     ValueStateDescriptor,
 )
 from .layout import prefix_end
+from .markers import MISSING, UNLOADED
 
-MISSING: Any = object()  # known to be absent (or deleted this epoch)
-_UNLOADED: Any = object()  # never read this epoch
 _LEN = struct.Struct(">I")
 
 
@@ -66,8 +65,8 @@ class Table:
 
     def _cached(self, cache_key: bytes, db_key: bytes) -> Any:
         """The cached value of ``cache_key``, read (once) from RocksDB at ``db_key``."""
-        value = self.cache.get(cache_key, _UNLOADED)
-        if value is _UNLOADED:
+        value = self.cache.get(cache_key, UNLOADED)
+        if value is UNLOADED:
             raw = None if self.complete else self.db.get(db_key)
             value = MISSING if raw is None else self.decode(raw)
             self.cache[cache_key] = value

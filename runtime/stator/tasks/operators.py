@@ -19,7 +19,7 @@ from ..api.state import ListStateDescriptor, ReducingStateDescriptor, ValueState
 from ..keygroups import decode_key
 from ..state.backend import KeyedBackend
 from ..state.layout import EVENT_TIME, PROCESSING_TIME
-from ..state.tables import MISSING
+from ..state.markers import MISSING
 from .routing import Batch, Columns
 
 REDUCE_STATE = "reduce"
