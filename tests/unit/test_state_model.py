@@ -16,6 +16,8 @@ search; the unit suite runs a fixed set of examples.
 
 from __future__ import annotations
 
+import ast
+import copy
 import dataclasses
 import os
 import pickle
@@ -299,3 +301,22 @@ def test_the_absent_marker_survives_pickling_and_copies() -> None:
     assert pickle.loads(pickle.dumps(MISSING)) is MISSING  # noqa: S301 - our own bytes
     assert copy.deepcopy(MISSING) is MISSING
     assert copy.copy(MISSING) is MISSING
+
+
+def test_no_marker_is_a_bare_object() -> None:
+    """A marker made with ``object()`` does not survive pickling or copying (issue 37): the
+    runtime and the operator define none."""
+    repo = Path(__file__).resolve().parents[2]
+    found = []
+    for path in [*(repo / "runtime").rglob("*.py"), *(repo / "operator").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            value = getattr(node, "value", None)
+            if (
+                isinstance(node, ast.Assign | ast.AnnAssign)
+                and isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Name)
+                and value.func.id == "object"
+                and not value.args
+            ):
+                found.append(f"{path.relative_to(repo)}:{node.lineno}")
+    assert not found, f"use an enum member (state/markers.py) instead of object(): {found}"
