@@ -296,7 +296,6 @@ def test_state_reads_equal_the_model(
 
 def test_the_absent_marker_survives_pickling_and_copies() -> None:
     """The warm cache file pickles caches holding the marker of a deleted key."""
-    import copy
 
     assert pickle.loads(pickle.dumps(MISSING)) is MISSING  # noqa: S301 - our own bytes
     assert copy.deepcopy(MISSING) is MISSING
