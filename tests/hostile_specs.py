@@ -90,6 +90,104 @@ HOSTILE: dict[str, tuple[dict[str, Any], str]] = {
         ),
         "ports.hostPort: host ports are not allowed",
     ),
+    # Issue 38: a template that is not a pod's would make the operator create that object.
+    "RoleBinding through the pod template": (
+        {
+            "driver": {
+                "podTemplate": {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "RoleBinding",
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "ClusterRole",
+                        "name": "stator-operator",
+                    },
+                    "subjects": [{"kind": "User", "name": "mallory"}],
+                }
+            }
+        },
+        f"{T}.kind: not allowed, a pod template may set only metadata.labels, "
+        "metadata.annotations and spec",
+    ),
+    "Service with externalIPs through the pod template": (
+        {"driver": {"podTemplate": {"kind": "Service", "spec": {"externalIPs": ["192.0.2.10"]}}}},
+        f"{T}.spec.externalIPs: not allowed in a pod template",
+    ),
+    "service-account token Secret through the pod template": (
+        {
+            "driver": {
+                "podTemplate": {
+                    "kind": "Secret",
+                    "type": "kubernetes.io/service-account-token",
+                    "metadata": {"annotations": {"kubernetes.io/service-account.name": "default"}},
+                }
+            }
+        },
+        f"{T}.type: not allowed, a pod template may set only",
+    ),
+    "allow-all NetworkPolicy through the pod template": (
+        {
+            "driver": {
+                "podTemplate": {
+                    "kind": "NetworkPolicy",
+                    "spec": {"podSelector": {}, "ingress": [{}]},
+                }
+            }
+        },
+        f"{T}.spec.podSelector: not allowed in a pod template",
+    ),
+    "priorityClassName": (
+        _pod(priorityClassName="system-cluster-critical"),
+        f"{T}.spec.priorityClassName: not allowed in a pod template",
+    ),
+    "runtimeClassName": (
+        _pod(runtimeClassName="unsandboxed"),
+        f"{T}.spec.runtimeClassName: not allowed in a pod template",
+    ),
+    "schedulerName": (
+        _pod(schedulerName="my-scheduler"),
+        f"{T}.spec.schedulerName: not allowed in a pod template",
+    ),
+    "node pinned by matchFields": (
+        _pod(
+            affinity={
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchFields": [
+                                    {
+                                        "key": "metadata.name",
+                                        "operator": "In",
+                                        "values": ["node-0"],
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                }
+            }
+        ),
+        f"{T}.spec.affinity.nodeAffinity: matchFields pins the pod to a node by name",
+    ),
+    "unconfined AppArmor annotation": (
+        {
+            "driver": {
+                "podTemplate": {
+                    "metadata": {
+                        "annotations": {
+                            "container.apparmor.security.beta.kubernetes.io/driver": "unconfined"
+                        }
+                    }
+                }
+            }
+        },
+        "AppArmor profile 'unconfined' not allowed",
+    ),
+    "Spark's executor label on the driver": (
+        {"driver": {"podTemplate": {"metadata": {"labels": {"spark-role": "executor"}}}}},
+        f"{T}.metadata.labels.spark-role: not allowed",
+    ),
     "driver container replaced": (
         _pod(containers=[{"name": "driver", "image": "busybox", "command": ["sh"]}]),
         f"{T}.spec.containers: not allowed, the operator writes the driver container",

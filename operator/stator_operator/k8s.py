@@ -15,10 +15,32 @@ from kubernetes.client.rest import ApiException
 from stator.cluster.lease import RELEASED_FOR
 
 from .naming import is_executor_set_of
+from .ports import NotOwned
 
 GROUP, VERSION, PLURAL = "stator.dev", "v1alpha1", "statefulpipelines"
 UNREACHABLE = "node.kubernetes.io/unreachable"  # the node lifecycle controller's taint
 log = logging.getLogger(__name__)
+
+
+# The kinds the operator creates, each at the API version it writes.
+API_VERSIONS = {
+    "ServiceAccount": "v1",
+    "Secret": "v1",
+    "Service": "v1",
+    "Pod": "v1",
+    "ConfigMap": "v1",
+    "NetworkPolicy": "networking.k8s.io/v1",
+    "Role": "rbac.authorization.k8s.io/v1",
+    "RoleBinding": "rbac.authorization.k8s.io/v1",
+    "Lease": "coordination.k8s.io/v1",
+}
+
+
+def _kind_of(obj: dict[str, Any]) -> str:
+    kind = str(obj.get("kind"))
+    if API_VERSIONS.get(kind) != obj.get("apiVersion"):
+        raise ValueError(f"the operator does not create {obj.get('apiVersion')}/{kind} objects")
+    return kind
 
 
 class Kube:
@@ -145,8 +167,10 @@ class Kube:
         return str(holder)
 
     def ensure(self, obj: dict[str, Any]) -> None:
-        """Create ``obj`` unless it exists (owned objects are never adopted from others)."""
-        kind, ns = obj["kind"], obj["metadata"].get("namespace")
+        """Create ``obj`` unless it exists. One of the kinds the operator makes, at its API
+        version (nothing from a spec chooses what is created); an existing object of that
+        name that the pipeline does not own is refused (:class:`NotOwned`), never adopted."""
+        kind, ns = _kind_of(obj), obj["metadata"].get("namespace")
         create = {
             "ServiceAccount": lambda: self.core.create_namespaced_service_account(ns, obj),
             "Secret": lambda: self.core.create_namespaced_secret(ns, obj),
@@ -162,10 +186,12 @@ class Kube:
         except ApiException as exc:
             if exc.status != 409:
                 raise
+            self._check_owned(obj)
 
     def apply(self, obj: dict[str, Any]) -> None:
         """Create ``obj``, or replace it with this version (a ConfigMap, or a Role whose
-        rules a newer operator changed)."""
+        rules a newer operator changed), only if the pipeline owns the one there."""
+        kind = _kind_of(obj)
         ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
         create, replace = {
             "ConfigMap": (
@@ -173,13 +199,41 @@ class Kube:
                 self.core.replace_namespaced_config_map,
             ),
             "Role": (self.rbac.create_namespaced_role, self.rbac.replace_namespaced_role),
-        }[obj["kind"]]
+        }[kind]
         try:
             create(ns, obj)
         except ApiException as exc:
             if exc.status != 409:
                 raise
+            self._check_owned(obj)
             replace(name, ns, obj)
+
+    def _check_owned(self, obj: dict[str, Any]) -> None:
+        """``obj`` exists: it must be owned by the owner ``obj`` names (the pipeline)."""
+        meta = obj["metadata"]
+        owners = {o["uid"] for o in meta.get("ownerReferences") or []}
+        if not owners:
+            return
+        ns, name, kind = meta["namespace"], meta["name"], obj["kind"]
+        read = {
+            "ServiceAccount": self.core.read_namespaced_service_account,
+            "Secret": self.core.read_namespaced_secret,
+            "NetworkPolicy": self.networking.read_namespaced_network_policy,
+            "Service": self.core.read_namespaced_service,
+            "Pod": self.core.read_namespaced_pod,
+            "Role": self.rbac.read_namespaced_role,
+            "RoleBinding": self.rbac.read_namespaced_role_binding,
+            "Lease": self.coordination.read_namespaced_lease,
+            "ConfigMap": self.core.read_namespaced_config_map,
+        }[kind]
+        existing = read(name, ns)
+        theirs = {o.uid for o in existing.metadata.owner_references or []}
+        if not owners & theirs:
+            raise NotOwned(
+                f"{kind} {ns}/{name} already exists and is not owned by this pipeline: the "
+                f"operator neither adopts nor replaces it. Delete or rename that {kind}, or "
+                f"give the pipeline another name"
+            )
 
     # ------------------------------------------------------------------ executors
 

@@ -10,9 +10,11 @@ namespaces, ports or paths; volumes only of the restricted types; every containe
 ephemeral ones too) unprivileged, without privilege escalation, as non-root, with all
 capabilities dropped (only NET_BIND_SERVICE may be added), a RuntimeDefault or Localhost
 seccomp profile, the default proc mount and only safe sysctls; no SELinux user or role, no
-custom AppArmor profile, no Windows host process. Besides the profile: a template may not set
-the pod's namespace, name, owners, ``nodeName``, the service account, or its containers (the
-driver container is the operator's; init containers may be added).
+custom AppArmor profile, no Windows host process. Besides the profile: a template may set only
+the pod's labels and annotations and an allow-list of pod spec fields (``TEMPLATE_SPEC``),
+never its kind, namespace, name, owners, ``nodeName`` (nor a node by name through
+``matchFields``), the service account, the operator's or Spark's labels, or its containers
+(the driver container is the operator's; init containers may be added).
 """
 
 from __future__ import annotations
@@ -68,23 +70,107 @@ OPERATOR_OWNED = {
 }
 
 
-# Labels the operator selects its pods by (every stator.dev/ label is the operator's).
+# Labels the operator selects its pods by (every stator.dev/ label is the operator's), and the
+# prefix of the labels Spark's Kubernetes backend selects its pods by (a driver pod labelled
+# spark-role=executor would be taken for an executor of another application).
 OPERATOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/managed-by")
+SPARK_LABEL_PREFIX = "spark-"
+# All a pod template may set: the pod's labels and annotations, and these pod spec fields
+# (placement, init containers, volumes, the pod's security context, DNS). Anything else
+# (another kind, a Role's rules, a Service's externalIPs, priorityClassName, schedulerName,
+# runtimeClassName, ...) is refused, never copied into what the operator creates.
+TEMPLATE_METADATA = frozenset({"labels", "annotations"})
+TEMPLATE_SPEC = frozenset(
+    {
+        "affinity",
+        "dnsConfig",
+        "dnsPolicy",
+        "enableServiceLinks",
+        "imagePullSecrets",
+        "initContainers",
+        "nodeSelector",
+        "securityContext",
+        "terminationGracePeriodSeconds",
+        "tolerations",
+        "topologySpreadConstraints",
+        "volumes",
+    }
+)
+APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
 
 
 def template_violations(template: dict[str, Any], where: str) -> list[str]:
-    """Fields of a user's pod template that only the operator may set."""
+    """Fields of a user's pod template that only the operator may set, or that a pod
+    template may not set at all."""
+    if not isinstance(template, dict):
+        return [f"{where}: must be an object with metadata and spec"]
+    out = [
+        f"{where}.{key}: not allowed, a pod template may set only metadata.labels, "
+        f"metadata.annotations and spec; remove it"
+        for key in template
+        if key not in ("metadata", "spec")
+    ]
+    out += _fields(template, where)
+    meta, spec = template.get("metadata"), template.get("spec")
+    out += _labels_and_annotations(meta if isinstance(meta, dict) else {}, where)
+    out += _node_by_name(spec if isinstance(spec, dict) else {}, where)
+    return out
+
+
+def _fields(template: dict[str, Any], where: str) -> list[str]:
     out = []
-    for (section, key), why in OPERATOR_OWNED.items():
-        if key in (template.get(section) or {}):
-            out.append(f"{where}.{section}.{key}: not allowed, {why}; remove it")
-    for label in (template.get("metadata") or {}).get("labels") or {}:
-        if str(label).startswith("stator.dev/") or label in OPERATOR_LABELS:
+    for section, allowed in (("metadata", TEMPLATE_METADATA), ("spec", TEMPLATE_SPEC)):
+        fields = template.get(section) or {}
+        if not isinstance(fields, dict):
+            out.append(f"{where}.{section}: must be an object")
+            continue
+        for key in fields:
+            why = OPERATOR_OWNED.get((section, key))
+            if why is not None:
+                out.append(f"{where}.{section}.{key}: not allowed, {why}; remove it")
+            elif key not in allowed:
+                out.append(
+                    f"{where}.{section}.{key}: not allowed in a pod template (it may set "
+                    f"{section} fields {', '.join(sorted(allowed))}); remove it"
+                )
+    return out
+
+
+def _labels_and_annotations(meta: dict[str, Any], where: str) -> list[str]:
+    out = []
+    for label in meta.get("labels") or {}:
+        text = str(label)
+        if text.startswith(("stator.dev/", SPARK_LABEL_PREFIX)) or text in OPERATOR_LABELS:
             out.append(
-                f"{where}.metadata.labels.{label}: not allowed, the operator finds its pods by "
-                f"these labels; use a label of your own prefix"
+                f"{where}.metadata.labels.{label}: not allowed, the operator and Spark find "
+                f"their pods by these labels; use a label of your own prefix"
+            )
+    for name, value in (meta.get("annotations") or {}).items():
+        profile = str(value)
+        if str(name).startswith(APPARMOR_ANNOTATION) and not (
+            profile == "runtime/default" or profile.startswith("localhost/")
+        ):
+            out.append(
+                f"{where}.metadata.annotations.{name}: AppArmor profile {profile!r} not allowed "
+                f"(restricted allows runtime/default or localhost/<profile>)"
             )
     return out
+
+
+def _node_by_name(spec: dict[str, Any], where: str) -> list[str]:
+    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = list(required.get("nodeSelectorTerms") or [])
+    terms += [
+        p.get("preference") or {}
+        for p in node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+    ]
+    if any(t.get("matchFields") for t in terms):
+        return [
+            f"{where}.spec.affinity.nodeAffinity: matchFields pins the pod to a node by name "
+            f"(as nodeName would); select nodes by label with matchExpressions or nodeSelector"
+        ]
+    return []
 
 
 def pod_violations(pod: dict[str, Any], where: str) -> list[str]:

@@ -10,6 +10,11 @@ from typing import Any, Protocol
 from stator.control.client import JobInfo, Readiness, SavepointRequest
 
 
+class NotOwned(ValueError):
+    """An object the pipeline needs exists under its name but belongs to someone else: the
+    operator neither adopts nor replaces it (``KubeApi.ensure``/``apply`` raise it)."""
+
+
 class StatusApi(Protocol):
     def patch_status(self, namespace: str, name: str, fields: dict[str, Any]) -> None: ...
 
@@ -41,11 +46,11 @@ class KubeApi(StatusApi, SecretApi, Protocol):
         ...
 
     def ensure(self, obj: dict[str, Any]) -> None:
-        """Create ``obj`` unless it exists."""
+        """Create ``obj`` unless it exists (:class:`NotOwned` if not the pipeline's)."""
         ...
 
     def apply(self, obj: dict[str, Any]) -> None:
-        """Create or replace a ConfigMap or Role."""
+        """Create or replace a ConfigMap or Role (:class:`NotOwned` if not the pipeline's)."""
         ...
 
     def executors_left(self, namespace: str, app_id: str) -> bool:

@@ -23,7 +23,7 @@ from .naming import (
 )
 from .observer import Observation
 from .operation import OpKind, Step
-from .ports import EventSink, KubeApi
+from .ports import EventSink, KubeApi, NotOwned
 from .spec import (
     Pinning,
     SpecDiff,
@@ -59,7 +59,13 @@ class Reconciler:
         op = self.pipeline.operation
         if op is None:
             return self._plan(obs)
-        result = self.flows.advance(op, obs)
+        try:
+            result = self.flows.advance(op, obs)
+        except NotOwned as exc:  # the step waits (its status says where) until that is fixed
+            self._spec_invalid(NAME_TAKEN, str(exc))
+            return NOT_OWNED_WAIT_S
+        if self.pipeline.has_condition("SpecValid", False) and self._invalid_reason() == NAME_TAKEN:
+            self._spec_accepted()
         if isinstance(result, DriverFailed):
             target = op.target or self.pipeline.spec
             # A restart continues the run this flow started (or continued).
@@ -450,6 +456,11 @@ class Reconciler:
         else:
             p.write(lastError=message)
 
+    def _invalid_reason(self) -> str | None:
+        conditions = self.pipeline.status.get("conditions", [])
+        found = {c.get("type"): c for c in conditions}.get("SpecValid")
+        return None if found is None else found.get("reason")
+
     def _spec_accepted(self) -> None:
         """A spec that was reported invalid has been fixed: say so once."""
         if self.pipeline.has_condition("SpecValid", False):
@@ -530,6 +541,9 @@ def _restores_and_placement(job: JobInfo) -> dict[str, Any]:
 # previous ended, the first at the end of the operator's deploy step (or at the hand-over, if
 # step 3 sent it). A pre-started driver reached the first marks before that (0 s each: they
 # were no downtime).
+NAME_TAKEN = "NameTaken"  # SpecValid's reason while an object of the pipeline's is someone else's
+NOT_OWNED_WAIT_S = 10.0
+
 STARTUP_STEPS = (
     ("pod-start", "process_started_ms"),  # scheduling, image, container start
     ("python-start", "driver_started_ms"),  # interpreter, imports, loading the pipeline

@@ -27,7 +27,7 @@ from .naming import (
     spark_app_id,
 )
 from .owned import reserved_env
-from .podsecurity import OPERATOR_OWNED
+from .podsecurity import OPERATOR_OWNED, TEMPLATE_METADATA, TEMPLATE_SPEC
 from .spec import CONTROL_PORT, get
 
 
@@ -442,17 +442,30 @@ def driver_volumes(name: str) -> list[dict[str, Any]]:
     ]
 
 
-def _merge(base: dict[str, Any], overlay: dict[str, Any], path: tuple[str, ...] = ()) -> None:
-    """Strategic enough merge of a pod template: dicts merge, volumes are added, other values
-    replace. The operator's own fields (``OPERATOR_OWNED``: containers, service account, ...)
-    are refused by check_pods, and kept out here too for a spec accepted before."""
-    for key, value in overlay.items():
-        at = (*path, key)
-        if at in OPERATOR_OWNED:
+def _merge(base: dict[str, Any], overlay: dict[str, Any]) -> None:
+    """Strategic enough merge of a pod template into the pod: only what a template may set
+    (``podsecurity.TEMPLATE_METADATA``/``TEMPLATE_SPEC``, checked and refused by check_pods)
+    is copied, so a spec accepted before a check was added still cannot set anything else;
+    dicts merge, volumes are added, other values replace."""
+    for section, allowed in (("metadata", TEMPLATE_METADATA), ("spec", TEMPLATE_SPEC)):
+        fields = overlay.get(section)
+        if not isinstance(fields, dict):
             continue
-        if at == ("spec", "volumes"):
-            base[key] = [*base.get(key, []), *value]
-        elif isinstance(value, dict) and isinstance(base.get(key), dict):
-            _merge(base[key], value, at)
+        target = base.setdefault(section, {})
+        for key, value in fields.items():
+            if key not in allowed or (section, key) in OPERATOR_OWNED:
+                continue
+            if (section, key) == ("spec", "volumes"):
+                target[key] = [*target.get(key, []), *value]
+            elif isinstance(value, dict) and isinstance(target.get(key), dict):
+                _merge_dicts(target[key], value)
+            else:
+                target[key] = value
+
+
+def _merge_dicts(base: dict[str, Any], overlay: dict[str, Any]) -> None:
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge_dicts(base[key], value)
         else:
             base[key] = value

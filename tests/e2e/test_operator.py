@@ -206,6 +206,43 @@ def test_hostile_pod_templates_and_plain_text_secrets_are_refused(space: Space) 
         "name",
     ).stdout
     assert created == "", created
+    # The RoleBinding template (issue 38) made the operator create nothing of its own kind.
+    bindings = space.kube.kubectl_json("get", "rolebindings", "-n", space.name)["items"]
+    subjects = [s.get("name") for b in bindings for s in b.get("subjects") or []]
+    assert "mallory" not in subjects, subjects
+
+
+def test_an_object_of_the_pipelines_name_it_does_not_own_is_neither_replaced_nor_adopted(
+    space: Space,
+) -> None:
+    """Issue 38: a ConfigMap named like the pipeline's config but someone else's stays as it
+    is; the pipeline waits with SpecValid=False (NameTaken) and runs no driver."""
+    name = "taken"
+    foreign = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{name}-config", "namespace": space.name},
+        "data": {"job.yaml": "s3: {endpoint_url: 'http://elsewhere'}"},
+    }
+    space.kube.kubectl("apply", "-f", "-", input=json.dumps(foreign))
+    space.apply(space.manifest(name))
+    status = space.wait(
+        name,
+        "refused: the name is taken",
+        lambda s: any(
+            c["type"] == "SpecValid" and c["status"] == "False" and c["reason"] == "NameTaken"
+            for c in s.get("conditions", [])
+        ),
+        timeout=60,
+    )
+    assert (
+        f"ConfigMap {space.name}/{name}-config already exists and is not owned"
+        in (status["lastError"])
+    )
+    kept = space.kube.kubectl_json("get", "configmap", f"{name}-config", "-n", space.name)
+    assert kept["data"] == foreign["data"] and not kept["metadata"].get("ownerReferences")
+    assert not space.driver_pods(name)
+    space.kube.kubectl("delete", "statefulpipeline", name, "-n", space.name, "--wait=false")
 
 
 def test_namespace_admission_enforces_the_restricted_profile(space: Space) -> None:

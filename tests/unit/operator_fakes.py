@@ -23,6 +23,7 @@ from stator.control.client import (
 from stator_operator.naming import is_executor_set_of
 from stator_operator.operation import Operation, Step
 from stator_operator.pipeline import Pipeline
+from stator_operator.ports import NotOwned
 from tests.unit.savepoints import write_savepoint
 
 
@@ -65,6 +66,8 @@ class FakeKube:
         # The driver's Lease: (holder, renewTime, leaseDurationSeconds); force-deleted pods.
         self.lease: tuple[str | None, object, int] | None = None
         self.force_deleted: list[str] = []
+        # Objects of the names the pipeline needs that someone else owns: (kind, name).
+        self.foreign: set[tuple[str, str]] = set()
 
     def _call(self, method: str) -> None:
         if self.failing.get(method, 0) > 0:
@@ -117,8 +120,14 @@ class FakeKube:
         self.lease = (None, self.lease[1], self.lease[2])
         return holder
 
+    def _not_foreign(self, obj: dict[str, Any]) -> None:
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        if (kind, name) in self.foreign:
+            raise NotOwned(f"{kind} {name} already exists and is not owned by this pipeline")
+
     def ensure(self, obj: dict[str, Any]) -> None:
         self._call("ensure")
+        self._not_foreign(obj)
         kind, name = obj["kind"], obj["metadata"]["name"]
         if kind == "Pod":
             self.pods.setdefault(name, {**copy.deepcopy(obj), "status": {"phase": "Pending"}})
@@ -129,6 +138,7 @@ class FakeKube:
 
     def apply(self, obj: dict[str, Any]) -> None:
         self._call("apply")
+        self._not_foreign(obj)
         if obj["kind"] == "ConfigMap":
             self.configs[obj["metadata"]["name"]] = copy.deepcopy(obj)
         else:

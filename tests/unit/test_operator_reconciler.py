@@ -166,6 +166,32 @@ def test_an_invalid_spec_is_reported_before_anything_runs(tmp_path: Path) -> Non
     assert conditions(bed)["SpecValid"] == ("True", "Valid")
 
 
+@pytest.mark.parametrize(
+    "foreign", [("ConfigMap", "counts-config"), ("RoleBinding", "counts-stator")]
+)
+def test_an_object_of_the_pipelines_name_that_it_does_not_own_is_refused(
+    tmp_path: Path, foreign: tuple[str, str]
+) -> None:
+    """Issue 38: the operator neither replaces nor adopts another's object of the name it
+    needs; the deploy waits at its step with SpecValid=False until the name is free."""
+    bed = Bed(tmp_path)
+    bed.kube.foreign.add(foreign)
+    bed.step()
+    bed.step()  # step 4 meets the foreign object
+    assert not bed.kube.pods, "no driver runs without its objects"
+    assert conditions(bed)["SpecValid"] == ("False", "NameTaken")
+    assert f"{foreign[0]} {foreign[1]} already exists and is not owned" in bed.status["lastError"]
+    assert bed.op is not None and bed.op.step is Step.DEPLOY, "the step is kept, not repeated"
+    if foreign[0] == "ConfigMap":
+        assert "counts-config" not in bed.kube.configs
+    else:
+        assert foreign not in bed.kube.objects
+    bed.kube.foreign.clear()  # its owner deleted it
+    bed.step()
+    assert len(bed.kube.pods) == 1
+    assert conditions(bed)["SpecValid"] == ("True", "Valid")
+
+
 def test_an_invalid_change_keeps_the_running_job(tmp_path: Path) -> None:
     bed = Bed(tmp_path)
     bed.deploy()
