@@ -27,6 +27,15 @@ def _container(**ctx: Any) -> dict[str, Any]:
 
 
 T = "spec.driver.podTemplate"
+ALIAS_BOMB = "\n".join(
+    [
+        "a: &a [x, x, x, x, x, x, x, x, x, x]",
+        *(
+            f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]"
+            for i in range(6)
+        ),
+    ]
+)
 HOSTILE: dict[str, tuple[dict[str, Any], str]] = {
     "privileged root init container": (
         _pod(initContainers=[ROOT_INIT]),
@@ -229,6 +238,11 @@ HOSTILE: dict[str, tuple[dict[str, Any], str]] = {
     "savepoint dir in config": (
         {"config": {"savepoint.dir": "file:///tmp/elsewhere"}},
         "spec.config.savepoint.dir is set by the operator; use spec.savepoints.directory",
+    ),
+    # Issue 38: ~300 bytes that expand a million-fold when loaded, in the shared operator.
+    "YAML alias bomb in config": (
+        {"config": {"epoch.max_records": ALIAS_BOMB}},
+        "spec.config.epoch.max_records: YAML anchors and aliases (&name, *name) are not allowed",
     ),
     "plain-text secret key": (
         {"config": {"s3.secret_access_key": "hunter2"}},

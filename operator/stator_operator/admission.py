@@ -6,6 +6,7 @@ crash-looping pod."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -18,6 +19,24 @@ from .owned import RESERVED_ENV, reserved_env, spark_conf_owner
 from .podsecurity import pod_violations, template_violations
 from .resources import driver_pod, driver_volumes
 from .spec import SpecError, get
+
+# The longest suffix the operator appends to a pipeline's name for an object that must be a
+# DNS-1035 label (the driver's Service, "<name>-driver"): 63 - len("-driver").
+MAX_NAME = 63 - len("-driver")
+_DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+
+
+def check_name(name: str) -> None:
+    """The pipeline's name must make valid names of everything derived from it: the driver's
+    Service ``<name>-driver`` is a DNS-1035 label (63 characters, lower-case letters, digits
+    and '-', starting with a letter), and the ``stator.dev/pipeline`` label value is the name."""
+    if len(name) > MAX_NAME or not _DNS_1035.fullmatch(name):
+        raise SpecError(
+            f"metadata.name {name!r:.80}: the operator names the driver's Service "
+            f"'<name>-driver', which must be a DNS-1035 label; give the pipeline a name of at "
+            f"most {MAX_NAME} lower-case letters, digits and '-', starting with a letter and "
+            f"not ending with '-'"
+        )
 
 
 def env_violations(spec: dict[str, Any]) -> list[str]:

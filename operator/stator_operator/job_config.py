@@ -12,7 +12,15 @@ from stator.config import JobConfig, RestartConfig, build
 
 from .naming import STATE_MOUNT, STATE_VOLUME, driver_lease_name, labels, spark_app_id
 from .owned import reserved_env
-from .spec import CONTROL_PORT, Pinning, executor_instances, get, pinning, savepoint_dir
+from .spec import (
+    CONTROL_PORT,
+    Pinning,
+    SpecError,
+    executor_instances,
+    get,
+    pinning,
+    savepoint_dir,
+)
 
 # Executors are lost once they miss heartbeats for this long (Spark's default is 120 s,
 # checked every 60 s), and a shuffle fetch from a vanished node gives up after 10 s without
@@ -101,8 +109,34 @@ def job_config(
         parts = key.replace("-", "_").split(".")  # as the runtime reads it (spark.conf refused)
         for part in parts[:-1]:
             node = node.setdefault(part, {})
-        node[parts[-1]] = yaml.safe_load(value)
+        node[parts[-1]] = config_value(key, value)
     return cfg
+
+
+# A spec.config value is one setting: a few characters of YAML. The cap (the CRD's maxLength
+# too) and the refusal of anchors keep the shared operator's work per value small: a YAML
+# alias bomb of ~300 bytes expands tenfold per level when loaded.
+MAX_CONFIG_VALUE = 4096
+
+
+def config_value(key: str, text: object) -> Any:
+    """A spec.config value, parsed as YAML without anchors or aliases."""
+    if not isinstance(text, str):
+        raise SpecError(f"spec.config.{key}: must be a string (a YAML value), got {text!r:.80}")
+    if len(text) > MAX_CONFIG_VALUE:
+        raise SpecError(
+            f"spec.config.{key}: {len(text)} characters, at most {MAX_CONFIG_VALUE} allowed"
+        )
+    try:
+        tokens = list(yaml.scan(text, Loader=yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        raise SpecError(f"spec.config.{key}: not valid YAML: {str(exc)[:200]}") from exc
+    if any(isinstance(t, yaml.AnchorToken | yaml.AliasToken) for t in tokens):
+        raise SpecError(
+            f"spec.config.{key}: YAML anchors and aliases (&name, *name) are not allowed; "
+            f"write the value out"
+        )
+    return yaml.safe_load(text)
 
 
 def _spark(spec: dict[str, Any], name: str, namespace: str, app_id: str | None) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any
 from stator.control.client import JobInfo
 from stator.driver.restart import History, decide
 
-from .admission import check_job_config, check_pods
+from .admission import check_job_config, check_name, check_pods
 from .flows import DriverFailed, Flows
 from .job_config import restart_config
 from .naming import (
@@ -430,6 +430,7 @@ class Reconciler:
         """The checks the CRD schema cannot express, reported as the SpecValid condition."""
         p = self.pipeline
         try:
+            check_name(p.name)
             validate(p.spec)
             check_job_config(p.spec, p.name, p.namespace)
             check_pods(p.spec, p.name, p.namespace)

@@ -10,11 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from stator.cluster.kubernetes import REQUIRED_ENV, in_cluster_conf
 from stator.config import JobConfig, load_config
-from stator_operator.admission import check_job_config, check_pods
-from stator_operator.job_config import EXECUTOR_DEFAULTS, job_config, restart_config
+from stator_operator.admission import MAX_NAME, check_job_config, check_name, check_pods
+from stator_operator.job_config import (
+    EXECUTOR_DEFAULTS,
+    MAX_CONFIG_VALUE,
+    config_value,
+    job_config,
+    restart_config,
+)
 from stator_operator.naming import executor_claim, spark_app_id
 from stator_operator.owned import RESERVED_ENV
 from stator_operator.resources import config_map, driver_pod, event, executor_pod_template
@@ -575,3 +582,38 @@ def test_a_run_id_of_digits_reaches_the_driver_as_text() -> None:
     sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
     cfg = load_config(None, [s for s in sets if s.startswith("restore.")])
     assert cfg.restore.lineage == "01234567"
+
+
+def test_config_values_are_bounded_before_they_are_loaded() -> None:
+    """Issue 38: the shared operator loads spec.config values; each is capped in size (the
+    CRD says so too) and may not use YAML anchors or aliases."""
+    assert config_value("epoch.max_records", "3000") == 3000
+    assert config_value("spark.ui", "{enabled: true}") == {"enabled": True}
+    with pytest.raises(SpecError, match=r"spec.config.k: 5000 characters, at most 4096"):
+        config_value("k", "x" * 5000)
+    with pytest.raises(SpecError, match=r"spec.config.k: YAML anchors and aliases"):
+        config_value("k", "[&a 1, *a]")
+    with pytest.raises(SpecError, match=r"spec.config.k: must be a string"):
+        config_value("k", 12)
+    crd_file = Path(__file__).resolve().parents[2] / "crds" / "statefulpipelines.stator.dev.yaml"
+    crd = yaml.safe_load(crd_file.read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    for field in ("config", "sparkConf"):
+        schema = spec["properties"][field]
+        assert schema["additionalProperties"]["maxLength"] == MAX_CONFIG_VALUE
+        assert schema["maxProperties"] == 200
+
+
+@pytest.mark.parametrize(
+    "name", ["p" * (MAX_NAME + 1), "1st-pipeline", "counts.v2", "Counts", "counts-", "c_d"]
+)
+def test_a_name_that_makes_an_invalid_derived_name_is_refused(name: str) -> None:
+    """Issue 38: refused at admission with the fix, instead of stuck on a failing create."""
+    with pytest.raises(SpecError, match=r"metadata.name .*: the operator names the driver's"):
+        check_name(name)
+
+
+def test_the_longest_allowed_name_makes_valid_names() -> None:
+    name = "p" * MAX_NAME
+    check_name(name)
+    assert len(f"{name}-driver") == 63
