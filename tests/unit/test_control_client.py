@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -106,3 +107,61 @@ def test_a_url_no_request_can_be_made_of_is_refused_at_once(url: str, problem: s
     with pytest.raises(StatorError) as info:
         ControlClient(url).job()
     assert str(info.value).startswith(f"{url!r} is not a valid control API URL ({problem}")
+
+
+class Hostile(BaseHTTPRequestHandler):
+    """A driver that runs a user's code may answer anything (issue 38)."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        if self.path == "/v1/job" and self.server.mode == "huge":  # type: ignore[attr-defined]
+            self.end_headers()
+            chunk = b" " * 65536
+            for _ in range(40):  # 2.5 MiB of JSON whitespace, then an object
+                self.wfile.write(chunk)
+            self.wfile.write(b"{}")
+        elif self.server.mode == "drip":  # type: ignore[attr-defined]
+            self.end_headers()
+            for _ in range(100):  # 20 s, a byte at a time: each read is within the timeout
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(0.2)
+        else:
+            data = b"[1, 2, 3]"
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+class QuietServer(ThreadingHTTPServer):
+    def handle_error(self, *_: Any) -> None:
+        """The client hanging up on a hostile answer is the point."""
+
+
+@pytest.fixture(params=["huge", "drip", "list"])
+def hostile(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    httpd = QuietServer(("127.0.0.1", 0), Hostile)
+    httpd.daemon_threads = True
+    httpd.mode = request.param  # type: ignore[attr-defined]
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield request.param, f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_a_hostile_answer_is_refused_within_the_deadline(hostile: tuple[str, str]) -> None:
+    mode, url = hostile
+    message = {
+        "huge": "answered more than 1048576 bytes",
+        "drip": "did not answer within 1.5 s",
+        "list": "answered no JSON object",
+    }[mode]
+    started = time.monotonic()
+    with pytest.raises(ControlUnreachable, match=message):
+        ControlClient(url, timeout=1.0, deadline=1.5).job()
+    assert time.monotonic() - started < 5

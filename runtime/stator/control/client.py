@@ -7,10 +7,12 @@ driver answered and refused, with its ``error`` text)."""
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
-import urllib.error
+import socket
+import threading
 import urllib.parse
-import urllib.request
 from typing import Any, TypedDict, cast
 
 from ..errors import StatorError
@@ -108,9 +110,18 @@ class SavepointRequest(TypedDict, total=False):
 class ControlClient:
     """The control API of one driver, at ``base_url`` (``http://host:port``)."""
 
-    def __init__(self, base_url: str, timeout: float = 5.0, token: str | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        timeout: float = 5.0,
+        token: str | None = None,
+        deadline: float | None = None,
+    ) -> None:
+        """``timeout``: per socket operation; ``deadline``: for a whole request (default
+        twice the timeout)."""
         self.base_url = _checked_url(base_url).rstrip("/")
         self.timeout = timeout
+        self.deadline = deadline if deadline is not None else 2 * timeout
         self._headers = {"Content-Type": "application/json"}
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
@@ -158,22 +169,83 @@ class ControlClient:
         return self._call("POST", "/v1/handover", body)
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One request, bounded: the answer may take ``deadline`` seconds in all (a driver
+        that sends a byte at a time cannot hold the caller), may be ``MAX_ANSWER_BYTES`` long,
+        and must be a JSON object. The operator calls drivers that run users' code."""
         url = self.base_url + path
-        request = urllib.request.Request(  # noqa: S310 - the scheme is checked in __init__
-            url,
-            data=json.dumps(body).encode() if body is not None else None,
-            method=method,
-            headers=self._headers,
+        parts = urllib.parse.urlsplit(url)
+        connection = (
+            http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         )
+        conn = connection(parts.hostname or "", parts.port, timeout=self.timeout)
+        watchdog = _Watchdog(self.deadline)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as resp:  # noqa: S310
-                result: dict[str, Any] = json.loads(resp.read() or b"{}")
-                return result
-        except urllib.error.HTTPError as err:
-            raise ControlHTTPError(url, err.code, _error_text(err)) from err
-        except (urllib.error.URLError, OSError, ValueError) as err:
-            reason = getattr(err, "reason", err)
-            raise ControlUnreachable(f"cannot reach the control API at {url}: {reason}") from err
+            conn.connect()  # within the timeout; the response keeps this socket, not conn
+            watchdog.watch(conn.sock)
+            conn.request(
+                method,
+                urllib.parse.urlunsplit(("", "", parts.path, parts.query, "")),
+                body=json.dumps(body).encode() if body is not None else None,
+                headers=self._headers,
+            )
+            resp = conn.getresponse()
+            raw = resp.read(MAX_ANSWER_BYTES + 1)
+            if len(raw) > MAX_ANSWER_BYTES:
+                raise ControlUnreachable(
+                    f"the control API at {url} answered more than {MAX_ANSWER_BYTES} bytes"
+                )
+            if resp.status >= 400:
+                raise ControlHTTPError(url, resp.status, _error_text(raw, resp.reason))
+            result = json.loads(raw or b"{}")
+            if not isinstance(result, dict):
+                raise ControlUnreachable(f"the control API at {url} answered no JSON object")
+            return result
+        except (http.client.HTTPException, OSError, ValueError) as err:
+            if watchdog.fired:
+                raise ControlUnreachable(
+                    f"the control API at {url} did not answer within {self.deadline:g} s"
+                ) from err
+            raise ControlUnreachable(f"cannot reach the control API at {url}: {err}") from err
+        finally:
+            watchdog.cancel()
+            conn.close()
+
+
+# The largest answer the client reads (the job's status with its regions and placement is
+# tens of kilobytes); a larger one is refused, not parsed.
+MAX_ANSWER_BYTES = 1 << 20
+
+
+class _Watchdog:
+    """Ends a request that is still running at its deadline by shutting its socket down (a
+    per-operation timeout does not bound a server that answers a byte at a time)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.fired = False
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def watch(self, sock: socket.socket | None) -> None:
+        with self._lock:
+            self._sock = sock
+            if self.fired:
+                self._shut()
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            self._shut()
+
+    def _shut(self) -> None:
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
 
 
 def _checked_url(url: str) -> str:
@@ -198,13 +270,13 @@ def _checked_url(url: str) -> str:
     return url
 
 
-def _error_text(err: urllib.error.HTTPError) -> str:
+def _error_text(raw_bytes: bytes, reason: str) -> str:
     """The server's ``error`` (or, for /readyz, its ``state``), else the raw body."""
-    raw = err.read().decode(errors="replace")
+    raw = raw_bytes.decode(errors="replace")
     try:
         body = json.loads(raw)
     except ValueError:
-        return raw or str(err.reason)
+        return raw or reason
     if isinstance(body, dict):
         return str(body.get("error") or body.get("state") or raw)
     return raw
