@@ -244,6 +244,15 @@ HOSTILE: dict[str, tuple[dict[str, Any], str]] = {
         {"config": {"epoch.max_records": ALIAS_BOMB}},
         "spec.config.epoch.max_records: YAML anchors and aliases (&name, *name) are not allowed",
     ),
+    # Issue 38: an upper-case scheme is S3 all the same, and needs the pipeline's Secret.
+    "S3 in upper case without a Secret": (
+        {
+            "checkpointing": {"storage": "file:///tmp/checkpoints"},
+            "restore": {"initialSavepoint": "S3://other-bucket/savepoint-1"},
+        },
+        "spec.restore.initialSavepoint is on s3 (S3://other-bucket/savepoint-1): "
+        "spec.checkpointing.credentialsSecret is required",
+    ),
     "plain-text secret key": (
         {"config": {"s3.secret_access_key": "hunter2"}},
         "spec.config.s3.secret_access_key: credentials are not accepted in plain text",

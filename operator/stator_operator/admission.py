@@ -18,7 +18,7 @@ from .job_config import job_config
 from .owned import RESERVED_ENV, reserved_env, spark_conf_owner
 from .podsecurity import pod_violations, template_violations
 from .resources import driver_pod, driver_volumes
-from .spec import SpecError, get
+from .spec import SpecError, checkpoint_storage, get, savepoint_dir
 
 # The longest suffix the operator appends to a pipeline's name for an object that must be a
 # DNS-1035 label (the driver's Service, "<name>-driver"): 63 - len("-driver").
@@ -37,6 +37,29 @@ def check_name(name: str) -> None:
             f"most {MAX_NAME} lower-case letters, digits and '-', starting with a letter and "
             f"not ending with '-'"
         )
+
+
+def check_storage_roots(spec: dict[str, Any], name: str, namespace: str) -> None:
+    """Savepoints may not lie inside the job's checkpoint root, nor checkpoints inside its
+    savepoints: a driver's recovery deletes what in its checkpoint root no retained
+    checkpoint needs, and savepoint disposal deletes a savepoint's directory."""
+    job = f"{namespace}.{name}"
+    checkpoints = f"{_normal(checkpoint_storage(spec))}/{job}/"
+    savepoints = f"{_normal(savepoint_dir(spec))}/{job}/"
+    if checkpoints.startswith(savepoints) or savepoints.startswith(checkpoints):
+        raise SpecError(
+            f"spec.savepoints.directory ({savepoint_dir(spec)}) and "
+            f"spec.checkpointing.storage ({checkpoint_storage(spec)}) overlap for job {job}: "
+            f"its savepoints would go to {savepoints} and its checkpoints to {checkpoints}, "
+            f"where recovery deletes what no checkpoint needs; give savepoints a directory "
+            f"outside the checkpoint storage (e.g. <storage>/savepoints, the default)"
+        )
+
+
+def _normal(uri: str) -> str:
+    """A location as compared: the scheme in lower case, no trailing '/'."""
+    scheme, sep, rest = uri.partition("://")
+    return f"{scheme.lower()}{sep}{rest}".rstrip("/")
 
 
 def env_violations(spec: dict[str, Any]) -> list[str]:

@@ -106,15 +106,17 @@ from .spec import (
     pinning,
     readiness_timeout,
     replicas,
+    savepoint_dir,
     savepoint_timeout,
 )
 from .status import StatusWriter, age_s, now
-from .storage import SavepointStorage
+from .storage import SavepointStorage, is_under
 
 log = logging.getLogger("stator.operator.flows")
 # Look again this soon while the old driver stops and until the new one restores: every
 # second is downtime (handlers.py looks again within the same call).
 QUICK_S = 0.25
+MAX_LOCATION = 1024  # the longest savepoint location recorded from a driver's answer
 HANDOVER_TIMEOUT_S = 60  # a waiting driver that does not answer the hand-over this long
 
 
@@ -308,7 +310,18 @@ class Flows:
     def _savepoint_completed(
         self, op: Operation, path: str, epoch: int | None, stopped_ms: int | None = None
     ) -> float:
+        # A driver runs the user's code: what it reports is not recorded, restored from or
+        # disposed of unless it is where the operator's savepoints go (the running spec's
+        # directory, or the one an upgrade moves them to).
+        specs = (self.pipeline.status.get("lastReconciledSpec"), op.target, self.pipeline.spec)
+        roots = [savepoint_dir(s) for s in specs if s]
+        root = next((r for r in roots if is_under(path, r)), None)
+        if root is None or len(path) > MAX_LOCATION:
+            return self._fallback(
+                op, f"the driver reported a savepoint at {path[:200]!r}, outside {roots[-1]}"
+            )
         entry = {"path": path, "time": now(), "trigger": op.trigger or op.kind.value}
+        entry["root"] = root
         history = [*self.pipeline.status.get("savepoints", []), {**entry, "epoch": epoch}]
         self.pipeline.write(savepoints=self.prune(history))
         self.event("Normal", "SavepointCompleted", f"savepoint at {path}")
@@ -396,7 +409,7 @@ class Flows:
         kept = [h for h in history if not max_age or age_s(h.get("time")) <= max_age][-keep:]
         for old in history:
             if old not in kept and old.get("trigger") in ("savepoint", "periodic"):
-                self.storage.dispose(self.pipeline.namespace, spec, old["path"])
+                self.storage.dispose(self.pipeline.namespace, spec, old["path"], old.get("root"))
         return kept
 
     # ------------------------------------------------------------------ 3: remove the driver

@@ -27,8 +27,9 @@ class Pipeline:
         body: dict[str, Any],
         event: EventSink,
         connect: Connect = ControlClient,
+        allow_file_storage: bool = False,
     ) -> Pipeline:
-        storage = SavepointStorage(kube)
+        storage = SavepointStorage(kube, allow_file=allow_file_storage)
         return cls(
             Observer(kube, storage, connect),
             Reconciler(StatusWriter(kube, body), kube, storage, event),

@@ -11,7 +11,7 @@ from typing import Any
 from stator.control.client import JobInfo
 from stator.driver.restart import History, decide
 
-from .admission import check_job_config, check_name, check_pods
+from .admission import check_job_config, check_name, check_pods, check_storage_roots
 from .flows import DriverFailed, Flows
 from .job_config import restart_config
 from .naming import (
@@ -111,9 +111,16 @@ class Reconciler:
         if claims:
             self.event("Normal", "ClaimsDeleted", f"executors' state claims: {claims}")
         if get(spec, "savepoints", "disposeOnDelete", default=False):
+            # The final savepoint this deletion took is kept unless asked: it is the state.
+            final = bool(get(spec, "deletion", "disposeFinalSavepoint", default=False))
+            kept = []
             for sp in self.pipeline.status.get("savepoints", []):
-                self.storage.dispose(self.pipeline.namespace, spec, sp["path"])
-            self.event("Normal", "SavepointsDisposed", "disposed the savepoint history")
+                if sp.get("trigger") == OpKind.DELETE.value and not final:
+                    kept.append(sp["path"])
+                    continue
+                self.storage.dispose(self.pipeline.namespace, spec, sp["path"], sp.get("root"))
+            also = f"; kept the final savepoint {kept[-1]}" if kept else ""
+            self.event("Normal", "SavepointsDisposed", f"disposed the savepoint history{also}")
         self.event("Normal", "Deleted", "pipeline deleted")
         return None
 
@@ -432,6 +439,7 @@ class Reconciler:
         try:
             check_name(p.name)
             validate(p.spec)
+            check_storage_roots(p.spec, p.name, p.namespace)
             check_job_config(p.spec, p.name, p.namespace)
             check_pods(p.spec, p.name, p.namespace)
             running = p.status.get("lastReconciledSpec")

@@ -208,7 +208,8 @@ def validate(spec: dict[str, Any]) -> None:
     """Checks the schema cannot express."""
     for path in S3_FIELDS:
         value = get(spec, *path, default="") or ""
-        if str(value).startswith("s3") and not get(spec, "checkpointing", "credentialsSecret"):
+        scheme = str(value).split(":", 1)[0].lower() if ":" in str(value) else ""
+        if scheme in ("s3", "s3a") and not get(spec, "checkpointing", "credentialsSecret"):
             raise SpecError(
                 f"spec.{'.'.join(path)} is on s3 ({value}): spec.checkpointing.credentialsSecret "
                 f"is required for s3:// locations: name a Secret with AWS_ACCESS_KEY_ID and "

@@ -317,7 +317,13 @@ class Bed:
         def event(etype: str, reason: str, message: str) -> None:
             self.events.append((etype, reason, message))
 
-        return Pipeline.build(self.kube, copy.deepcopy(self.kube.pipeline), event, self.drivers)
+        return Pipeline.build(
+            self.kube,
+            copy.deepcopy(self.kube.pipeline),
+            event,
+            self.drivers,
+            allow_file_storage=True,
+        )
 
     def step(self) -> float:
         return self._pipeline().reconcile()

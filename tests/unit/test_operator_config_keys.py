@@ -83,7 +83,7 @@ FULL: dict[str, Any] = {
         "readinessTimeoutSeconds": 60,
     },
     "localRecovery": {"enabled": False, "pinning": "required", "volume": VOLUME, "standby": True},
-    "deletion": {"finalSavepoint": False, "timeoutSeconds": 60},
+    "deletion": {"finalSavepoint": False, "timeoutSeconds": 60, "disposeFinalSavepoint": True},
 }
 # A spec validate accepts, to add one spec.config key to (FULL is for job_config alone: some of
 # its fields exclude each other).

@@ -1313,6 +1313,51 @@ def test_delete_without_a_final_savepoint_and_disposing_the_history(tmp_path: Pa
     assert bed.reasons()[-2:] == ["SavepointsDisposed", "Deleted"]
 
 
+@pytest.mark.parametrize("dispose_final", [False, True])
+def test_disposing_the_history_keeps_the_final_savepoint_unless_asked(
+    tmp_path: Path, dispose_final: bool
+) -> None:
+    """Issue 38: ``disposeOnDelete`` deleted the final savepoint the deletion just took."""
+    old = f"file://{tmp_path}/sp/team.counts/savepoint-0000000001-x"
+    write_savepoint(old)
+    bed = Bed(
+        tmp_path,
+        deletion={"disposeFinalSavepoint": dispose_final},
+        savepoints={"directory": f"file://{tmp_path}/sp", "disposeOnDelete": True},
+    )
+    driver = bed.deploy()
+    bed.kube.pipeline["status"]["savepoints"] = [{"path": old, "trigger": "savepoint"}]
+    bed.delete_step()
+    bed.delete_step()
+    final = f"file://{tmp_path}/sp/team.counts/savepoint-0000000007-req1"
+    write_savepoint(final)
+    driver.complete("req1", final)
+    while bed.delete_step() is not None:
+        pass
+    assert not is_savepoint(old)
+    assert is_savepoint(final) is not dispose_final
+
+
+def test_a_savepoint_a_driver_reports_outside_the_directory_is_not_recorded(
+    tmp_path: Path,
+) -> None:
+    """Issue 38: a driver runs the user's code; a location it reports elsewhere (to have the
+    operator restore from it, or dispose of it later) is neither recorded nor restored."""
+    bed = Bed(tmp_path)
+    driver = bed.deploy()
+    bed.edit_spec(replicas=4)
+    bed.step()
+    bed.step()
+    elsewhere = f"file://{tmp_path}/other-team/savepoint-0000000007-req1"
+    write_savepoint(elsewhere)
+    driver.complete("req1", elsewhere)
+    bed.step()
+    assert all(sp["path"] != elsewhere for sp in bed.status.get("savepoints", []))
+    op = bed.op
+    assert op is None or op.restore != elsewhere
+    assert any("outside" in message for _, _, message in bed.events)
+
+
 def test_delete_never_waits_past_its_timeout(tmp_path: Path) -> None:
     bed = Bed(tmp_path, deletion={"finalSavepoint": True, "timeoutSeconds": 10})
     bed.deploy()

@@ -14,7 +14,14 @@ import yaml
 
 from stator.cluster.kubernetes import REQUIRED_ENV, in_cluster_conf
 from stator.config import JobConfig, load_config
-from stator_operator.admission import MAX_NAME, check_job_config, check_name, check_pods
+from stator.errors import StatorError
+from stator_operator.admission import (
+    MAX_NAME,
+    check_job_config,
+    check_name,
+    check_pods,
+    check_storage_roots,
+)
 from stator_operator.job_config import (
     EXECUTOR_DEFAULTS,
     MAX_CONFIG_VALUE,
@@ -26,6 +33,7 @@ from stator_operator.naming import executor_claim, spark_app_id
 from stator_operator.owned import RESERVED_ENV
 from stator_operator.resources import config_map, driver_pod, event, executor_pod_template
 from stator_operator.spec import SpecDiff, SpecError, classify, fingerprint, replicas, validate
+from stator_operator.storage import SavepointStorage
 
 SPEC: dict[str, Any] = {
     "image": "stator-runtime:1",
@@ -617,3 +625,67 @@ def test_the_longest_allowed_name_makes_valid_names() -> None:
     name = "p" * MAX_NAME
     check_name(name)
     assert len(f"{name}-driver") == 63
+
+
+@pytest.mark.parametrize(
+    ("storage", "savepoints"),
+    [
+        ("s3://b/ck", "s3://b/ck"),  # savepoints at <storage>/<job>/savepoint-...
+        ("s3://b/ck", "S3://b/ck/"),  # the same, spelled otherwise
+        ("s3://b/ck/team.counts/sp", "s3://b/ck/team.counts/sp"),
+        ("s3://b", "s3://b/team.counts"),  # checkpoints inside the job's savepoints
+    ],
+)
+def test_overlapping_checkpoint_and_savepoint_roots_are_refused(
+    storage: str, savepoints: str
+) -> None:
+    """Issue 38: recovery deletes what no checkpoint needs under the checkpoint root."""
+    spec = {"checkpointing": {"storage": storage}, "savepoints": {"directory": savepoints}}
+    with pytest.raises(SpecError, match=r"overlap for job team\.counts"):
+        check_storage_roots(spec, "counts", "team")
+
+
+def test_separate_roots_and_the_default_are_accepted() -> None:
+    check_storage_roots({"checkpointing": {"storage": "s3://b/ck"}}, "counts", "team")
+    spec = {"checkpointing": {"storage": "s3://b/ck"}, "savepoints": {"directory": "s3://b/sp"}}
+    check_storage_roots(spec, "counts", "team")
+
+
+class Secrets:
+    def __init__(self, data: dict[str, str]) -> None:
+        self.data = data
+
+    def read_secret(self, namespace: str, name: str) -> dict[str, str]:
+        return self.data
+
+
+def test_the_operator_reads_storage_only_as_the_pipeline_and_within_its_limits() -> None:
+    """Issue 38: no file:// (the operator's own disk), no ambient credentials, and the
+    spec's S3 retries and timeouts clamped for the operator (not for the driver)."""
+    spec = {
+        "checkpointing": {"storage": "s3://b/ck", "credentialsSecret": "creds"},
+        "config": {"s3.read_timeout_s": "3600", "s3.max_attempts": "50", "s3.region": "eu"},
+    }
+    full = Secrets({"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"})
+    options = SavepointStorage(full).options("team", spec, "s3://b/sp")
+    assert (options.read_timeout_s, options.max_attempts, options.region) == (30.0, 3, "eu")
+    assert options.access_key_id == "a"
+    with pytest.raises(StatorError, match="lacks AWS_SECRET_ACCESS_KEY"):
+        SavepointStorage(Secrets({"AWS_ACCESS_KEY_ID": "a"})).options("team", spec, "s3://b/x")
+    no_secret = {"checkpointing": {"storage": "s3://b/ck"}}
+    with pytest.raises(StatorError, match="credentialsSecret is required"):
+        SavepointStorage(full).options("team", no_secret, "s3://b/x")
+    with pytest.raises(StatorError, match="does not read file:// locations"):
+        SavepointStorage(full).options("team", spec, "file:///etc")
+    assert SavepointStorage(full).restore_problem("team", spec, "FILE:///etc/passwd")
+
+
+def test_a_savepoint_is_disposed_of_only_inside_its_directory(tmp_path: Path) -> None:
+    outside = tmp_path / "precious"
+    outside.mkdir()
+    (outside / "_savepoint.json").write_text("{}")
+    spec = {"checkpointing": {"storage": f"file://{tmp_path}/ck"}}
+    storage = SavepointStorage(Secrets({}), allow_file=True)
+    storage.dispose("team", spec, f"file://{outside}")
+    storage.dispose("team", spec, f"file://{tmp_path}/ck/savepoints/../../precious")
+    assert (outside / "_savepoint.json").exists()

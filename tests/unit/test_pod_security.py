@@ -42,3 +42,21 @@ def test_the_operators_own_pods_are_restricted() -> None:
         "driver": {"podTemplate": {"spec": {"nodeSelector": {"disk": "ssd"}}}},
     }
     check_pods(harmless, "counts", "team")
+
+
+def test_a_template_accepted_before_the_checks_still_makes_only_a_pod() -> None:
+    """Issue 38: the merge copies only what a template may set, whatever got past admission
+    (a spec accepted by an older operator): no kind, no foreign fields."""
+    body = {"metadata": {"name": "counts", "namespace": "team", "uid": "u"}}
+    change, _ = HOSTILE["RoleBinding through the pod template"]
+    template = {
+        **change["driver"]["podTemplate"],
+        "metadata": {"labels": {"team": "a"}, "namespace": "kube-system"},
+        "spec": {"priorityClassName": "x", "tolerations": [{"operator": "Exists"}]},
+    }
+    pod = driver_pod(body, {**GOOD, "driver": {"podTemplate": template}}, "1", "none", False)
+    assert (pod["apiVersion"], pod["kind"]) == ("v1", "Pod")
+    assert "roleRef" not in pod and "subjects" not in pod
+    assert pod["metadata"]["namespace"] == "team" and pod["metadata"]["labels"]["team"] == "a"
+    assert "priorityClassName" not in pod["spec"]
+    assert pod["spec"]["tolerations"] == [{"operator": "Exists"}]
