@@ -19,6 +19,7 @@ from .pipeline import Pipeline
 
 _kube: Kube | None = None
 MAX_STEPS_PER_CALL = 16
+MAX_WORKERS = 16
 # A step that asks to look again within QUICK_S (flows.py) is looked at again within the
 # same call, for at most QUICK_BUDGET_S per call, not at the one-second timer's next tick.
 QUICK_BUDGET_S = 3.0
@@ -39,6 +40,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="stator.dev")
     settings.posting.level = logging.INFO
     settings.watching.server_timeout = 120
+    # Sync handlers run in this many threads; a pipeline holds at most one (``_advance``).
+    settings.execution.max_workers = MAX_WORKERS
     if os.environ.get("STATOR_WATCH_NAMESPACES"):
         # Namespaced mode: the watched namespaces are exact names and the operator may not
         # list namespaces (least privilege). Without this kopf first retries that forbidden
@@ -71,25 +74,37 @@ def _lock(body: Any) -> threading.Lock:
 
 
 def _advance(body: Any) -> float:
-    with _lock(body):
-        meta = body["metadata"]
-        try:  # the body kopf hands over may predate our own last status write
-            fresh = kube().get_pipeline(meta["namespace"], meta["name"])
-        except ApiException as exc:
-            if exc.status == 404:
-                return 0.0
-            raise
-        if fresh["metadata"].get("deletionTimestamp"):
+    """One call's steps of a pipeline. A pipeline whose previous call still runs (a slow
+    endpoint, a slow API server) is skipped, not waited for: each pipeline holds at most one
+    of kopf's workers, so one slow pipeline cannot starve the others; the timer comes back."""
+    lock = _lock(body)
+    if not lock.acquire(blocking=False):
+        return 0.0
+    try:
+        return _advance_locked(body)
+    finally:
+        lock.release()
+
+
+def _advance_locked(body: Any) -> float:
+    meta = body["metadata"]
+    try:  # the body kopf hands over may predate our own last status write
+        fresh = kube().get_pipeline(meta["namespace"], meta["name"])
+    except ApiException as exc:
+        if exc.status == 404:
             return 0.0
-        pipeline = _pipeline(fresh)
-        delay = 0.0
-        deadline = time.monotonic() + QUICK_BUDGET_S
-        for _ in range(MAX_STEPS_PER_CALL):
-            delay = pipeline.reconcile()
-            if delay > QUICK_S or time.monotonic() + delay > deadline:
-                break
-            time.sleep(delay)
-        return delay
+        raise
+    if fresh["metadata"].get("deletionTimestamp"):
+        return 0.0
+    pipeline = _pipeline(fresh)
+    delay = 0.0
+    deadline = time.monotonic() + QUICK_BUDGET_S
+    for _ in range(MAX_STEPS_PER_CALL):
+        delay = pipeline.reconcile()
+        if delay > QUICK_S or time.monotonic() + delay > deadline:
+            break
+        time.sleep(delay)
+    return delay
 
 
 @kopf.on.create(GROUP, VERSION, PLURAL)

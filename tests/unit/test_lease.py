@@ -44,7 +44,17 @@ class FakeLeases:
             ),
         )
 
-    def read_namespaced_lease(self, name: str, namespace: str) -> Any:
+    def _timed(self, timeout: float | None) -> None:
+        """Calls made without a request timeout (the tests' own set-up calls are)."""
+        if timeout is None:
+            self.untimed = getattr(self, "untimed", 0) + 1
+        else:
+            assert 0 < timeout <= 60
+
+    def read_namespaced_lease(
+        self, name: str, namespace: str, _request_timeout: float | None = None
+    ) -> Any:
+        self._timed(_request_timeout)
         with self.lock:
             if self.refuse:
                 raise ApiException(status=401, reason="Unauthorized")
@@ -54,7 +64,10 @@ class FakeLeases:
                 raise ApiException(status=404)
             return self._obj(self.leases[name])
 
-    def create_namespaced_lease(self, namespace: str, body: dict[str, Any]) -> None:
+    def create_namespaced_lease(
+        self, namespace: str, body: dict[str, Any], _request_timeout: float | None = None
+    ) -> None:
+        self._timed(_request_timeout)
         with self.lock:
             name = body["metadata"]["name"]
             if name in self.leases:
@@ -64,7 +77,10 @@ class FakeLeases:
             stored["metadata"]["resourceVersion"] = str(self.version)
             self.leases[name] = stored
 
-    def patch_namespaced_lease(self, name: str, namespace: str, body: dict[str, Any]) -> None:
+    def patch_namespaced_lease(
+        self, name: str, namespace: str, body: dict[str, Any], _request_timeout: float | None = None
+    ) -> None:
+        self._timed(_request_timeout)
         with self.lock:
             if self.down:
                 raise ApiException(status=503)
@@ -185,11 +201,11 @@ def test_an_api_server_not_yet_reachable_is_waited_for() -> None:
     calls = [0]
     read = api.read_namespaced_lease
 
-    def flaky(name: str, namespace: str) -> Any:
+    def flaky(name: str, namespace: str, _request_timeout: float | None = None) -> Any:
         calls[0] += 1
         if calls[0] <= 2:
             raise MaxRetryError(None, "/lease", "connection refused")  # type: ignore[arg-type]
-        return read(name, namespace)
+        return read(name, namespace, _request_timeout)
 
     api.read_namespaced_lease = flaky  # type: ignore[method-assign]
     a = elector(api, "a")
@@ -206,3 +222,14 @@ def test_the_published_duration_covers_the_holders_whole_write_window() -> None:
     )
     holder.acquire()
     assert api.leases["lead"]["spec"]["leaseDurationSeconds"] == 11
+
+
+def test_every_lease_call_has_a_request_timeout() -> None:
+    """Issue 38: a hung connection to the API server must not outlast the Lease it renews."""
+    api = FakeLeases()
+    holder = LeaseHolder("ops", "lead", duration_s=3, renew_s=1, api=api)
+    assert holder.acquire()
+    holder.keep_renewing(lambda reason: None)
+    time.sleep(1.5)
+    holder.release()
+    assert getattr(api, "untimed", 0) == 0

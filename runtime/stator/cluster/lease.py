@@ -99,6 +99,12 @@ class LeaseHolder:
         self.took_over = False  # acquired from a holder that had not released it
         self._warned_at = 0.0
 
+    @property
+    def request_timeout_s(self) -> float:
+        """Every Lease call ends within a renewal period: a hung API server connection must
+        not outlast the Lease it is renewing."""
+        return self.renew_s
+
     # ------------------------------------------------------------------ acquiring
 
     def acquire(self, stop: threading.Event | None = None) -> bool:
@@ -119,7 +125,9 @@ class LeaseHolder:
 
     def _try_acquire(self) -> bool:
         try:
-            lease = self.api.read_namespaced_lease(self.name, self.namespace)
+            lease = self.api.read_namespaced_lease(
+                self.name, self.namespace, _request_timeout=self.request_timeout_s
+            )
         except ApiException as exc:
             if exc.status != 404 or not self.create:
                 log.warning("reading lease %s failed: %s", self.name, _short(exc))
@@ -142,7 +150,9 @@ class LeaseHolder:
         body = {"metadata": metadata, "spec": self._spec(transitions, holder != self.identity)}
         sent = time.monotonic()
         try:
-            self.api.patch_namespaced_lease(self.name, self.namespace, body)
+            self.api.patch_namespaced_lease(
+                self.name, self.namespace, body, _request_timeout=self.request_timeout_s
+            )
         except ApiException as exc:
             if exc.status == 409:  # another contender won
                 return False
@@ -160,7 +170,9 @@ class LeaseHolder:
         }
         sent = time.monotonic()
         try:
-            self.api.create_namespaced_lease(self.namespace, body)
+            self.api.create_namespaced_lease(
+                self.namespace, body, _request_timeout=self.request_timeout_s
+            )
         except ApiException as exc:
             if exc.status == 409:
                 return False
@@ -204,7 +216,9 @@ class LeaseHolder:
     def _renew_loop(self, on_lost: Callable[[str], None]) -> None:
         while not self._stop.wait(self.renew_s if self.valid() else self.retry_s):
             try:
-                lease = self.api.read_namespaced_lease(self.name, self.namespace)
+                lease = self.api.read_namespaced_lease(
+                    self.name, self.namespace, _request_timeout=self.request_timeout_s
+                )
                 if lease.spec.holder_identity != self.identity:
                     self._lose(f"the lease is held by {lease.spec.holder_identity}", on_lost)
                     return
@@ -213,7 +227,9 @@ class LeaseHolder:
                     "spec": {"renewTime": micro_time()},
                 }
                 sent = time.monotonic()
-                self.api.patch_namespaced_lease(self.name, self.namespace, body)
+                self.api.patch_namespaced_lease(
+                    self.name, self.namespace, body, _request_timeout=self.request_timeout_s
+                )
                 self._renewed_at = sent
             except Exception as exc:  # the API server may be briefly away: retry
                 if not self.valid():
@@ -241,13 +257,17 @@ class LeaseHolder:
         if self.lost is not None or self._renewed_at is None:
             return
         try:
-            lease = self.api.read_namespaced_lease(self.name, self.namespace)
+            lease = self.api.read_namespaced_lease(
+                self.name, self.namespace, _request_timeout=self.request_timeout_s
+            )
             if lease.spec.holder_identity == self.identity:
                 body = {
                     "metadata": {"resourceVersion": lease.metadata.resource_version},
                     "spec": {"holderIdentity": None},
                 }
-                self.api.patch_namespaced_lease(self.name, self.namespace, body)
+                self.api.patch_namespaced_lease(
+                    self.name, self.namespace, body, _request_timeout=self.request_timeout_s
+                )
         except ApiException as exc:
             log.warning("releasing lease %s failed: %s", self.name, exc.reason)
         self._renewed_at = None
