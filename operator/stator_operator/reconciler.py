@@ -40,6 +40,7 @@ from .spec import (
 )
 from .status import StatusWriter, age_s, now, stamp_ms
 from .storage import SavepointStorage
+from .untrusted import bounded_fields
 
 
 @dataclass
@@ -239,23 +240,10 @@ class Reconciler:
         job = obs.job
         if job is None:
             return 2.0
-        fields: dict[str, Any] = {
-            "epoch": job.get("epoch"),
-            "jobState": job.get("state"),
-            "parallelism": job.get("parallelism"),
-        }
-        latest = job.get("latest_checkpoint")
-        if latest:
-            fields["latestCheckpoint"] = {
-                "id": latest["id"],
-                "epoch": latest["epoch"],
-                "time": stamp_ms(latest["created_ms"]),
-                "stateBytes": latest["state_bytes"],
-                "incrementalBytes": latest["incremental_bytes"],
-            }
-        if job.get("last_error"):
-            fields["lastError"] = job.get("last_error")
-        fields.update(_restores_and_placement(job))
+        try:
+            fields = bounded_fields(_job_fields(job))
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:  # a malformed answer
+            fields = {"lastError": f"the driver's status could not be read: {exc!r:.300}"}
         if any(status.get(k) != v for k, v in fields.items()):
             self.pipeline.write(**fields)
         self._report_processing_again(status, job)
@@ -475,6 +463,28 @@ class Reconciler:
         if self.pipeline.has_condition("SpecValid", False):
             self.pipeline.condition("SpecValid", True, "Valid", "the spec is accepted")
             self.pipeline.write(lastError=None)
+
+
+def _job_fields(job: JobInfo) -> dict[str, Any]:
+    """The status fields a running driver's answer gives (bounded by the caller)."""
+    fields: dict[str, Any] = {
+        "epoch": job.get("epoch"),
+        "jobState": job.get("state"),
+        "parallelism": job.get("parallelism"),
+    }
+    latest = job.get("latest_checkpoint")
+    if latest:
+        fields["latestCheckpoint"] = {
+            "id": latest["id"],
+            "epoch": latest["epoch"],
+            "time": stamp_ms(latest["created_ms"]),
+            "stateBytes": latest["state_bytes"],
+            "incrementalBytes": latest["incremental_bytes"],
+        }
+    if job.get("last_error"):
+        fields["lastError"] = job.get("last_error")
+    fields.update(_restores_and_placement(job))
+    return fields
 
 
 def _restores_and_placement(job: JobInfo) -> dict[str, Any]:

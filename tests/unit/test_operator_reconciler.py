@@ -16,6 +16,7 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from stator.config import JobConfig
+from stator.control.client import JobInfo
 from stator.storage import open_store
 from stator_operator import flows, observer
 from stator_operator.naming import spark_app_id
@@ -1831,3 +1832,29 @@ def test_a_stop_for_an_upgrade_to_other_storage_is_waited_out_past_the_timeout(
     bed.step()
     op = bed.op
     assert op is not None and op.step is Step.AWAIT_SAVEPOINT
+
+
+def test_a_drivers_answer_reaches_status_bounded(tmp_path: Path) -> None:
+    """Issue 38: a driver runs the user's code; what it answers is cut to sizes etcd and the
+    operator can hold, and a malformed answer is an error in status, not a crash per tick."""
+    bed = Bed(tmp_path)
+    driver = bed.deploy()
+    entry = {"subtask": 0, "executor": "e" * 5000, "parallelism": 2}
+    subtasks = {f"op{i}": [entry] * 100 for i in range(100)}
+    region = {"id": "r", "state": "RUNNING", "epoch": 5, "restarts": 0, "last_error": "y" * 99_999}
+    driver.job_info = JobInfo(
+        job="team.counts",
+        epoch=5,
+        parallelism={f"op{i}": 2 for i in range(100)},
+        last_error="x" * 3_000_000,
+        regions=[region] * 5000,  # type: ignore[list-item]
+        placement={"keyed_tasks": 1, "subtasks": subtasks},  # type: ignore[typeddict-item]
+    )
+    bed.step()
+    status = bed.status
+    assert len(json.dumps(status)) < 1_000_000
+    assert status["lastError"].endswith("(cut)") and len(status["lastError"]) < 3000
+    assert len(status["regions"]) <= 256
+    driver.job_info = JobInfo(job="team.counts", epoch=6, latest_checkpoint={"id": 1})  # type: ignore[typeddict-item]
+    bed.step()
+    assert "the driver's status could not be read" in bed.status["lastError"]
