@@ -75,6 +75,7 @@ from typing import Any
 
 from stator.control.client import ControlHTTPError, ControlUnreachable, SavepointRequest
 
+from .admission import check_pods
 from .naming import (
     JOB_FAILED_EXIT_CODE,
     driver_lease_name,
@@ -470,6 +471,10 @@ class Flows:
     def _ensure_objects(self, spec: dict[str, Any], executor_set: str | None) -> dict[str, Any]:
         """RBAC, Secret, Service, NetworkPolicy and config a driver of ``spec`` needs (running
         executor set ``executor_set``); the pipeline object with that spec."""
+        # The spec a flow deploys was checked when the flow began; a stored one (a rollback's
+        # lastStableSpec, a flow an older operator started) is checked again before any
+        # object is made from it.
+        check_pods(spec, self.pipeline.name, self.pipeline.namespace)
         body = {**self.pipeline.body, "spec": spec}
         # Executor rules while the new or the running driver has executor pods (the running
         # one still works during a pre-start); cut to the Lease at the next flow after.

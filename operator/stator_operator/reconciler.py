@@ -27,6 +27,7 @@ from .ports import EventSink, KubeApi, NotOwned
 from .spec import (
     Pinning,
     SpecDiff,
+    SpecError,
     UpgradeMode,
     attempt_fingerprint,
     check_transition,
@@ -64,6 +65,9 @@ class Reconciler:
             result = self.flows.advance(op, obs)
         except NotOwned as exc:  # the step waits (its status says where) until that is fixed
             self._spec_invalid(NAME_TAKEN, str(exc))
+            return NOT_OWNED_WAIT_S
+        except SpecError as exc:  # a stored spec the checks of today refuse
+            self._spec_invalid("InvalidSpec", f"the operation's spec: {exc}")
             return NOT_OWNED_WAIT_S
         if self.pipeline.has_condition("SpecValid", False) and self._invalid_reason() == NAME_TAKEN:
             self._spec_accepted()

@@ -1858,3 +1858,20 @@ def test_a_drivers_answer_reaches_status_bounded(tmp_path: Path) -> None:
     driver.job_info = JobInfo(job="team.counts", epoch=6, latest_checkpoint={"id": 1})  # type: ignore[typeddict-item]
     bed.step()
     assert "the driver's status could not be read" in bed.status["lastError"]
+
+
+def test_a_stored_spec_is_checked_again_before_a_pod_is_made_of_it(tmp_path: Path) -> None:
+    """Issue 38: a flow's target (e.g. started by an older operator that accepted more) is
+    checked by today's rules before anything is created from it."""
+    bed = Bed(tmp_path)
+    bed.step()  # the deploy flow starts; its target is written ahead
+    status = bed.kube.pipeline["status"]
+    template = {"kind": "RoleBinding", "subjects": [{"kind": "User", "name": "mallory"}]}
+    status["operation"]["target"]["driver"] = {"podTemplate": template}
+    bed.step()
+    assert not bed.kube.pods and not bed.kube.objects
+    assert conditions(bed)["SpecValid"] == ("False", "InvalidSpec")
+    assert (
+        "the operation's spec: spec.driver.podTemplate.kind: not allowed"
+        in (bed.status["lastError"])
+    )
