@@ -177,8 +177,13 @@ def test_snapshot_is_an_openable_copy(tmp_path: Path) -> None:
         assert v.value() == 9998
 
 
+JOB_KEY = b"the driver's key"
+
+
 def _warm_backend(path: Path, warm: int) -> KeyedBackend:
-    return KeyedBackend(path, RocksDBOptions(), KeyGroupRange(0, MP), MP, "op", warm_entries=warm)
+    return KeyedBackend(
+        path, RocksDBOptions(), KeyGroupRange(0, MP), MP, "op", warm_entries=warm, warm_key=JOB_KEY
+    )
 
 
 def test_a_scan_that_fits_the_warm_cache_loads_the_whole_state(tmp_path: Path) -> None:
@@ -303,12 +308,40 @@ def test_a_worker_holding_several_subtasks_caches_writes_them_beside_each_databa
     one.mkdir(parents=True)
     two.mkdir(parents=True)
     cache = {0: ({b"k": 1}, True)}
-    warm.give(str(one), b"1" * 16, cache, 10)
+    warm.give(str(one), b"1" * 16, cache, 10, JOB_KEY)
     assert not (one.parent / warm.SNAPSHOT).exists()  # one subtask: it stays here
-    warm.give(str(two), b"2" * 16, cache, 10)
+    warm.give(str(two), b"2" * 16, cache, 10, JOB_KEY)
     assert (two.parent / warm.SNAPSHOT).read_bytes()[:16] == b"2" * 16
     warm.clear()
-    assert warm.take(str(two), b"2" * 16) == cache and warm.take(str(two), b"3" * 16) == {}
-    warm.give(str(one), b"1" * 16, {0: ({b"k": 1}, True), 1: ({b"j": 2}, False)}, 2)
+    assert warm.take(str(two), b"2" * 16, JOB_KEY) == cache
+    assert warm.take(str(two), b"3" * 16, JOB_KEY) == {}
+    warm.give(str(one), b"1" * 16, {0: ({b"k": 1}, True), 1: ({b"j": 2}, False)}, 2, JOB_KEY)
     warm.clear()
-    assert warm.take(str(one), b"1" * 16) == {}  # over the limit: nothing kept
+    assert warm.take(str(one), b"1" * 16, JOB_KEY) == {}  # over the limit: nothing kept
+
+
+def test_the_warm_cache_file_is_unpickled_only_with_the_jobs_mac(tmp_path: Path) -> None:
+    """Issue 38: the file is unpickled (which runs code) only if the driver's key MAC'd it;
+    one planted by another pod on the volume, or left by another driver, is ignored."""
+    from stator.state import warm
+
+    warm.clear()
+    db, token = str(tmp_path / "db"), b"t" * 16
+    tables: warm.Tables = {0: ({b"k": 1}, True)}
+    (tmp_path / "db").mkdir()
+    warm.give(db, token, tables, 100)  # one subtask in this process: nothing written
+    warm.give(db + "2", token, tables, 100)  # a second: would be shared, but no key
+    assert not (tmp_path / warm.SNAPSHOT).exists()
+    warm.clear()
+    warm._moved.add(db)  # this worker has seen its subtask move: it writes the file
+    warm.give(db, token, tables, 100, key=b"k1")
+    file = tmp_path / warm.SNAPSHOT
+    assert file.exists()
+    warm.clear()
+    assert warm.take(db, token, b"k1") == tables
+    assert warm.take(db, token, b"k2") == {}
+    raw = bytearray(file.read_bytes())
+    raw[-1] ^= 1  # a payload changed after the MAC
+    file.write_bytes(bytes(raw))
+    assert warm.take(db, token, b"k1") == {}
+    assert warm.take(db, token, b"") == {}

@@ -187,8 +187,8 @@ def run_job(
     monkeypatch.setattr(epoch_loop, "run_epoch_job", harness)
     read_file = warm._read
 
-    def counted_read(file: Path, token: bytes) -> warm.Tables:
-        tables = read_file(file, token)
+    def counted_read(file: Path, token: bytes, key: bytes) -> warm.Tables:
+        tables = read_file(file, token, key)
         if tables:
             harness.seen["a task took its cache from the warm cache file"] += 1
         return tables

@@ -27,6 +27,7 @@ job rewinds to its latest completed checkpoint.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -180,6 +181,9 @@ class JobDriver:
         self.may_end: Callable[[], bool] | None = None
         self.finished_work = False
         self._preflighted: Target | None = None  # what check_restore_source found
+        # MACs the warm cache files of this driver's tasks (state/warm.py): random per
+        # driver, so a file another pod planted on a state volume is never unpickled.
+        self.warm_key = os.urandom(32)
 
     # ------------------------------------------------------------------ public
 
@@ -574,6 +578,7 @@ class JobDriver:
             in_flight=self.in_flight.ids(),
             split_failover_attempts=self._task_attempts if self.split_failover else 0,
             commits=dict(position.commits),
+            warm_key=self.warm_key,
         )
 
     def _keyed_tasks_done(self, epoch: int, states: list[StateReport]) -> None:

@@ -160,6 +160,9 @@ class EpochSpec:
     pinned: dict[tuple[str, int], str] = field(default_factory=dict)
     # Standby copies of the latest completed checkpoint to keep (``cluster/standby.py``).
     standby: StandbyTask | None = None
+    # The driver's random key for the warm cache files its tasks write (``state/warm.py``):
+    # a file without its MAC is never unpickled. Empty: no files.
+    warm_key: bytes = b""
 
     def state_dir(self, uid: str, subtask: int) -> Path:
         return subtask_dir(self.local_dir, self.job, uid, subtask, self.parallelism[uid])

@@ -58,11 +58,13 @@ class KeyedBackend:
         max_parallelism: int,
         operator_uid: str,
         warm_entries: int = 0,
+        warm_key: bytes = b"",
     ) -> None:
         """``warm_entries``: keep up to this many decoded values in this process between
-        epochs (0: off). See :mod:`stator.state.warm`."""
+        epochs (0: off); ``warm_key``: the job's key for the cache file other workers read
+        (none: no file). See :mod:`stator.state.warm`."""
         self.path, self.options = path, options
-        self.warm_entries = warm_entries
+        self.warm_entries, self.warm_key = warm_entries, warm_key
         self._warm: dict[int, tuple[dict[bytes, Any], bool]] = {}
         self.warm_hit = False
         self.key_groups, self.max_parallelism, self.operator_uid = (
@@ -102,7 +104,7 @@ class KeyedBackend:
         raw_token = db.get(META_COMMIT)
         self.commit_token = raw_token.hex() if raw_token is not None else ""
         if self.warm_entries:
-            self._warm = warm.take(str(self.path), raw_token)
+            self._warm = warm.take(str(self.path), raw_token, self.warm_key)
             self.warm_hit = bool(self._warm)
         raw_info = db.get(META_INFO)
         if raw_info is not None:
@@ -314,7 +316,7 @@ class KeyedBackend:
                 table.reset()
         self.timers.reset()
         if keep:
-            warm.give(str(self.path), token, keep, self.warm_entries)
+            warm.give(str(self.path), token, keep, self.warm_entries, self.warm_key)
         return written
 
     # ------------------------------------------------------------------ snapshots

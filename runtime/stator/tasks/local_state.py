@@ -107,7 +107,13 @@ def _open_state(
     path = state_dir / "db"
     restore = spec.restore
     backend = KeyedBackend(
-        path, spec.rocksdb, key_groups, spec.max_parallelism, uid, spec.warm_entries
+        path,
+        spec.rocksdb,
+        key_groups,
+        spec.max_parallelism,
+        uid,
+        spec.warm_entries,
+        spec.warm_key,
     )
     local = _open_local(spec, uid, subtask, backend)
     if local is None:
