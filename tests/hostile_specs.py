@@ -248,6 +248,7 @@ HOSTILE: dict[str, tuple[dict[str, Any], str]] = {
     "S3 in upper case without a Secret": (
         {
             "checkpointing": {"storage": "file:///tmp/checkpoints"},
+            "savepoints": {"directory": "file:///tmp/savepoints"},
             "restore": {"initialSavepoint": "S3://other-bucket/savepoint-1"},
         },
         "spec.restore.initialSavepoint is on s3 (S3://other-bucket/savepoint-1): "
