@@ -254,6 +254,11 @@ HOSTILE: dict[str, tuple[dict[str, Any], str]] = {
         "spec.restore.initialSavepoint is on s3 (S3://other-bucket/savepoint-1): "
         "spec.checkpointing.credentialsSecret is required",
     ),
+    # Issue 38: a template of the wrong shape is refused once, not an exception every tick.
+    "malformed pod template": (
+        _pod(initContainers="not-a-list"),
+        f"{T} or spec.driver.env is malformed",
+    ),
     "plain-text secret key": (
         {"config": {"s3.secret_access_key": "hunter2"}},
         "spec.config.s3.secret_access_key: credentials are not accepted in plain text",

@@ -101,10 +101,17 @@ def check_pods(spec: dict[str, Any], name: str, namespace: str) -> None:
     problem named with its field."""
     where = "spec.driver.podTemplate"
     template = get(spec, "driver", "podTemplate", default=None) or {}
-    problems = template_violations(template, where) + volume_violations(template, where)
-    problems += env_violations(spec)
-    body = {"metadata": {"name": name, "namespace": namespace, "uid": "-"}}
-    problems += pod_violations(driver_pod(body, spec, "check", "none", False), where)
+    try:
+        problems = template_violations(template, where) + volume_violations(template, where)
+        problems += env_violations(spec)
+        body = {"metadata": {"name": name, "namespace": namespace, "uid": "-"}}
+        problems += pod_violations(driver_pod(body, spec, "check", "none", False), where)
+    except (TypeError, AttributeError, KeyError, IndexError) as exc:  # not shaped as a pod's
+        raise SpecError(
+            f"{where} or spec.driver.env is malformed ({type(exc).__name__}: {exc!s:.200}): "
+            f"give a pod template as in a Pod (metadata, and spec with lists of objects where a "
+            f"Pod has them) and env as a list of {{name, value}}"
+        ) from exc
     _refuse(problems)
 
 

@@ -689,3 +689,24 @@ def test_a_savepoint_is_disposed_of_only_inside_its_directory(tmp_path: Path) ->
     storage.dispose("team", spec, f"file://{outside}")
     storage.dispose("team", spec, f"file://{tmp_path}/ck/savepoints/../../precious")
     assert (outside / "_savepoint.json").exists()
+
+
+def test_every_number_in_the_crd_is_bounded() -> None:
+    """Issue 38: an unbounded number reaches the operator's arithmetic (a delay of 1e300 s
+    overflows a timedelta on every tick); the schema refuses it at kubectl apply."""
+    crd_file = Path(__file__).resolve().parents[2] / "crds" / "statefulpipelines.stator.dev.yaml"
+    schema = yaml.safe_load(crd_file.read_text())["spec"]["versions"][0]["schema"]
+    unbounded: list[str] = []
+
+    def walk(node: Any, path: str) -> None:
+        if not isinstance(node, dict):
+            return
+        if node.get("type") in ("integer", "number") and "maximum" not in node:
+            unbounded.append(path)
+        for key, child in (node.get("properties") or {}).items():
+            walk(child, f"{path}.{key}")
+        for key in ("items", "additionalProperties"):
+            walk(node.get(key), f"{path}[]")
+
+    walk(schema["openAPIV3Schema"], "")
+    assert unbounded == []
