@@ -19,6 +19,7 @@ from .owned import RESERVED_ENV, reserved_env, spark_conf_owner
 from .podsecurity import pod_violations, template_violations
 from .resources import driver_pod, driver_volumes
 from .spec import SpecError, checkpoint_storage, get, savepoint_dir
+from .storage import is_under
 
 # The longest suffix the operator appends to a pipeline's name for an object that must be a
 # DNS-1035 label (the driver's Service, "<name>-driver"): 63 - len("-driver").
@@ -44,9 +45,14 @@ def check_storage_roots(spec: dict[str, Any], name: str, namespace: str) -> None
     savepoints: a driver's recovery deletes what in its checkpoint root no retained
     checkpoint needs, and savepoint disposal deletes a savepoint's directory."""
     job = f"{namespace}.{name}"
-    checkpoints = f"{_normal(checkpoint_storage(spec))}/{job}/"
-    savepoints = f"{_normal(savepoint_dir(spec))}/{job}/"
-    if checkpoints.startswith(savepoints) or savepoints.startswith(checkpoints):
+    checkpoints = f"{checkpoint_storage(spec).rstrip('/')}/{job}/"
+    savepoints = f"{savepoint_dir(spec).rstrip('/')}/{job}/"
+    probe = f"{checkpoints}x"  # the same directory: a file of one is inside the other
+    if (
+        is_under(checkpoints, savepoints)
+        or is_under(savepoints, checkpoints)
+        or is_under(probe, savepoints)
+    ):
         raise SpecError(
             f"spec.savepoints.directory ({savepoint_dir(spec)}) and "
             f"spec.checkpointing.storage ({checkpoint_storage(spec)}) overlap for job {job}: "
@@ -54,12 +60,6 @@ def check_storage_roots(spec: dict[str, Any], name: str, namespace: str) -> None
             f"where recovery deletes what no checkpoint needs; give savepoints a directory "
             f"outside the checkpoint storage (e.g. <storage>/savepoints, the default)"
         )
-
-
-def _normal(uri: str) -> str:
-    """A location as compared: the scheme in lower case, no trailing '/'."""
-    scheme, sep, rest = uri.partition("://")
-    return f"{scheme.lower()}{sep}{rest}".rstrip("/")
 
 
 def env_violations(spec: dict[str, Any]) -> list[str]:
