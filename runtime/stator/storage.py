@@ -131,7 +131,8 @@ class FileStore(ObjectStore):
         a job refused before it starts leaves the file system as it found it."""
         # Two drivers of a job may probe a fresh root together (a pre-started one beside the
         # running one): each probes in a directory of its own, and one that finds a parent
-        # removed under it by the other's clean-up probes again.
+        # removed under it (or removed between mkdir's two looks at it) by the other's
+        # clean-up probes again.
         created = [
             p for p in (self.root / _probe_dir(), self.root, *self.root.parents) if not p.exists()
         ]
@@ -141,8 +142,10 @@ class FileStore(ObjectStore):
                     super().check()
                     break
                 except StorageError as exc:
+                    # FileExistsError: a parent seen as existing by mkdir was removed
+                    # before mkdir could confirm it is a directory.
                     if attempt + 1 == PROBE_ATTEMPTS or not isinstance(
-                        exc.__cause__, FileNotFoundError
+                        exc.__cause__, FileNotFoundError | FileExistsError
                     ):
                         raise
         finally:
