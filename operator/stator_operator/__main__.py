@@ -5,7 +5,8 @@ STATOR_OPERATOR_HEALTH (liveness endpoint, default http://0.0.0.0:8080/healthz),
 STATOR_OPERATOR_NAMESPACE (the operator's own namespace: its drivers' NetworkPolicies admit
 it, and its replicas elect a leader there with a Lease, stator.cluster.lease),
 STATOR_LEADER_LEASE_SECONDS (15: how long a standby waits for a leader that stopped
-renewing), STATOR_LOG_LEVEL (INFO).
+renewing), STATOR_REQUIRE_RESTRICTED (true: pipelines only in namespaces whose Pod Security
+admission enforces the restricted level), STATOR_LOG_LEVEL (INFO).
 
 With several replicas only the leader handles pipelines; the others wait for its Lease,
 answering the liveness endpoint meanwhile.

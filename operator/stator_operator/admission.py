@@ -40,6 +40,25 @@ def check_name(name: str) -> None:
         )
 
 
+ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
+
+
+def check_namespace(namespace: str, labels: dict[str, str]) -> None:
+    """The namespace's Pod Security admission must enforce the restricted level: the
+    operator checks the pods it creates, but the executors Spark starts from the driver are
+    checked by the API server alone (and the chart's admission policy relies on it for
+    privilege, host access and capabilities)."""
+    level = labels.get(ENFORCE_LABEL)
+    if level != "restricted":
+        found = f"it enforces {level!r}" if level else "it enforces no level"
+        raise SpecError(
+            f"namespace {namespace}: Pod Security admission must enforce the restricted level "
+            f"for pipelines ({found}); label it with `kubectl label namespace {namespace} "
+            f"{ENFORCE_LABEL}=restricted`, or install the chart with "
+            f"podSecurity.requireRestricted=false to run pipelines in any namespace"
+        )
+
+
 def check_storage_roots(spec: dict[str, Any], name: str, namespace: str) -> None:
     """Savepoints may not lie inside the job's checkpoint root, nor checkpoints inside its
     savepoints: a driver's recovery deletes what in its checkpoint root no retained

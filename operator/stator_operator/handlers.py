@@ -20,6 +20,9 @@ from .pipeline import Pipeline
 _kube: Kube | None = None
 MAX_STEPS_PER_CALL = 16
 MAX_WORKERS = 16
+# STATOR_REQUIRE_RESTRICTED=false (the chart's podSecurity.requireRestricted): pipelines run
+# in namespaces whose Pod Security admission is not "restricted" too.
+REQUIRE_RESTRICTED = os.environ.get("STATOR_REQUIRE_RESTRICTED", "true").lower() != "false"
 # A step that asks to look again within QUICK_S (flows.py) is looked at again within the
 # same call, for at most QUICK_BUDGET_S per call, not at the one-second timer's next tick.
 QUICK_BUDGET_S = 3.0
@@ -60,7 +63,7 @@ def _pipeline(body: Any) -> Pipeline:
     def event(etype: str, reason: str, message: str) -> None:
         kube().post_event(resources.event(raw, etype, reason, message))
 
-    return Pipeline.build(kube(), raw, event)
+    return Pipeline.build(kube(), raw, event, require_restricted=REQUIRE_RESTRICTED)
 
 
 _locks: dict[str, threading.Lock] = {}

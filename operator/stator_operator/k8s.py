@@ -299,6 +299,9 @@ class Kube:
             released.append(pod.metadata.name)
         return released
 
+    def namespace_labels(self, namespace: str) -> dict[str, str]:
+        return dict(self.core.read_namespace(namespace).metadata.labels or {})
+
     def read_secret(self, namespace: str, name: str) -> dict[str, str]:
         """A Secret's data, decoded (the S3 credentials the operator reads storage with, the
         control API token). A missing Secret is a LookupError."""

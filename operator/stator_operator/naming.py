@@ -17,6 +17,8 @@ STOPPED_EXIT_CODE = 3  # the driver stopped with a savepoint (not: finished its 
 JOB_FAILED_EXIT_CODE = 2  # `stator run`: refused, or ended by a failure no restart fixes
 CONTROL_TOKEN_KEY = "token"  # noqa: S105 - the key in the Secret, not a secret
 STATE_VOLUME = "stator-state"  # an executor's state volume (its claim, with a local volume)
+# On NAME-config: the Secret the pipeline's executors may read (the chart's admission policy).
+CREDENTIALS_ANNOTATION = "stator.dev/credentials-secret"
 
 
 def spark_app_id(namespace: str, name: str) -> str:

@@ -28,11 +28,12 @@ class Pipeline:
         event: EventSink,
         connect: Connect = ControlClient,
         allow_file_storage: bool = False,
+        require_restricted: bool = True,
     ) -> Pipeline:
         storage = SavepointStorage(kube, allow_file=allow_file_storage)
         return cls(
             Observer(kube, storage, connect),
-            Reconciler(StatusWriter(kube, body), kube, storage, event),
+            Reconciler(StatusWriter(kube, body), kube, storage, event, require_restricted),
         )
 
     def reconcile(self) -> float:

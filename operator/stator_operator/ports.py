@@ -24,6 +24,10 @@ class SecretApi(Protocol):
 
 
 class KubeApi(StatusApi, SecretApi, Protocol):
+    def namespace_labels(self, namespace: str) -> dict[str, str]:
+        """The labels of a namespace (its Pod Security level)."""
+        ...
+
     def driver_pod(self, namespace: str, name: str, deployment: str) -> dict[str, Any] | None:
         """The driver pod of one deployment (the operation id that created it)."""
         ...

@@ -11,7 +11,13 @@ from typing import Any
 from stator.control.client import JobInfo
 from stator.driver.restart import History, decide
 
-from .admission import check_job_config, check_name, check_pods, check_storage_roots
+from .admission import (
+    check_job_config,
+    check_name,
+    check_namespace,
+    check_pods,
+    check_storage_roots,
+)
 from .flows import DriverFailed, Flows
 from .job_config import restart_config
 from .naming import (
@@ -50,6 +56,8 @@ class Reconciler:
     kube: KubeApi
     storage: SavepointStorage
     event: EventSink
+    # Refuse pipelines in namespaces whose Pod Security admission is not "restricted".
+    require_restricted: bool = True
     flows: Flows = field(init=False)
 
     def __post_init__(self) -> None:
@@ -430,6 +438,8 @@ class Reconciler:
         p = self.pipeline
         try:
             check_name(p.name)
+            if self.require_restricted:
+                check_namespace(p.namespace, self.kube.namespace_labels(p.namespace))
             validate(p.spec)
             check_storage_roots(p.spec, p.name, p.namespace)
             check_job_config(p.spec, p.name, p.namespace)

@@ -15,6 +15,7 @@ from .naming import (
     CONFIG_MOUNT,
     CONTROL_MOUNT,
     CONTROL_TOKEN_KEY,
+    CREDENTIALS_ANNOTATION,
     EXECUTOR_TEMPLATE,
     RUNTIME_UID,
     SERVICE_ACCOUNT_DIR,
@@ -137,10 +138,15 @@ def driver_lease(body: dict[str, Any]) -> dict[str, Any]:
 def role(body: dict[str, Any], executors: bool) -> dict[str, Any]:
     """The driver's own Lease, by name: take and renew it, nothing else. With ``executors``
     (pods), what Spark's Kubernetes backend needs for them, in this namespace only: watch
-    its executor pods, relabel and remove them, write their configuration (a ConfigMap), and
-    create and scale the StatefulSet that runs them (the StatefulSet controller creates the
-    pods and claims, so the driver never creates a pod). A driver that runs Spark in its own
-    pod gets no rule on pods at all: the user code it runs could otherwise start any pod."""
+    its executor pods, relabel and remove them, create their configuration (a ConfigMap) and
+    the StatefulSet that runs them, and remove that set when it stops (the StatefulSet
+    controller creates the pods and claims, so the driver never creates a pod). No
+    ``deletecollection``, no update, no scale: what a stopping Spark would remove by label
+    goes with the driver pod that owns it. Creation cannot be limited by name in RBAC;
+    the chart's admission policies (templates/driver-policy.yaml) pin every one of these
+    writes to this pipeline's executors and the shape Spark gives them. A driver that runs
+    Spark in its own pod gets no rule on pods at all: the user code it runs could otherwise
+    start any pod."""
     lease = {
         "apiGroups": ["coordination.k8s.io"],
         "resources": ["leases"],
@@ -162,27 +168,13 @@ def role(body: dict[str, Any], executors: bool) -> dict[str, Any]:
         "rules": [
             {
                 # patch: a StatefulSet's executor pod is labelled with the id its executor
-                # got when it registered; deletecollection: Spark removes its executors by
-                # their application's label.
+                # got when it registered; delete: a failed executor's pod.
                 "apiGroups": [""],
                 "resources": ["pods"],
-                "verbs": ["get", "list", "watch", "patch", "delete", "deletecollection"],
+                "verbs": ["get", "list", "watch", "patch", "delete"],
             },
-            {
-                "apiGroups": [""],
-                "resources": ["configmaps"],
-                "verbs": ["get", "list", "watch", "create", "delete", "deletecollection"],
-            },
-            {
-                "apiGroups": ["apps"],
-                "resources": ["statefulsets"],
-                "verbs": ["get", "list", "watch", "create", "delete", "patch", "update"],
-            },
-            {
-                "apiGroups": ["apps"],
-                "resources": ["statefulsets/scale"],
-                "verbs": ["get", "patch", "update"],
-            },
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+            {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["create", "delete"]},
             lease,
         ],
     }
@@ -224,6 +216,8 @@ def executor_pod_template(name: str, app_id: str) -> dict[str, Any]:
                     },
                 }
             ],
+            # Executors never call the API server (the chart's admission policy requires it).
+            "automountServiceAccountToken": False,
             "securityContext": {
                 "runAsNonRoot": True,
                 "runAsUser": RUNTIME_UID,
@@ -262,12 +256,22 @@ def config_map(
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _meta(body, f"{meta['name']}-config", "config"),
+        "metadata": {
+            **_meta(body, f"{meta['name']}-config", "config"),
+            "annotations": config_annotations(spec),
+        },
         "data": {
             "job.yaml": yaml.safe_dump(cfg, sort_keys=True),
             EXECUTOR_TEMPLATE: yaml.safe_dump(template, sort_keys=True),
         },
     }
+
+
+def config_annotations(spec: dict[str, Any]) -> dict[str, str]:
+    """What the chart's admission policy reads from the pipeline's ConfigMap: the one Secret
+    its executors may take credentials from (none: they may take none)."""
+    secret = get(spec, "checkpointing", "credentialsSecret")
+    return {CREDENTIALS_ANNOTATION: str(secret)} if secret else {}
 
 
 def service(body: dict[str, Any]) -> dict[str, Any]:

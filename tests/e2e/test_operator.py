@@ -8,7 +8,7 @@ from typing import Any
 
 from stator.sinks import read_committed
 from stator.storage import S3Options
-from tests.e2e.conftest import Space
+from tests.e2e.conftest import Space, restrict
 from tests.hostile_specs import HOSTILE
 
 COUNT = 24_000
@@ -262,6 +262,30 @@ def test_namespace_admission_enforces_the_restricted_profile(space: Space) -> No
     assert 'violates PodSecurity "restricted:latest"' in result.stderr, result.stderr
 
 
+def test_a_namespace_that_does_not_enforce_restricted_runs_no_pipeline(space: Space) -> None:
+    """The operator relies on that admission for the executors Spark starts (issue 38): in a
+    namespace without it a pipeline waits with SpecValid=False and the fix in its message,
+    and runs once the namespace is labelled, without a change to its spec."""
+    label = "pod-security.kubernetes.io/enforce"
+    space.kube.kubectl("label", "namespace", space.name, f"{label}=baseline", "--overwrite")
+    name = "unrestricted"
+    space.apply(space.manifest(name, env={"COUNT": 3000, "RATE": 1000}))
+    status = space.wait(
+        name,
+        "refused",
+        lambda s: any(
+            c["type"] == "SpecValid" and c["status"] == "False" for c in s.get("conditions", [])
+        ),
+        timeout=60,
+    )
+    assert f"{label}=restricted" in status["lastError"], status["lastError"]
+    assert "enforces 'baseline'" in status["lastError"], status["lastError"]
+    pods = space.kube.kubectl("get", "pods", "-n", space.name, "-o", "name").stdout
+    assert pods == "", pods
+    restrict(space.kube, space.name)
+    space.wait(name, "deployed", lambda s: bool(s.get("deployment")), timeout=120)
+
+
 def test_a_user_function_that_raises_fails_the_pipeline_with_its_cause(space: Space) -> None:
     """The job ends at once (no restarts) and the user's exception is the pipeline's
     lastError and a JobFailed event, not 'driver pod Failed (exit 2)'."""
@@ -286,7 +310,12 @@ def test_rbac_grants_what_each_needs_and_nothing_more(space: Space) -> None:
 
     def can(who: str, verb: str, resource: str, namespace: str | None = None) -> bool:
         where = ["-n", namespace] if namespace else ["--all-namespaces"]
-        if resource in ("nodes", "persistentvolumes", "clusterrolebindings"):
+        if resource.split("/", maxsplit=1)[0] in (
+            "nodes",
+            "persistentvolumes",
+            "clusterrolebindings",
+            "namespaces",
+        ):
             where = []
         out = space.kube.kubectl("auth", "can-i", verb, resource, "--as", who, *where, check=False)
         return out.stdout.strip() == "yes"
@@ -300,6 +329,7 @@ def test_rbac_grants_what_each_needs_and_nothing_more(space: Space) -> None:
         (operator, "create", "statefulsets.apps", ns),
         (operator, "update", "leases.coordination.k8s.io", "stator-system"),
         (operator, "list", "nodes", None),
+        (operator, "get", f"namespaces/{ns}", None),  # its Pod Security label
         (driver, "update", f"leases.coordination.k8s.io/{name}-driver", ns),  # its own Lease
         (operator, "create", "leases.coordination.k8s.io", ns),
     ]
@@ -311,6 +341,10 @@ def test_rbac_grants_what_each_needs_and_nothing_more(space: Space) -> None:
         (operator, "create", "clusterrolebindings", None),
         (operator, "delete", "nodes", None),
         (operator, "delete", "persistentvolumes", None),
+        (operator, "get", "namespaces/kube-system", None),  # watched namespaces only
+        (operator, "list", "namespaces", None),
+        (driver, "deletecollection", "pods", ns),
+        (driver, "delete", "configmaps", ns),
         (driver, "get", "secrets", ns),
         (driver, "create", "pods", ns),  # no executor pods: nothing on pods at all
         (driver, "patch", "pods", ns),

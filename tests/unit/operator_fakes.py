@@ -68,6 +68,7 @@ class FakeKube:
         self.force_deleted: list[str] = []
         # Objects of the names the pipeline needs that someone else owns: (kind, name).
         self.foreign: set[tuple[str, str]] = set()
+        self.namespace: dict[str, str] = {"pod-security.kubernetes.io/enforce": "restricted"}
 
     def _call(self, method: str) -> None:
         if self.failing.get(method, 0) > 0:
@@ -77,6 +78,10 @@ class FakeKube:
     def patch_status(self, namespace: str, name: str, fields: dict[str, Any]) -> None:
         self.patches.append(copy.deepcopy(fields))
         self.pipeline["status"] = merge_patch(self.pipeline.get("status"), fields)
+
+    def namespace_labels(self, namespace: str) -> dict[str, str]:
+        self._call("namespace_labels")
+        return dict(self.namespace)
 
     def read_secret(self, namespace: str, name: str) -> dict[str, str]:
         return self.secrets[name]
@@ -308,6 +313,7 @@ class Bed:
         self.drivers = FakeDrivers(self.kube)
         self.events: list[Event] = []
         self._ips = 0
+        self.pipeline_options: dict[str, Any] = {}  # Pipeline.build's, as the handlers pass
 
     # ------------------------------------------------------------------ the operator loop
 
@@ -323,6 +329,7 @@ class Bed:
             event,
             self.drivers,
             allow_file_storage=True,
+            **self.pipeline_options,
         )
 
     def step(self) -> float:

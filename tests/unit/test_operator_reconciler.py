@@ -19,6 +19,7 @@ from stator.config import JobConfig
 from stator.control.client import JobInfo
 from stator.storage import open_store
 from stator_operator import flows, observer
+from stator_operator.admission import ENFORCE_LABEL
 from stator_operator.naming import spark_app_id
 from stator_operator.operation import Operation, OpKind, Step
 from stator_operator.spec import UpgradeMode, attempt_fingerprint
@@ -191,6 +192,35 @@ def test_an_object_of_the_pipelines_name_that_it_does_not_own_is_refused(
     bed.step()
     assert len(bed.kube.pods) == 1
     assert conditions(bed)["SpecValid"] == ("True", "Valid")
+
+
+@pytest.mark.parametrize("level", [None, "baseline", "privileged"])
+def test_a_namespace_that_does_not_enforce_restricted_runs_no_pipeline(
+    tmp_path: Path, level: str | None
+) -> None:
+    """Issue 38: executors are checked by the API server alone, so a pipeline waits with
+    SpecValid=False (and the fix in its message) until its namespace enforces the
+    restricted Pod Security level; then it deploys without a spec change."""
+    bed = Bed(tmp_path)
+    bed.kube.namespace = {} if level is None else {ENFORCE_LABEL: level}
+    bed.step()
+    assert not bed.kube.pods and bed.op is None
+    assert conditions(bed)["SpecValid"] == ("False", "InvalidSpec")
+    found = "no level" if level is None else repr(level)
+    assert found in bed.status["lastError"]
+    assert f"{ENFORCE_LABEL}=restricted" in bed.status["lastError"]
+    assert "podSecurity.requireRestricted=false" in bed.status["lastError"]
+    bed.kube.namespace = {ENFORCE_LABEL: "restricted"}
+    bed.deploy()
+    assert conditions(bed)["SpecValid"] == ("True", "Valid")
+
+
+def test_the_namespace_check_is_off_when_the_chart_says_so(tmp_path: Path) -> None:
+    bed = Bed(tmp_path)
+    bed.kube.namespace = {}
+    bed.pipeline_options["require_restricted"] = False
+    bed.deploy()
+    assert len(bed.kube.pods) == 1 and not bed.status.get("lastError")
 
 
 def test_an_invalid_change_keeps_the_running_job(tmp_path: Path) -> None:

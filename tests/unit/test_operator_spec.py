@@ -576,8 +576,12 @@ def test_the_drivers_role_has_executor_rules_only_with_executor_pods() -> None:
     assert rules(False) == {"leases": {"get", "update", "patch"}}
     with_pods = rules(True)
     assert "create" not in with_pods["pods"], "the StatefulSet controller creates them"
-    assert with_pods["pods"] >= {"watch", "patch", "delete", "deletecollection"}
-    assert with_pods["statefulsets"] >= {"create", "delete"}
+    assert with_pods == {
+        "pods": {"get", "list", "watch", "patch", "delete"},
+        "configmaps": {"create"},
+        "statefulsets": {"create", "delete"},
+        "leases": {"get", "update", "patch"},
+    }, "nothing more: no deletecollection, update or scale (issue 38)"
     assert role(BODY, True)["rules"][-1]["resourceNames"] == ["counts-driver"]
 
 
@@ -710,3 +714,22 @@ def test_every_number_in_the_crd_is_bounded() -> None:
 
     walk(schema["openAPIV3Schema"], "")
     assert unbounded == []
+
+
+def test_the_config_map_names_the_one_secret_executors_may_read() -> None:
+    """The chart's admission policy reads it (a driver cannot write NAME-config); executor
+    pods mount no service-account token, which the policy requires too."""
+    import yaml
+
+    from stator_operator.naming import CREDENTIALS_ANNOTATION, EXECUTOR_TEMPLATE
+    from stator_operator.resources import config_map
+
+    with_secret = {**SPEC, "checkpointing": {**SPEC["checkpointing"], "credentialsSecret": "s3"}}
+    with_secret["executor"] = {"instances": 2}
+    cm = config_map(BODY, with_secret)
+    assert cm["metadata"]["annotations"] == {CREDENTIALS_ANNOTATION: "s3"}
+    assert cm["metadata"]["labels"]["stator.dev/component"] == "config"
+    template = yaml.safe_load(cm["data"][EXECUTOR_TEMPLATE])
+    assert template["spec"]["automountServiceAccountToken"] is False
+    without = {**SPEC, "checkpointing": {"storage": "s3://b/ck"}}
+    assert config_map(BODY, without)["metadata"]["annotations"] == {}

@@ -51,3 +51,26 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
   resources: [events]
   verbs: [create, patch]
 {{- end -}}
+{{- define "stator.driverPolicyNamespaces" -}}
+{{- if .Values.watchNamespaces }}
+matchResources:
+  namespaceSelector:
+    matchExpressions:
+      - key: kubernetes.io/metadata.name
+        operator: In
+        values: {{ toJson .Values.watchNamespaces }}
+{{- end }}
+{{- end -}}
+{{- /* A request by a pipeline driver's service account (NAME-stator), and its pipeline. */ -}}
+{{- define "stator.driverRequest" -}}
+matchConditions:
+  - name: pipeline-driver
+    expression: >-
+      request.userInfo.username.startsWith('system:serviceaccount:') &&
+      request.userInfo.username.endsWith('-stator')
+variables:
+  - name: account
+    expression: request.userInfo.username.split(':')[3]
+  - name: pipeline
+    expression: variables.account.substring(0, size(variables.account) - 7)
+{{- end -}}
