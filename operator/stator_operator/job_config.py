@@ -64,12 +64,17 @@ UPLOAD_FIELDS = (
 
 
 def job_config(
-    spec: dict[str, Any], name: str, namespace: str, app_id: str | None = None
+    spec: dict[str, Any],
+    name: str,
+    namespace: str,
+    app_id: str | None = None,
+    owner: str = "",
 ) -> dict[str, Any]:
     """The Stator job configuration (stator config keys) for this spec. Only what the spec
     sets: the defaults are the runtime's (``JobConfig``), in one place. spec.config goes
     last, so every key written before it is refused there (``spec.OPERATOR_CONFIG``).
-    ``app_id``: the executor set the driver runs (default: the pipeline's first)."""
+    ``app_id``: the executor set the driver runs (default: the pipeline's first);
+    ``owner``: the pipeline's uid, which owns its checkpoint root (``checkpoint.owner``)."""
     ck = spec.get("checkpointing", {})
     cfg: dict[str, Any] = {
         "name": f"{namespace}.{name}",
@@ -88,6 +93,10 @@ def job_config(
         "savepoint": {"dir": savepoint_dir(spec)},
         "lease": {"name": driver_lease_name(name)},
     }
+    if owner:
+        cfg["checkpoint"]["owner"] = owner
+    if ck.get("adopt"):
+        cfg["checkpoint"]["adopt"] = True
     for field, key, scale in UPLOAD_FIELDS:
         if field in ck:
             cfg["checkpoint"][key] = ck[field] if scale == 1 else ck[field] * scale

@@ -123,6 +123,10 @@ class Reconciler:
             claims += self.kube.delete_claims(p.namespace, executors, 0)
         if claims:
             self.event("Normal", "ClaimsDeleted", f"executors' state claims: {claims}")
+        ran = op.target or spec
+        problem = self.storage.release_checkpoints(p.namespace, ran, p.name, p.uid)
+        if problem:  # a pipeline created again under the name needs checkpointing.adopt
+            self.event("Warning", "CheckpointsNotReleased", problem)
         if get(spec, "savepoints", "disposeOnDelete", default=False):
             # The final savepoint this deletion took is kept unless asked: it is the state.
             final = bool(get(spec, "deletion", "disposeFinalSavepoint", default=False))

@@ -251,7 +251,7 @@ def config_map(
     set; default the pipeline's first). Drivers read it when they start."""
     meta = body["metadata"]
     app_id = app_id or spark_app_id(meta["namespace"], meta["name"])
-    cfg = job_config(spec, meta["name"], meta["namespace"], app_id)
+    cfg = job_config(spec, meta["name"], meta["namespace"], app_id, owner=meta.get("uid", ""))
     template = executor_pod_template(meta["name"], app_id)
     return {
         "apiVersion": "v1",

@@ -167,6 +167,8 @@ OPERATOR_CONFIG = {
     "checkpoint.async_upload": "use spec.checkpointing.asyncUpload instead",
     "checkpoint.max_concurrent": "use spec.checkpointing.maxConcurrent instead",
     "checkpoint.timeout_ms": "use spec.checkpointing.timeoutSeconds instead",
+    "checkpoint.owner": "remove it (the pipeline's uid owns its checkpoint root)",
+    "checkpoint.adopt": "use spec.checkpointing.adopt instead",
     "restart.strategy": "use spec.failover.restartStrategy instead",
     "restart.attempts": "use spec.failover.maxRestarts instead",
     "restart.delay_ms": "use spec.failover.restartDelaySeconds instead",

@@ -47,6 +47,11 @@ class StatusWriter:
         return str(self.body["metadata"]["namespace"])
 
     @property
+    def uid(self) -> str:
+        """The pipeline's uid: it owns the pipeline's checkpoint root."""
+        return str(self.body["metadata"].get("uid") or "")
+
+    @property
     def spec(self) -> dict[str, Any]:
         return dict(self.body.get("spec") or {})
 

@@ -10,13 +10,14 @@ from urllib.parse import urlsplit
 
 from kubernetes.client.rest import ApiException
 
+from stator.checkpoint.ownership import release
 from stator.errors import StatorError
 from stator.lineage import check_restorable, dispose_savepoint, find_savepoint
-from stator.storage import S3Options
+from stator.storage import S3Options, open_store
 
 from .job_config import config_value
 from .ports import SecretApi
-from .spec import get, savepoint_dir
+from .spec import checkpoint_storage, get, savepoint_dir
 
 _S3_KEYS = {f.name for f in dataclasses.fields(S3Options)}
 
@@ -128,3 +129,17 @@ class SavepointStorage:
             dispose_savepoint(path, self.options(namespace, spec, path))
         except Exception as exc:
             log.warning("could not dispose savepoint %s: %s", path, exc)
+
+    def release_checkpoints(
+        self, namespace: str, spec: dict[str, Any], name: str, owner: str
+    ) -> str | None:
+        """Remove the owner marker of the pipeline's checkpoint root if ``owner`` (its uid)
+        holds it, when the pipeline is deleted: one created again under the name continues
+        from the checkpoints without ``checkpointing.adopt``. The problem, if any (then it
+        needs ``adopt``); never raises: a deletion is not blocked by storage."""
+        root = f"{checkpoint_storage(spec).rstrip('/')}/{namespace}.{name}"
+        try:
+            release(open_store(root, self.options(namespace, spec, root)), owner)
+        except Exception as exc:
+            return f"could not release the checkpoint root {root}: {exc}"
+        return None

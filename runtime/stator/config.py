@@ -82,6 +82,12 @@ class CheckpointConfig:
     # whole, and held by the driver: a large value with full checkpoints inlines every SST
     # up to it).
     inline_max_bytes: int = 20_480
+    # The job that owns the checkpoint root (``checkpoint/ownership.py``; the operator sets
+    # a pipeline's uid). Empty: no owner marker is written or checked.
+    owner: str = ""
+    # Take the root over from another owner instead of refusing to start (a pipeline
+    # recreated under its predecessor's name, which no longer runs).
+    adopt: bool = False
 
 
 @dataclass(frozen=True)

@@ -327,6 +327,14 @@ def _savepoints(space: Space, name: str) -> list[str]:
 def test_delete_with_and_without_final_savepoint(space: Space) -> None:
     for name, final in (("keep", True), ("drop", False)):
         start(space, name, count=200_000, deletion={"finalSavepoint": final, "timeoutSeconds": 60})
+        # The pipeline's uid owns its checkpoint root (issue 38); its deletion releases it.
+        uid = space.kube.kubectl(
+            "get", "spl", name, "-n", space.name, "-o", "jsonpath={.metadata.uid}"
+        ).stdout
+        marker = f"{name}/checkpoints/{space.name}.{name}/_owner.json"
+        s3 = space.s3.client()
+        owner = json.loads(s3.get_object(Bucket=space.bucket, Key=marker)["Body"].read())
+        assert owner["owner"] == uid, owner
         space.kube.kubectl("delete", "spl", name, "-n", space.name, "--timeout=120s")
         assert space.kube.kubectl("get", "spl", name, "-n", space.name, check=False).returncode != 0
         deadline = time.monotonic() + 60
@@ -334,6 +342,8 @@ def test_delete_with_and_without_final_savepoint(space: Space) -> None:
             time.sleep(0.5)
         assert not space.driver_pods(name), "the driver goes with its pipeline"
         assert len(_savepoints(space, name)) == (1 if final else 0)
+        left = s3.list_objects_v2(Bucket=space.bucket, Prefix=marker).get("Contents", [])
+        assert left == [], "the deleted pipeline released its checkpoint root"
 
 
 def test_savepoints_on_demand_and_periodic_with_a_bounded_history(space: Space) -> None:

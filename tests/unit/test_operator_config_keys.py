@@ -55,6 +55,7 @@ FULL: dict[str, Any] = {
         "intervalSeconds": 30,
         "retained": 5,
         "incremental": False,
+        "adopt": True,
         "asyncUpload": False,
         "maxConcurrent": 4,
         "timeoutSeconds": 60,

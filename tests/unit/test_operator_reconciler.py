@@ -15,6 +15,7 @@ import pytest
 import yaml
 from kubernetes.client.rest import ApiException
 
+from stator.checkpoint.ownership import Ownership, read_owner
 from stator.config import JobConfig
 from stator.control.client import JobInfo
 from stator.storage import open_store
@@ -1398,6 +1399,24 @@ def test_delete_never_waits_past_its_timeout(tmp_path: Path) -> None:
     assert bed.delete_step() is None
     assert bed.kube.deleted, "the driver is removed regardless"
     assert "DeleteTimedOut" in bed.reasons()
+
+
+@pytest.mark.parametrize("holder", ["u-1", "u-of-another"])
+def test_delete_releases_the_checkpoint_root_it_owns(tmp_path: Path, holder: str) -> None:
+    """Issue 38: the pipeline's uid owns its checkpoint root (``checkpoint.owner``); its
+    deletion removes the marker, so one created again under the name continues from the
+    checkpoints, and leaves another owner's marker alone."""
+    bed = Bed(tmp_path, deletion={"finalSavepoint": False})
+    bed.deploy()
+    job = yaml.safe_load(bed.kube.configs["counts-config"]["data"]["job.yaml"])
+    assert job["checkpoint"]["owner"] == "u-1"
+    root = open_store(f"file://{tmp_path}/ck/team.counts")
+    Ownership(holder).claim(root)
+    steps = 0
+    while bed.delete_step() is not None:
+        steps += 1
+        assert steps < 10
+    assert read_owner(root) == (None if holder == "u-1" else holder)
 
 
 def test_delete_of_a_pipeline_that_never_ran(tmp_path: Path) -> None:

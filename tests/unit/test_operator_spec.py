@@ -733,3 +733,18 @@ def test_the_config_map_names_the_one_secret_executors_may_read() -> None:
     assert template["spec"]["automountServiceAccountToken"] is False
     without = {**SPEC, "checkpointing": {"storage": "s3://b/ck"}}
     assert config_map(BODY, without)["metadata"]["annotations"] == {}
+
+
+def test_the_pipeline_uid_owns_its_checkpoint_root_and_adopt_is_a_spec_field() -> None:
+    """checkpoint.owner is the pipeline's uid (the operator's to set, never spec.config's);
+    spec.checkpointing.adopt takes over another owner's root (checkpoint/ownership.py)."""
+    from stator_operator.job_config import job_config
+    from stator_operator.spec import SpecError, validate
+
+    assert job_config(SPEC, "counts", "team", owner="u-1")["checkpoint"]["owner"] == "u-1"
+    assert "adopt" not in job_config(SPEC, "counts", "team")["checkpoint"]
+    adopting = {**SPEC, "checkpointing": {**SPEC["checkpointing"], "adopt": True}}
+    assert job_config(adopting, "counts", "team")["checkpoint"]["adopt"] is True
+    for key, fix in (("checkpoint.owner", "uid"), ("checkpoint.adopt", "spec.checkpointing.adopt")):
+        with pytest.raises(SpecError, match=fix):
+            validate({**SPEC, "config": {key: "x"}})

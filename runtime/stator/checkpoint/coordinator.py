@@ -26,6 +26,7 @@ Completing checkpoint N, step by step, with what a failure at each step leaves b
 5. Subsume checkpoints beyond ``retained``: delete an old checkpoint's metadata *first* (it
    stops existing), then its private files and the shared files no retained checkpoint needs.
    A crash in between leaves only unreferenced files, which :meth:`recover` deletes.
+   With an owner (``ownership.py``), the root is confirmed still this job's first.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from .metadata import (
     metadata_key,
     parse_checkpoint_dir,
 )
+from .ownership import Ownership
 from .registry import SharedStateRegistry
 
 log = logging.getLogger("stator.checkpoint")
@@ -60,10 +62,13 @@ class RecoveryReport:
 
 
 class CheckpointCoordinator:
-    def __init__(self, store: ObjectStore, retained: int = 3) -> None:
+    def __init__(
+        self, store: ObjectStore, retained: int = 3, ownership: Ownership | None = None
+    ) -> None:
         if retained < 1:
             raise ValueError("checkpoint.retained must be >= 1")
         self.store, self.retained = store, retained
+        self.ownership = ownership  # None: no owner marker (``ownership.py``)
         self.completed: list[CheckpointMetadata] = []  # retained, oldest first
         self.registry = SharedStateRegistry()
         self.next_id = 1
@@ -114,6 +119,12 @@ class CheckpointCoordinator:
     def subsume(self) -> None:
         """Step 5: drop checkpoints beyond ``retained``: another lineage's first, then the
         oldest."""
+        if len(self.completed) > self.retained and self.ownership is not None:
+            try:
+                self.ownership.confirm(self.store)  # raises NotOwner: the root was adopted
+            except StorageError as exc:  # unsure whose root it is: delete nothing this time
+                log.warning("not subsuming checkpoints now: %s", exc)
+                return
         while len(self.completed) > self.retained:
             at = next((i for i, m in enumerate(self.completed) if m.checkpoint_id in self.stale), 0)
             self._discard(self.completed.pop(at))
@@ -179,6 +190,7 @@ class CheckpointCoordinator:
         whose output is already committed.
         """
         report = RecoveryReport()
+        self._claim()  # before anything here is deleted
         listing = dict(self.store.listing())
         ids = sorted({i for i in (parse_checkpoint_dir(k.split("/", 1)[0]) for k in listing) if i})
         self.next_id = (max(ids) + 1) if ids else 1
@@ -243,6 +255,10 @@ class CheckpointCoordinator:
             report.deleted_files = len(garbage)
         report.restored = explicit or self.latest
         return report
+
+    def _claim(self) -> None:
+        if self.ownership is not None:
+            self.ownership.claim(self.store)
 
     def fall_back(self, failed: CheckpointMetadata, reason: str) -> CheckpointMetadata | None:
         """Restoring ``failed`` broke (e.g. a corrupt file): forget it, return the one before

@@ -36,6 +36,7 @@ from typing import Any
 from ..api.pipeline import KeyedNode, Pipeline, SinkNode, SourceNode
 from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.metadata import CheckpointMetadata
+from ..checkpoint.ownership import Ownership
 from ..cluster.fencing import guard
 from ..cluster.jvm import fail_futile_retries, live_executors, load_helper, watch_lost_pods
 from ..cluster.placement import EpochLocations, PlacementTracker, Placer, uses_placement
@@ -137,7 +138,9 @@ class JobDriver:
         self.status = JobStatus(self.job)
         self.history = CheckpointHistory()
         self.savepoints = SavepointRequests(config.savepoint.dir, config.savepoint.any_target)
-        self.coordinator = CheckpointCoordinator(self.store, config.checkpoint.retained)
+        ck = config.checkpoint
+        ownership = Ownership(ck.owner, ck.adopt) if ck.owner else None
+        self.coordinator = CheckpointCoordinator(self.store, ck.retained, ownership)
         self.planner = EpochPlanner(
             {n.uid: n for n in pipeline.nodes if isinstance(n, SourceNode)}, config.epoch
         )
