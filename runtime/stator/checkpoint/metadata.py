@@ -12,6 +12,7 @@ from typing import Any
 
 from ..errors import CheckpointNotFoundError
 from ..jsonfields import Fields
+from .checksums import check_format
 
 # Version 2: some files are inline (``RemoteFile.inline``), and a Stator that reads only 1
 # refuses it instead of downloading a file from key "". Metadata without inline files is
@@ -47,6 +48,9 @@ class RemoteFile:
     # A small file's bytes, base64, in the metadata itself (``checkpoint.inline_max_bytes``):
     # no object of its own (``key`` is "").
     inline: str = ""
+    # Of a stored file's bytes (``checksums.py``), checked on download and on a local copy;
+    # "": recorded by an older Stator (size checked only).
+    checksum: str = ""
 
     @property
     def stored(self) -> bool:
@@ -226,4 +230,7 @@ def _file(f: Fields) -> RemoteFile:
     shared = f.flag("shared")
     if shared and not key:
         raise ValueError(f"{f.path}: an inline file cannot be shared")
-    return RemoteFile(name, key, size, shared, inline)
+    checksum = f.text("checksum") if "checksum" in f.raw else ""
+    if checksum:
+        check_format(checksum, f"{f.path}.checksum")
+    return RemoteFile(name, key, size, shared, inline, checksum)

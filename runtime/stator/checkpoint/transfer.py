@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import os
 import shutil
 import time
@@ -17,7 +18,10 @@ from pathlib import Path
 from ..state.backend import LocalFile
 from ..state.discard import replace_dir
 from ..storage import TRANSFER_CALLERS, ObjectStore
+from .checksums import file_checksum, matches
 from .metadata import RemoteFile, checkpoint_dir
+
+log = logging.getLogger("stator.checkpoint")
 
 
 class TruncatedFile(ValueError):
@@ -94,7 +98,8 @@ def plan_upload(
             sent += f.size
             continue
         key = shared_key(uid, f.name) if shared else f"{private}/{f.name}"
-        result.append(RemoteFile(f.name, key, f.size, shared))
+        checksum = file_checksum(local_dir / f.name)  # read once, when it is first sent
+        result.append(RemoteFile(f.name, key, f.size, shared, checksum=checksum))
         todo.append((f.name, key))
         sent += f.size
     return UploadPlan(token, tuple(sorted(result, key=lambda r: r.name)), tuple(todo), sent)
@@ -143,8 +148,9 @@ def download_snapshot(
     ``on_read``: called with the size of each object read from the store, also when the
     download then fails (a standby copy's tally counts what a failed attempt read).
 
-    Sizes are checked against the metadata, so a truncated or swapped file fails the restore
-    (and the coordinator falls back to an older checkpoint) instead of corrupting state.
+    Sizes and checksums are checked against the metadata, so a truncated, swapped or changed
+    file fails the restore (and the coordinator falls back to an older checkpoint) instead of
+    corrupting state; a local copy that fails them is downloaded instead.
     """
     reuse = reuse or {}
     staging = target.parent / f".{target.name}.restoring-{uuid.uuid4().hex[:8]}"
@@ -157,7 +163,7 @@ def download_snapshot(
             if not f.stored:  # bytes the metadata carried (checked when it was read)
                 return dest.write_bytes(base64.b64decode(f.inline))
             have = reuse.get(f.key)
-            if have is not None and _link(have, dest, f.size):
+            if have is not None and _link(have, dest, f.size, f.checksum):
                 return 0
             store.get_file(f.key, dest)
             got = dest.stat().st_size
@@ -166,6 +172,11 @@ def download_snapshot(
             if got != f.size:
                 raise TruncatedFile(
                     f"{store.url(f.key)} has {got} bytes, the checkpoint says {f.size}"
+                )
+            if not matches(dest, f.checksum):
+                raise TruncatedFile(
+                    f"{store.url(f.key)} does not have the checksum the checkpoint recorded "
+                    f"({f.checksum}): it was changed after it was written"
                 )
             fetched.append(f)
             return got
@@ -194,10 +205,14 @@ def salvaged(salvage: Path, key: str) -> Path:
     return salvage / hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
-def _link(source: Path, dest: Path, size: int) -> bool:
-    """Hard-link ``source`` as ``dest`` if it is there with ``size`` bytes."""
+def _link(source: Path, dest: Path, size: int, checksum: str = "") -> bool:
+    """Hard-link ``source`` as ``dest`` if it is there with ``size`` bytes (and ``checksum``:
+    a local copy that was changed is not used; the file is downloaded instead)."""
     try:
         if source.stat().st_size != size:
+            return False
+        if not matches(source, checksum):
+            log.warning("local copy %s does not match its checksum; downloading it", source)
             return False
         os.link(source, dest)
     except OSError:

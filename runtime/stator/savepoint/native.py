@@ -25,6 +25,7 @@ import logging
 import shutil
 from pathlib import Path
 
+from ..checkpoint.checksums import file_checksum
 from ..checkpoint.metadata import RemoteFile, SubtaskSnapshot
 from ..checkpoint.transfer import new_upload_token, send_files
 from ..keygroups import KeyGroupRange
@@ -54,13 +55,15 @@ def export_database(
         files = backend.snapshot_to(local)
         prefix = f"{backend.operator_uid}/{subtask}/{token}"
         todo = tuple((f.name, f"{prefix}/{f.name}") for f in files)
+        checksums = {f.name: file_checksum(local / f.name) for f in files}
         send_files(store, local, todo)
     finally:
         shutil.rmtree(local, ignore_errors=True)
     key_groups: KeyGroupRange = backend.key_groups
     keys = dict(todo)
     remote = tuple(
-        RemoteFile(f.name, keys[f.name], f.size, False) for f in sorted(files, key=lambda f: f.name)
+        RemoteFile(f.name, keys[f.name], f.size, False, checksum=checksums[f.name])
+        for f in sorted(files, key=lambda f: f.name)
     )
     return SubtaskSnapshot(
         subtask,
