@@ -29,6 +29,8 @@ RESTRICTED = {
         "seccompProfile": {"type": "RuntimeDefault"},
     },
 }
+# What Spark's executor pods carry besides the operator's labels.
+SPARK_LABELS = {"executor": {"spark-app-selector": "x", "spark-role": "executor"}}
 CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
@@ -48,7 +50,11 @@ def _pod(space: Space, name: str, pipeline: str, component: str) -> dict[str, An
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": space.name, "labels": labels(pipeline, component)},
+        "metadata": {
+            "name": name,
+            "namespace": space.name,
+            "labels": {**labels(pipeline, component), **SPARK_LABELS.get(component, {})},
+        },
         "spec": {
             **RESTRICTED,
             "nodeSelector": {"stator.dev/test": "no-such-node"},
@@ -301,6 +307,9 @@ def test_a_drivers_token_writes_only_its_own_executors_in_sparks_shape(
     # with the pod's volumes).
     image = '{"spec":{"containers":[{"name":"c","image":"evil:latest"}]}}'
     refused(p.run("patch", "pod", "p-exec-0", "-p", image), "relabel its executor pods, not")
+    keeps = "keeps its pipeline, component and executor set labels"
+    refused(p.run("label", "pod", "p-exec-0", "stator.dev/pipeline=q", "--overwrite"), keeps)
+    refused(p.run("label", "pod", "p-exec-0", "spark-app-selector=other", "--overwrite"), keeps)
     allowed(p.run("delete", "pod", "p-exec-0", "--wait=false"))
 
     # Each StatefulSet that differs from Spark's in one hostile way.
