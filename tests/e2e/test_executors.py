@@ -639,12 +639,13 @@ def test_kubectl_scale_4_6_3_with_executor_pods(space: Space) -> None:
     assert sorted(c["metadata"]["name"] for c in kept) == [
         f"stator-state-spark-s-{sets[-1]}-0-{i}" for i in (0, 1)
     ]
-    # The rest of the input at full speed: an upgrade by savepoint at the same parallelism,
-    # whose new driver takes the running executor set (and its claims) over.
+    # The rest of the input at full speed, in larger epochs: an upgrade by savepoint at the
+    # same parallelism, whose new driver takes the running executor set (and its claims) over.
     before = space.status(name)["deployment"]["id"]
     env = space.get(name)["spec"]["driver"]["env"]
     env = [e for e in env if e["name"] != "RATE"] + [{"name": "RATE", "value": "100000"}]
-    patch = json.dumps({"spec": {"driver": {"env": env}}})
+    config = {"epoch.max_records": "20000"}
+    patch = json.dumps({"spec": {"driver": {"env": env}, "config": config}})
     space.kube.kubectl("patch", "spl", name, "-n", space.name, "--type=merge", "-p", patch)
     status = space.wait(
         name,
