@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import logging
 import re
+import time
 from typing import Any
 
 from kubernetes import client
@@ -43,6 +44,9 @@ def _kind_of(obj: dict[str, Any]) -> str:
     return kind
 
 
+NAMESPACE_TTL_S = 10.0
+
+
 class Kube:
     def __init__(self, api_client: client.ApiClient | None = None) -> None:
         self.client = api_client or client.ApiClient()
@@ -52,6 +56,8 @@ class Kube:
         self.apps = client.AppsV1Api(self.client)
         self.custom = client.CustomObjectsApi(self.client)
         self.coordination = client.CoordinationV1Api(self.client)
+        # namespace -> (read at, labels): every pipeline's every look checks its namespace.
+        self._namespaces: dict[str, tuple[float, dict[str, str]]] = {}
 
     def patch_status(self, namespace: str, name: str, fields: dict[str, Any]) -> None:
         self.custom.patch_namespaced_custom_object_status(
@@ -300,7 +306,13 @@ class Kube:
         return released
 
     def namespace_labels(self, namespace: str) -> dict[str, str]:
-        return dict(self.core.read_namespace(namespace).metadata.labels or {})
+        """Read at most every NAMESPACE_TTL_S per namespace (a relabelled namespace is seen
+        within that), not on every pipeline's every one-second look."""
+        read_at, labels = self._namespaces.get(namespace, (-NAMESPACE_TTL_S, {}))
+        if time.monotonic() - read_at >= NAMESPACE_TTL_S:
+            labels = dict(self.core.read_namespace(namespace).metadata.labels or {})
+            self._namespaces[namespace] = (time.monotonic(), labels)
+        return dict(labels)
 
     def read_secret(self, namespace: str, name: str) -> dict[str, str]:
         """A Secret's data, decoded (the S3 credentials the operator reads storage with, the

@@ -273,8 +273,12 @@ def test_a_namespace_that_does_not_enforce_restricted_runs_no_pipeline(space: Sp
     status = space.wait(
         name,
         "refused",
-        lambda s: any(
-            c["type"] == "SpecValid" and c["status"] == "False" for c in s.get("conditions", [])
+        # The condition and lastError are two status writes: wait for both.
+        lambda s: (
+            "lastError" in s
+            and any(
+                c["type"] == "SpecValid" and c["status"] == "False" for c in s.get("conditions", [])
+            )
         ),
         timeout=60,
     )
