@@ -15,10 +15,11 @@ from stator.config import JobConfig, build
 from stator.errors import ConfigError
 
 from .job_config import job_config
+from .naming import job_name
 from .owned import RESERVED_ENV, reserved_env, spark_conf_owner
 from .podsecurity import pod_violations, template_violations
 from .resources import driver_pod, driver_volumes
-from .spec import SpecError, checkpoint_storage, get, savepoint_dir
+from .spec import SpecError, checkpoint_root, checkpoint_storage, get, savepoint_dir
 from .storage import is_under
 
 # The longest suffix the operator appends to a pipeline's name for an object that must be a
@@ -63,8 +64,8 @@ def check_storage_roots(spec: dict[str, Any], name: str, namespace: str) -> None
     """Savepoints may not lie inside the job's checkpoint root, nor checkpoints inside its
     savepoints: a driver's recovery deletes what in its checkpoint root no retained
     checkpoint needs, and savepoint disposal deletes a savepoint's directory."""
-    job = f"{namespace}.{name}"
-    checkpoints = f"{checkpoint_storage(spec).rstrip('/')}/{job}/"
+    job = job_name(namespace, name)
+    checkpoints = f"{checkpoint_root(spec, name, namespace)}/"
     savepoints = f"{savepoint_dir(spec).rstrip('/')}/{job}/"
     probe = f"{checkpoints}x"  # the same directory: a file of one is inside the other
     if (

@@ -10,7 +10,14 @@ import yaml
 
 from stator.config import JobConfig, RestartConfig, build
 
-from .naming import STATE_MOUNT, STATE_VOLUME, driver_lease_name, labels, spark_app_id
+from .naming import (
+    STATE_MOUNT,
+    STATE_VOLUME,
+    driver_lease_name,
+    job_name,
+    labels,
+    spark_app_id,
+)
 from .owned import reserved_env
 from .spec import (
     CONTROL_PORT,
@@ -77,7 +84,7 @@ def job_config(
     ``owner``: the pipeline's uid, which owns its checkpoint root (``checkpoint.owner``)."""
     ck = spec.get("checkpointing", {})
     cfg: dict[str, Any] = {
-        "name": f"{namespace}.{name}",
+        "name": job_name(namespace, name),
         "checkpoint": {
             "storage": ck["storage"],
             "retained": int(ck.get("retained", 3)),

@@ -21,6 +21,12 @@ STATE_VOLUME = "stator-state"  # an executor's state volume (its claim, with a l
 CREDENTIALS_ANNOTATION = "stator.dev/credentials-secret"
 
 
+def job_name(namespace: str, name: str) -> str:
+    """The Stator job a pipeline runs (``name`` in its config): its checkpoints and savepoints
+    live under ``<storage>/<job>``."""
+    return f"{namespace}.{name}"
+
+
 def spark_app_id(namespace: str, name: str) -> str:
     """The pipeline's Spark application id: its first executor set's, and the prefix of every
     later one's (``new_executor_set``). A driver that takes over a set (a restart, an

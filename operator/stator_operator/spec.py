@@ -12,6 +12,8 @@ from typing import Any
 from stator.config import CREDENTIAL_KEYS, JobConfig
 from stator.lineage import default_savepoint_root
 
+from .naming import job_name
+
 # Fields whose change needs no redeploy: handled by their own flows or read when needed.
 # Not savepoints.directory: the driver's job config has it (savepoint.dir).
 NO_REDEPLOY = (
@@ -233,6 +235,11 @@ def validate(spec: dict[str, Any]) -> None:
 
 def checkpoint_storage(spec: dict[str, Any]) -> str:
     return str(get(spec, "checkpointing", "storage", default="") or "")
+
+
+def checkpoint_root(spec: dict[str, Any], name: str, namespace: str) -> str:
+    """Where the pipeline's driver keeps its checkpoints (no trailing '/')."""
+    return f"{checkpoint_storage(spec).rstrip('/')}/{job_name(namespace, name)}"
 
 
 def check_transition(

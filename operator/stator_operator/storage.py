@@ -17,7 +17,7 @@ from stator.storage import S3Options, open_store
 
 from .job_config import config_value
 from .ports import SecretApi
-from .spec import checkpoint_storage, get, savepoint_dir
+from .spec import checkpoint_root, get, savepoint_dir
 
 _S3_KEYS = {f.name for f in dataclasses.fields(S3Options)}
 
@@ -137,7 +137,7 @@ class SavepointStorage:
         holds it, when the pipeline is deleted: one created again under the name continues
         from the checkpoints without ``checkpointing.adopt``. The problem, if any (then it
         needs ``adopt``); never raises: a deletion is not blocked by storage."""
-        root = f"{checkpoint_storage(spec).rstrip('/')}/{namespace}.{name}"
+        root = checkpoint_root(spec, name, namespace)
         try:
             release(open_store(root, self.options(namespace, spec, root)), owner)
         except Exception as exc:

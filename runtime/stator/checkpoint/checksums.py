@@ -32,10 +32,5 @@ def matches(path: Path, checksum: str) -> bool:
 
 def check_format(checksum: str, where: str) -> None:
     """A recorded checksum must be one this Stator can check (never skipped unread)."""
-    algorithm, _, value = checksum.partition(":")
-    if (
-        algorithm != ALGORITHM
-        or len(value) != 16
-        or not all(c in "0123456789abcdef" for c in value)
-    ):
+    if not _FORMAT.fullmatch(checksum):
         raise ValueError(f"{where} {checksum!r} is not an {ALGORITHM}:<16 hex digits> checksum")

@@ -46,7 +46,7 @@ from .metadata import (
     metadata_key,
     parse_checkpoint_dir,
 )
-from .ownership import Ownership
+from .ownership import NO_OWNER, Ownership
 from .registry import SharedStateRegistry
 
 log = logging.getLogger("stator.checkpoint")
@@ -63,12 +63,12 @@ class RecoveryReport:
 
 class CheckpointCoordinator:
     def __init__(
-        self, store: ObjectStore, retained: int = 3, ownership: Ownership | None = None
+        self, store: ObjectStore, retained: int = 3, ownership: Ownership = NO_OWNER
     ) -> None:
         if retained < 1:
             raise ValueError("checkpoint.retained must be >= 1")
         self.store, self.retained = store, retained
-        self.ownership = ownership  # None: no owner marker (``ownership.py``)
+        self.ownership = ownership
         self.completed: list[CheckpointMetadata] = []  # retained, oldest first
         self.registry = SharedStateRegistry()
         self.next_id = 1
@@ -119,7 +119,7 @@ class CheckpointCoordinator:
     def subsume(self) -> None:
         """Step 5: drop checkpoints beyond ``retained``: another lineage's first, then the
         oldest."""
-        if len(self.completed) > self.retained and self.ownership is not None:
+        if len(self.completed) > self.retained:
             try:
                 self.ownership.confirm(self.store)  # raises NotOwner: the root was adopted
             except StorageError as exc:  # unsure whose root it is: delete nothing this time
@@ -190,7 +190,7 @@ class CheckpointCoordinator:
         whose output is already committed.
         """
         report = RecoveryReport()
-        self._claim()  # before anything here is deleted
+        self.ownership.claim(self.store)  # before anything here is deleted
         listing = dict(self.store.listing())
         ids = sorted({i for i in (parse_checkpoint_dir(k.split("/", 1)[0]) for k in listing) if i})
         self.next_id = (max(ids) + 1) if ids else 1
@@ -255,10 +255,6 @@ class CheckpointCoordinator:
             report.deleted_files = len(garbage)
         report.restored = explicit or self.latest
         return report
-
-    def _claim(self) -> None:
-        if self.ownership is not None:
-            self.ownership.claim(self.store)
 
     def fall_back(self, failed: CheckpointMetadata, reason: str) -> CheckpointMetadata | None:
         """Restoring ``failed`` broke (e.g. a corrupt file): forget it, return the one before

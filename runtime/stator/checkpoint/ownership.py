@@ -44,11 +44,13 @@ class Ownership:
     """``owner``: this job's id (a pipeline's uid); ``adopt``: take the root over from another
     owner instead of refusing to start."""
 
-    owner: str
+    owner: str = ""  # "": no owner (``stator run`` on its own): no marker written or read
     adopt: bool = False
 
     def claim(self, store: ObjectStore) -> None:
         """Steps 1-2 of the module docstring."""
+        if not self.owner:
+            return
         current = read_owner(store)
         if current == self.owner:
             return
@@ -70,12 +72,17 @@ class Ownership:
 
     def confirm(self, store: ObjectStore) -> None:
         """Before deleting subsumed checkpoints: the root is still this job's."""
+        if not self.owner:
+            return
         current = read_owner(store)
         if current != self.owner:
             raise NotOwner(
                 f"checkpoint root {store.uri} was taken over by {current!r} (this job is "
                 f"{self.owner!r}): this job deletes nothing there and stops"
             )
+
+
+NO_OWNER = Ownership()  # a job that writes and checks no marker
 
 
 def read_owner(store: ObjectStore) -> str | None:

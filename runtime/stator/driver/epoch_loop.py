@@ -139,8 +139,9 @@ class JobDriver:
         self.history = CheckpointHistory()
         self.savepoints = SavepointRequests(config.savepoint.dir, config.savepoint.any_target)
         ck = config.checkpoint
-        ownership = Ownership(ck.owner, ck.adopt) if ck.owner else None
-        self.coordinator = CheckpointCoordinator(self.store, ck.retained, ownership)
+        self.coordinator = CheckpointCoordinator(
+            self.store, ck.retained, Ownership(ck.owner, ck.adopt)
+        )
         self.planner = EpochPlanner(
             {n.uid: n for n in pipeline.nodes if isinstance(n, SourceNode)}, config.epoch
         )
