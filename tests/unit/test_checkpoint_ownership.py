@@ -99,6 +99,11 @@ def test_an_unreadable_marker_refuses_instead_of_guessing(tmp_path: Path) -> Non
     a = CheckpointCoordinator(store, 2, Ownership("uid-a"))
     a.recover()
     run_checkpoints(a, store, 2)
+    store.put(OWNER_KEY, b" " * 5000)  # read by the operator too: never read whole
+    with pytest.raises(StorageError, match="more than an owner marker"):
+        CheckpointCoordinator(store, 2, Ownership("uid-a")).recover()
+    with pytest.raises(StorageError, match="more than an owner marker"):
+        release(store, "uid-a")  # the operator's delete reports it, reads nothing more
     store.put(OWNER_KEY, b"not json")
     before = objects(store)
     with pytest.raises(StorageError, match="is not an owner marker"):

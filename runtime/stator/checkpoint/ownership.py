@@ -33,6 +33,9 @@ from ..storage import ObjectStore
 log = logging.getLogger("stator.checkpoint")
 
 OWNER_KEY = "_owner.json"
+# A marker is a few dozen bytes; the operator reads it too (on delete), and whoever holds the
+# storage credentials could write anything there: nothing larger is read.
+MAX_MARKER_BYTES = 4096
 
 
 class NotOwner(ConfigError):
@@ -87,8 +90,14 @@ NO_OWNER = Ownership()  # a job that writes and checks no marker
 
 def read_owner(store: ObjectStore) -> str | None:
     """The owner the marker names; None if there is no marker."""
-    if store.size(OWNER_KEY) is None:
+    size = store.size(OWNER_KEY)
+    if size is None:
         return None
+    if size > MAX_MARKER_BYTES:
+        raise StorageError(
+            f"{store.url(OWNER_KEY)} has {size} bytes, more than an owner marker "
+            f"({MAX_MARKER_BYTES}); remove it if no job owns this checkpoint root"
+        )
     raw = store.get(OWNER_KEY)
     try:
         owner = json.loads(raw)["owner"]
