@@ -59,9 +59,12 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.harness import Alternating, Comparison, WrongOutput, compile_sources, table
+
+if TYPE_CHECKING:
+    from stator.control.schema import JobInfo, PlacedSubtask
 
 ROOT = Path(__file__).resolve().parent.parent
 MULT, SEED = 2654435761, 1
@@ -414,20 +417,20 @@ def _lose_executor(
     # it does not (its checkpoints upload kilobytes), so the kill lands with none in flight.
     _poll(
         f"{name}: no checkpoint upload in flight",
-        lambda: not driver.checkpoints()["in_flight"],
+        lambda: not driver.checkpoints().in_flight,
         900,
     )
     before = driver.job()
-    [subtask, *_] = next(iter(before["placement"]["subtasks"].values()))
+    [subtask, *_] = _placed(before)
     pod = space.kube.kubectl_json(
         "get",
         "pods",
         "-n",
         space.name,
         "-l",
-        f"stator.dev/pipeline={name},spark-role=executor,spark-exec-id={subtask['executor']}",
+        f"stator.dev/pipeline={name},spark-role=executor,spark-exec-id={subtask.executor}",
     )["items"][0]["metadata"]["name"]
-    epoch = before["epoch"]
+    epoch = before.epoch
     t0 = time.monotonic()
     if kill == "sigkill":
         os.killpg(space.agent.pods[f"{space.name}/{pod}"].proc.pid, signal.SIGKILL)
@@ -436,26 +439,26 @@ def _lose_executor(
     # Epochs go on until the pod's processes are gone: the job processes again once an epoch
     # ran the subtask on another executor (a replacement has a new id) and completed.
     restored = _poll(
-        f"{name} moved off executor {subtask['executor']}",
-        lambda: _moved(driver.job(), subtask["executor"]),
+        f"{name} moved off executor {subtask.executor}",
+        lambda: _moved(driver.job(), subtask.executor),
         600,
     )
     first = time.monotonic() - t0
     after = _poll(
         f"{name} processing again",
-        lambda: (j := driver.job())["epoch"] > restored["epoch"] and j,
+        lambda: (j := driver.job()).epoch > restored.epoch and j,
         timeout=600,
     )
-    read = after["restores"]["remote_bytes"] - before["restores"]["remote_bytes"]
+    read = _restored(after)[1] - _restored(before)[1]
     details = {
         "epoch": epoch,
         "next_epoch_s": round(time.monotonic() - t0, 1),
         "remote_bytes": read,
-        "local_restores": after["restores"]["local"] - before["restores"]["local"],
+        "local_restores": _restored(after)[0] - _restored(before)[0],
         # What standby copies read from MinIO since the driver started (their cost).
-        "standby_copy_bytes": after["standby_copies"]["bytes"],
+        "standby_copy_bytes": after.standby_copies.bytes if after.standby_copies else 0,
     }
-    state = after["latest_checkpoint"]["state_bytes"]
+    state = after.latest_checkpoint.state_bytes if after.latest_checkpoint else 0
     if name.startswith("local") and read:
         raise WrongOutput(f"task-local recovery read {read} bytes from MinIO")
     if name == "standby" and (read > 0.1 * state or not details["local_restores"]):
@@ -469,9 +472,20 @@ def _lose_executor(
     return first, details
 
 
-def _moved(job: dict[str, Any], executor: str) -> dict[str, Any] | None:
-    [subtask, *_] = next(iter(job["placement"]["subtasks"].values()))
-    return job if subtask["executor"] != executor else None
+def _placed(job: JobInfo) -> tuple[PlacedSubtask, ...]:
+    """The first keyed operator's subtasks, where they run."""
+    assert job.placement is not None, "executors as pods have a placement"
+    return next(iter(job.placement.subtasks.values()))
+
+
+def _restored(job: JobInfo) -> tuple[int, int]:
+    """(local restores, bytes restores read from the object store) since the driver started."""
+    return (job.restores.local, job.restores.remote_bytes) if job.restores else (0, 0)
+
+
+def _moved(job: JobInfo, executor: str) -> JobInfo | None:
+    [subtask, *_] = _placed(job)
+    return job if subtask.executor != executor else None
 
 
 def _running_executors(space: Any, name: str) -> list[Any]:
@@ -520,16 +534,16 @@ def _count_run(
     )
     _poll(f"{name} driver", lambda: space.driver_pods(name) and _driver(space, name).job(), 300)
     driver = _driver(space, name)
-    first = _poll(f"{name} first epoch", lambda: (j := driver.job())["epoch"] >= 1 and j, 300, 0.05)
+    first = _poll(f"{name} first epoch", lambda: (j := driver.job()).epoch >= 1 and j, 300, 0.05)
     t1 = time.monotonic()
     last = _poll(
         f"{name} done",
-        lambda: (j := driver.job())["records_in"] >= args.count and j,
+        lambda: (j := driver.job()).records_in >= args.count and j,
         900,
         0.05,
     )
     seconds = time.monotonic() - t1
-    rate = (last["records_in"] - first["records_in"]) / seconds
+    rate = (last.records_in - first.records_in) / seconds
     space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=300)
     opts = S3Options(
         endpoint_url=space.s3.endpoint_url,

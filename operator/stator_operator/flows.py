@@ -73,7 +73,8 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
-from stator.control.client import ControlHTTPError, ControlUnreachable, SavepointRequest
+from stator.control.client import ControlHTTPError, ControlUnreachable
+from stator.control.schema import SavepointRequest
 
 from .admission import check_pods
 from .naming import (
@@ -279,26 +280,26 @@ class Flows:
             if pending is None:
                 return self._fallback(op, f"the driver refused the savepoint: {exc.error}")
             request = pending  # ours, requested before the operator restarted
-        self._goto(op, Step.AWAIT_SAVEPOINT, savepoint_request=request["id"])
+        self._goto(op, Step.AWAIT_SAVEPOINT, savepoint_request=request.id)
         return QUICK_S if stop else 1.0
 
     def _await_savepoint(self, op: Operation, obs: Observation) -> float:
         request = obs.savepoint
         if request is not None:
-            status = request.get("status")
+            status = request.status
             if status == "COMPLETED":
-                started = request.get("started_ms")  # the old driver's last epoch ended
-                stopped = started if request.get("stop") and isinstance(started, int) else None
-                path, epoch = str(request["location"]), request.get("epoch")
+                # When the old driver's last epoch ended (a stop's).
+                stopped = request.started_ms if request.stop else None
+                path, epoch = str(request.location), request.epoch
                 return self._savepoint_completed(op, path, epoch, stopped)
             if status == "FAILED":
-                return self._fallback(op, f"savepoint failed: {request.get('error')}")
+                return self._fallback(op, f"savepoint failed: {request.error}")
             timeout = savepoint_timeout(self.pipeline.spec)
             if age_s(op.step_started_at) > timeout and not (
-                request.get("stop") and self._storage_moved(op)
+                request.stop and self._storage_moved(op)
             ):
                 return self._fallback(op, f"savepoint still {status} after {timeout:.0f}s")
-            return QUICK_S if request.get("stop") else 1.0
+            return QUICK_S if request.stop else 1.0
         if obs.savepoint_error is not None:
             return self._fallback(op, f"savepoint failed: {obs.savepoint_error}")
         if obs.found_savepoint is not None:
@@ -627,7 +628,7 @@ def _allow_non_restored(spec: dict[str, Any]) -> bool:
 def _pending_stop(driver: DriverApi) -> SavepointRequest | None:
     """The stop-with-savepoint the driver is already taking (409 to a second one)."""
     try:
-        pending = [s for s in driver.savepoints() if s.get("stop")]
+        pending = [s for s in driver.savepoints() if s.stop]
     except (ControlUnreachable, ControlHTTPError):
         return None
     return pending[-1] if pending else None

@@ -16,12 +16,12 @@ from typing import Any
 
 from stator.cluster.lease import Silence
 from stator.control.client import (
+    ControlAnswerInvalid,
     ControlClient,
     ControlHTTPError,
     ControlUnreachable,
-    JobInfo,
-    SavepointRequest,
 )
+from stator.control.schema import JobInfo, SavepointRequest
 
 from .naming import CONTROL_TOKEN_KEY, control_secret_name, driver_lease_name
 from .operation import Operation, Step
@@ -85,6 +85,7 @@ class Observation:
     driver: DriverApi | None = None  # its control API, once the pod has an address
     ready: bool = False  # the pod runs and the job reports RUNNING
     job: JobInfo | None = None  # GET /v1/job (steady state)
+    job_invalid: str | None = None  # why that answer did not fit the schema
     savepoint: SavepointRequest | None = None  # the operation's savepoint request
     savepoint_error: str | None = None  # the driver's answer when it could not give it
     unreachable: str | None = None  # why the control API did not answer
@@ -171,7 +172,7 @@ class Observer:
             return PrestartedDriver(pod=pod)
         driver = self.connect(url, token=self._token(pipeline))
         try:
-            return PrestartedDriver(pod, driver, state=driver.ready()["state"])
+            return PrestartedDriver(pod, driver, state=driver.ready().state)
         except (ControlUnreachable, ControlHTTPError) as exc:
             return PrestartedDriver(pod, driver, unreachable=str(exc))
 
@@ -186,10 +187,13 @@ class Observer:
         if base.pod is None or base.ended:
             return base
         base = replace(base, lease=self._lease(pipeline))
-        if base.driver is None:
-            return base
+        return base if base.driver is None else self._job(base.driver, base)
+
+    def _job(self, driver: DriverApi, base: Observation) -> Observation:
         try:
-            return replace(base, job=base.driver.job())
+            return replace(base, job=driver.job())
+        except ControlAnswerInvalid as exc:  # an error in status, not silence
+            return replace(base, job_invalid=str(exc))
         except (ControlUnreachable, ControlHTTPError) as exc:
             return replace(base, unreachable=str(exc))
 
@@ -206,7 +210,7 @@ class Observer:
         if base.driver is None or base.phase != "Running":
             return base
         try:
-            return replace(base, ready=base.driver.ready()["ready"])
+            return replace(base, ready=base.driver.ready().ready)
         except (ControlUnreachable, ControlHTTPError) as exc:
             return replace(base, unreachable=str(exc))
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Any
 
+from stator.control.wire import camel
+
 from .spec import UpgradeMode
 
 
@@ -151,9 +153,4 @@ class Operation:
         return cls(**values)
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.capitalize() for part in rest)
-
-
-_KEYS = {field.name: _camel(field.name) for field in dataclasses.fields(Operation)}
+_KEYS = {field.name: camel(field.name) for field in dataclasses.fields(Operation)}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from stator.control.client import JobInfo, Readiness, SavepointRequest
+from stator.control.schema import HandoverAnswer, JobInfo, Readiness, SavepointRequest
 
 
 class NotOwned(ValueError):
@@ -75,7 +75,9 @@ class KubeApi(StatusApi, SecretApi, Protocol):
 
 
 class DriverApi(Protocol):
-    """A driver's control API; raises ``ControlUnreachable`` or ``ControlHTTPError``."""
+    """A driver's control API; its answers are the schema's (``stator.control.schema``), and
+    it raises ``ControlUnreachable`` (also for an answer that does not fit the schema:
+    ``ControlAnswerInvalid``) or ``ControlHTTPError``."""
 
     def ready(self) -> Readiness: ...
 
@@ -87,9 +89,9 @@ class DriverApi(Protocol):
 
     def savepoint(self, request_id: str) -> SavepointRequest: ...
 
-    def savepoints(self) -> list[SavepointRequest]: ...
+    def savepoints(self) -> tuple[SavepointRequest, ...]: ...
 
-    def handover(self, restore: str, allow_non_restored_state: bool = False) -> dict[str, Any]: ...
+    def handover(self, restore: str, allow_non_restored_state: bool = False) -> HandoverAnswer: ...
 
 
 class Connect(Protocol):

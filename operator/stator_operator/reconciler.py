@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from stator.control.client import JobInfo
+from stator.control.schema import JobInfo, mirror
 from stator.driver.restart import History, decide
 
 from .admission import (
@@ -254,15 +254,16 @@ class Reconciler:
         if obs.phase == "Running" and status.get("phase") != "Running":
             self.pipeline.write(phase="Running")  # the phase follows the driver that runs now
         job = obs.job
-        if job is None:
-            return 2.0
-        try:
+        if obs.job_invalid is not None:  # a malformed answer: an error in status, no crash
+            fields = {"lastError": f"the driver's status could not be read: {obs.job_invalid:.300}"}
+        elif job is not None:
             fields = bounded_fields(_job_fields(job))
-        except (KeyError, TypeError, AttributeError, ValueError) as exc:  # a malformed answer
-            fields = {"lastError": f"the driver's status could not be read: {exc!r:.300}"}
+        else:
+            return 2.0
         if any(status.get(k) != v for k, v in fields.items()):
             self.pipeline.write(**fields)
-        self._report_processing_again(status, job)
+        if job is not None:
+            self._report_processing_again(status, job)
         return 2.0
 
     def _report_processing_again(self, status: dict[str, Any], job: JobInfo) -> None:
@@ -484,23 +485,17 @@ class Reconciler:
 
 
 def _job_fields(job: JobInfo) -> dict[str, Any]:
-    """The status fields a running driver's answer gives (bounded by the caller)."""
-    fields: dict[str, Any] = {
-        "epoch": job.get("epoch"),
-        "jobState": job.get("state"),
-        "parallelism": job.get("parallelism"),
-    }
-    latest = job.get("latest_checkpoint")
+    """The status fields a running driver's answer gives (bounded by the caller): the
+    answer's fields under their camelCase names (``stator.control.schema.mirror``)."""
+    fields: dict[str, Any] = {**mirror(job, "epoch", "parallelism"), "jobState": job.state}
+    latest = job.latest_checkpoint
     if latest:
         fields["latestCheckpoint"] = {
-            "id": latest["id"],
-            "epoch": latest["epoch"],
-            "time": stamp_ms(latest["created_ms"]),
-            "stateBytes": latest["state_bytes"],
-            "incrementalBytes": latest["incremental_bytes"],
+            **mirror(latest, "id", "epoch", "state_bytes", "incremental_bytes"),
+            "time": stamp_ms(latest.created_ms),
         }
-    if job.get("last_error"):
-        fields["lastError"] = job.get("last_error")
+    if job.last_error:
+        fields["lastError"] = job.last_error
     fields.update(_restores_and_placement(job))
     return fields
 
@@ -511,67 +506,55 @@ def _restores_and_placement(job: JobInfo) -> dict[str, Any]:
     read (``localRecovery.standby``) and, with executors as pods, which node holds which
     key-group ranges at which checkpoint."""
     out: dict[str, Any] = {}
-    standby = job.get("standby_copies")
-    if standby and any(standby.values()):
-        out["standbyCopies"] = {
-            "copies": standby.get("copies", 0),
-            "bytes": standby.get("bytes", 0),
-            "failed": standby.get("failed", 0),
-        }
-    restores = job.get("restores")
+    standby = mirror(job.standby_copies, *STANDBY_FIELDS) if job.standby_copies else {}
+    if any(standby.values()):
+        out["standbyCopies"] = standby
+    restores = job.restores
     if restores:
         out["restores"] = {
-            "local": restores.get("local", 0),
-            "remote": restores.get("remote", 0),
-            "localBytes": restores.get("local_bytes", 0),
-            "remoteBytes": restores.get("remote_bytes", 0),
-            "latest": [
-                {
-                    "operator": r["operator"],
-                    "subtask": r["subtask"],
-                    "checkpointId": r["checkpoint_id"],
-                    "source": r["source"],
-                    "localBytes": r["local_bytes"],
-                    "remoteBytes": r["remote_bytes"],
-                    "node": r.get("node", ""),
-                }
-                for r in restores.get("latest", [])
-            ],
+            **mirror(restores, "local", "remote", "local_bytes", "remote_bytes"),
+            "latest": [mirror(r, *RESTORE_FIELDS) for r in restores.latest],
         }
-    regions = job.get("regions")
-    if regions:
+    if job.regions:
         out["regions"] = [
             {
-                "id": r["id"],
-                "state": r["state"],
-                "epoch": r["epoch"],
-                "restarts": r["restarts"],
-                "latestCheckpoint": (r.get("latest_checkpoint") or {}).get("id"),
-                "lastError": r.get("last_error"),
+                **mirror(r, *REGION_FIELDS),
+                "latestCheckpoint": r.latest_checkpoint.id if r.latest_checkpoint else None,
             }
-            for r in regions
+            for r in job.regions
         ]
-    placement = job.get("placement")
+    placement = job.placement
     if placement:
+        parallelism = job.parallelism or {}
         out["placement"] = {
-            "keyedTasks": placement.get("keyed_tasks", 0),
-            "keyedTasksLocal": placement.get("keyed_tasks_local", 0),
+            **mirror(placement, "keyed_tasks", "keyed_tasks_local"),
             "subtasks": [
                 {
                     "operator": uid,
-                    "subtask": e["subtask"],
-                    "node": e.get("node", ""),
-                    "executor": e["executor"],
-                    "keyGroups": e.get("key_groups"),
-                    "checkpointId": e.get("checkpoint_id"),
-                    **({"standby": e["standby"]} if e.get("standby") else {}),
+                    **mirror(e, *PLACED_FIELDS),
+                    **(mirror(e, "standby") if e.standby else {}),
                 }
-                for uid, entries in sorted((placement.get("subtasks") or {}).items())
+                for uid, entries in sorted(placement.subtasks.items())
                 for e in entries
-                if e["parallelism"] == (job.get("parallelism") or {}).get(uid)
+                if e.parallelism == parallelism.get(uid)
             ],
         }
     return out
+
+
+# The fields of each part of a driver's answer that the status mirrors (as camelCase).
+STANDBY_FIELDS = ("copies", "bytes", "failed")
+RESTORE_FIELDS = (
+    "operator",
+    "subtask",
+    "checkpoint_id",
+    "source",
+    "local_bytes",
+    "remote_bytes",
+    "node",
+)
+REGION_FIELDS = ("id", "state", "epoch", "restarts", "last_error")
+PLACED_FIELDS = ("subtask", "node", "executor", "key_groups", "checkpoint_id")
 
 
 # (label, mark it ends at) of the new driver's start-up, in order; each starts where the
@@ -600,8 +583,8 @@ def processing_again(status: dict[str, Any], job: JobInfo) -> dict[str, Any] | N
     fallback to the latest checkpoint), from the savepoint step. Driver and operator clocks
     are compared: on one cluster they agree to well under these seconds."""
     last = status.get("lastOperation") or {}
-    startup = job.get("startup") or {}
-    first = startup.get("first_epoch_ms")
+    startup = job.startup
+    first = startup.first_epoch_ms
     ready_at = last.get("readyAtMs")
     deployment = (status.get("deployment") or {}).get("id")
     if not first or not ready_at or last.get("processingAgainAt") or last.get("id") != deployment:
@@ -611,7 +594,7 @@ def processing_again(status: dict[str, Any], job: JobInfo) -> dict[str, Any] | N
     mark = last.get("handedOverAtMs") or ready_at - 1000 * (steps.get("await-ready") or 0.0)
     split: dict[str, float] = {}
     for label, key in STARTUP_STEPS:
-        at = startup.get(key)
+        at = getattr(startup, key)
         if at:
             split[label] = round(max(0.0, (at - mark) / 1000), 2)
             mark = max(mark, at)

@@ -209,31 +209,31 @@ def _job(args: argparse.Namespace) -> int:
 
     job = ControlClient(args.url, timeout=10, token=read_token(args.token_file)).job()
     if args.json:
-        print(json.dumps(job, indent=2))
+        print(json.dumps(job.to_wire(), indent=2))
         return 0
-    latest: dict[str, Any] = dict(job.get("latest_checkpoint") or {})
+    latest = job.latest_checkpoint
     print(
         _text(
             {
-                "job": job.get("job"),
-                "state": job.get("state"),
-                "epoch": job.get("epoch"),
-                "restarts": job.get("restarts"),
-                "latest_checkpoint": latest.get("id"),
-                "last_error": job.get("last_error"),
+                "job": job.job,
+                "state": job.state,
+                "epoch": job.epoch,
+                "restarts": job.restarts,
+                "latest_checkpoint": latest.id if latest else None,
+                "last_error": job.last_error,
             }
         )
     )
-    for region in job.get("regions", []):
-        checkpoint = region.get("latest_checkpoint") or {}
+    for region in job.regions:
+        checkpoint = region.latest_checkpoint
         row = {
-            "region": region["id"],
-            "state": region["state"],
-            "epoch": region["epoch"],
-            "restarts": region["restarts"],
-            "latest_checkpoint": checkpoint.get("id"),
-            "last_error": region.get("last_error"),
-            "nodes": ",".join(region.get("nodes", [])),
+            "region": region.id,
+            "state": region.state,
+            "epoch": region.epoch,
+            "restarts": region.restarts,
+            "latest_checkpoint": checkpoint.id if checkpoint else None,
+            "last_error": region.last_error,
+            "nodes": ",".join(region.nodes),
         }
         print("  " + _text(row))
     return 0

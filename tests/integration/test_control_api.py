@@ -123,7 +123,7 @@ def test_a_token_is_required_and_checked(spark: Any, job_config: JobConfig, tmp_
                 assert code == 401 and "bearer token" in err["error"], (path, headers)
         assert driver.savepoints.all() == [], "a refused request changed nothing"
         client = ControlClient(base, token="s3cr3t-token")
-        assert client.job()["state"] == "RUNNING"
+        assert client.job().state == "RUNNING"
         with pytest.raises(ControlHTTPError) as refused:
             ControlClient(base, token="nope").job()
         assert refused.value.status == 401

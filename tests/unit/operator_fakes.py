@@ -13,11 +13,12 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from stator.control.client import (
-    ControlHTTPError,
-    ControlUnreachable,
+from stator.control.client import ControlHTTPError, ControlUnreachable, read_answer
+from stator.control.schema import (
+    HandoverAnswer,
     JobInfo,
     Readiness,
+    SavepointList,
     SavepointRequest,
 )
 from stator_operator.naming import is_executor_set_of
@@ -185,14 +186,16 @@ class FakeKube:
 
 @dataclass
 class FakeDriver:
-    """A driver's control API: answers as the real one does (docs/control-api.md)."""
+    """A driver's control API: answers as the real one does (docs/control-api.md). It keeps
+    its answers as JSON data, which the client's reading (``read_answer``) turns into the
+    schema's objects, refusing what does not fit."""
 
     url: str
     state: str = "RUNNING"
     reachable: bool = True
     refuse: tuple[int, str] | None = None  # the answer to a savepoint trigger
-    job_info: JobInfo = field(default_factory=lambda: JobInfo(job="team.counts", epoch=3))
-    requests: dict[str, SavepointRequest] = field(default_factory=dict)
+    job_info: dict[str, Any] = field(default_factory=lambda: {"job": "team.counts", "epoch": 3})
+    requests: dict[str, dict[str, Any]] = field(default_factory=dict)
     handed_over: list[tuple[str, bool]] = field(default_factory=list)
 
     def _check(self) -> None:
@@ -201,11 +204,11 @@ class FakeDriver:
 
     def ready(self) -> Readiness:
         self._check()
-        return {"ready": self.state == "RUNNING", "state": self.state}
+        return Readiness(ready=self.state == "RUNNING", state=self.state)
 
     def job(self) -> JobInfo:
         self._check()
-        return self.job_info
+        return read_answer(JobInfo, self.job_info, self.url + "/v1/job")
 
     def trigger_savepoint(
         self, stop: bool = False, target: str | None = None, format_type: str | None = None
@@ -217,27 +220,28 @@ class FakeDriver:
             raise ControlHTTPError(
                 self.url + "/v1/savepoints", 409, "a stop-with-savepoint is already in progress"
             )
-        request = SavepointRequest(
-            id=f"req{len(self.requests) + 1}",
-            status="PENDING",
-            stop=stop,
-            target=target,
-            format_type=format_type,
-        )
+        request = {
+            "id": f"req{len(self.requests) + 1}",
+            "status": "PENDING",
+            "stop": stop,
+            "target": target,
+            "format_type": format_type,
+        }
         self.requests[request["id"]] = request
-        return request.copy()
+        return read_answer(SavepointRequest, request, self.url + "/v1/savepoints")
 
     def savepoint(self, request_id: str) -> SavepointRequest:
         self._check()
         if request_id not in self.requests:
             raise ControlHTTPError(self.url, 404, f"no savepoint request with id {request_id!r}")
-        return self.requests[request_id].copy()
+        return read_answer(SavepointRequest, self.requests[request_id], self.url)
 
-    def savepoints(self) -> list[SavepointRequest]:
+    def savepoints(self) -> tuple[SavepointRequest, ...]:
         self._check()
-        return [r.copy() for r in self.requests.values()]
+        listed = {"savepoints": list(self.requests.values())}
+        return read_answer(SavepointList, listed, self.url + "/v1/savepoints").savepoints
 
-    def handover(self, restore: str, allow_non_restored_state: bool = False) -> dict[str, Any]:
+    def handover(self, restore: str, allow_non_restored_state: bool = False) -> HandoverAnswer:
         self._check()
         if self.state != "STANDBY" and not self.handed_over:
             raise ControlHTTPError(self.url, 409, "not started with --await-handover")
@@ -245,7 +249,7 @@ class FakeDriver:
             raise ControlHTTPError(self.url, 409, "handed over to restore from elsewhere")
         self.handed_over.append((restore, allow_non_restored_state))
         self.state = "RECOVERING"
-        return {"restore": restore, "allow_non_restored_state": allow_non_restored_state}
+        return HandoverAnswer(restore=restore, allow_non_restored_state=allow_non_restored_state)
 
     # ------------------------------------------------------------------ what the job does
 

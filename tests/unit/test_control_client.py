@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from stator.control.client import ControlClient, ControlHTTPError, ControlUnreachable
+from stator.control.schema import Readiness
 from stator.errors import StatorError
 from tests.testbed.procs import free_port
 
@@ -21,7 +22,7 @@ ROUTES: dict[tuple[str, str], tuple[int, Any]] = {
     ("GET", "/healthz"): (200, {"status": "ok"}),
     ("GET", "/readyz"): (503, {"ready": False, "state": "RECOVERING"}),
     ("GET", "/v1/job"): (200, {"job": "counts", "state": "RUNNING", "epoch": 4}),
-    ("GET", "/v1/checkpoints"): (200, {"latest": None, "retained": []}),
+    ("GET", "/v1/checkpoints"): (200, {"storage": "s3://b/ck", "latest": None, "retained": []}),
     ("POST", "/v1/savepoints"): (202, REQUEST),
     ("GET", "/v1/savepoints"): (200, {"savepoints": [REQUEST]}),
     ("GET", "/v1/savepoints/abc"): (200, {**REQUEST, "status": "COMPLETED"}),
@@ -67,14 +68,14 @@ def server() -> Iterator[str]:
 def test_every_endpoint(server: str) -> None:
     client = ControlClient(server + "/")
     assert client.health() is True
-    assert client.ready() == {"ready": False, "state": "RECOVERING"}, "503 is an answer"
-    assert client.job()["epoch"] == 4
-    assert client.checkpoints()["retained"] == []
-    assert client.trigger_savepoint(stop=True, target="s3://b/sp")["id"] == "abc"
-    assert client.trigger_savepoint()["id"] == "abc"
+    assert client.ready() == Readiness(ready=False, state="RECOVERING"), "503 is an answer"
+    assert client.job().epoch == 4
+    assert client.checkpoints().retained == ()
+    assert client.trigger_savepoint(stop=True, target="s3://b/sp").id == "abc"
+    assert client.trigger_savepoint().id == "abc"
     assert Handler.bodies[-2:] == [{"stop": True, "target": "s3://b/sp"}, {"stop": False}]
-    assert client.savepoint("abc")["status"] == "COMPLETED"
-    assert [s["id"] for s in client.savepoints()] == ["abc"]
+    assert client.savepoint("abc").status == "COMPLETED"
+    assert [s.id for s in client.savepoints()] == ["abc"]
 
 
 def test_errors_carry_the_status_and_the_servers_reason(server: str) -> None:

@@ -17,7 +17,6 @@ from kubernetes.client.rest import ApiException
 
 from stator.checkpoint.ownership import Ownership, read_owner
 from stator.config import JobConfig
-from stator.control.client import JobInfo
 from stator.storage import open_store
 from stator_operator import flows, observer
 from stator_operator.admission import ENFORCE_LABEL
@@ -1891,20 +1890,20 @@ def test_a_drivers_answer_reaches_status_bounded(tmp_path: Path) -> None:
     entry = {"subtask": 0, "executor": "e" * 5000, "parallelism": 2}
     subtasks = {f"op{i}": [entry] * 100 for i in range(100)}
     region = {"id": "r", "state": "RUNNING", "epoch": 5, "restarts": 0, "last_error": "y" * 99_999}
-    driver.job_info = JobInfo(
-        job="team.counts",
-        epoch=5,
-        parallelism={f"op{i}": 2 for i in range(100)},
-        last_error="x" * 3_000_000,
-        regions=[region] * 5000,  # type: ignore[list-item]
-        placement={"keyed_tasks": 1, "subtasks": subtasks},  # type: ignore[typeddict-item]
-    )
+    driver.job_info = {
+        "job": "team.counts",
+        "epoch": 5,
+        "parallelism": {f"op{i}": 2 for i in range(100)},
+        "last_error": "x" * 1_000_000,
+        "regions": [region] * 5000,
+        "placement": {"keyed_tasks": 1, "subtasks": subtasks},
+    }
     bed.step()
     status = bed.status
     assert len(json.dumps(status)) < 1_000_000
     assert status["lastError"].endswith("(cut)") and len(status["lastError"]) < 3000
     assert len(status["regions"]) <= 256
-    driver.job_info = JobInfo(job="team.counts", epoch=6, latest_checkpoint={"id": 1})  # type: ignore[typeddict-item]
+    driver.job_info = {"job": "team.counts", "epoch": 6, "latest_checkpoint": {"id": 1}}
     bed.step()
     assert "the driver's status could not be read" in bed.status["lastError"]
 

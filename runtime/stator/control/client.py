@@ -3,7 +3,8 @@ operator. Standard library only, so the operator image needs nothing more for it
 
 Two failures, because callers act differently on them: :class:`ControlUnreachable` (nothing
 answered: the driver may be starting, gone, or partitioned) and :class:`ControlHTTPError` (the
-driver answered and refused, with its ``error`` text)."""
+driver answered and refused, with its ``error`` text). An answer that is not the schema's
+(``schema.py``) is :class:`ControlAnswerInvalid`, a kind of the first."""
 
 from __future__ import annotations
 
@@ -13,9 +14,20 @@ import json
 import socket
 import threading
 import urllib.parse
-from typing import Any, TypedDict, cast
+from typing import TypeVar
 
 from ..errors import StatorError
+from .schema import (
+    Answer,
+    CheckpointsInfo,
+    HandoverAnswer,
+    Health,
+    JobInfo,
+    Readiness,
+    SavepointList,
+    SavepointRequest,
+)
+from .wire import WireError
 
 
 class ControlUnreachable(StatorError):
@@ -31,80 +43,22 @@ class ControlHTTPError(StatorError):
         self.error = error
 
 
-class Readiness(TypedDict):
-    ready: bool
-    state: str  # CREATED, STANDBY, RECOVERING, RUNNING, FINISHED, STOPPED, FAILED
+class ControlAnswerInvalid(ControlUnreachable):
+    """The control API answered JSON that is not the schema's (``schema.py``): for the caller,
+    no usable answer, like one that is not JSON at all."""
 
 
-class CheckpointSummary(TypedDict):
-    id: int
-    epoch: int
-    created_ms: int
-    state_bytes: int
-    incremental_bytes: int
-    duration_ms: int
-    incremental: bool
+A = TypeVar("A", bound=Answer)
 
 
-class RegionInfo(TypedDict, total=False):
-    """One failover region (a job run by one driver lists its regions with the job's state)."""
-
-    id: str  # the region's smallest source uid
-    nodes: list[str]
-    state: str
-    epoch: int
-    records_in: int
-    records_out: int
-    restarts: int
-    checkpoints: dict[str, int]
-    latest_checkpoint: dict[str, int] | None  # id, epoch, created_ms
-    last_error: str | None
-    storage: str  # where its checkpoints are
-    # A job without key_by: each source split that failed over on its own (source, split,
-    # restarts, state RUNNING or RESTARTING, last_error).
-    splits: list[dict[str, Any]]
-
-
-class JobInfo(TypedDict, total=False):
-    job: str
-    state: str
-    epoch: int
-    max_parallelism: int
-    parallelism: dict[str, int]
-    regions: list[RegionInfo]
-    records_in: int
-    records_out: int
-    restarts: int
-    checkpoints: dict[str, int]
-    latest_checkpoint: CheckpointSummary | None
-    last_error: str | None
-    started_ms: int
-    stopped_with_savepoint: str | None
-    # local, remote, local_bytes, remote_bytes, and "latest": one entry per restored subtask
-    restores: dict[str, Any]
-    # None with one executor; else keyed_tasks_local, keyed_tasks, last_epoch, subtasks
-    placement: dict[str, Any] | None
-    # copies, bytes (read from the object store), failed: local_recovery.standby's cost
-    standby_copies: dict[str, int]
-    # Wall-clock marks (epoch ms, None until reached): process_started_ms,
-    # driver_started_ms, handover_ms (a pre-started driver), spark_ready_ms, recovered_ms,
-    # first_epoch_ms
-    startup: dict[str, int | None]
-
-
-class SavepointRequest(TypedDict, total=False):
-    id: str
-    status: str  # PENDING, IN_PROGRESS, COMPLETED, FAILED
-    stop: bool
-    target: str | None
-    format_type: str | None
-    location: str | None
-    epoch: int | None
-    size: int | None
-    error: str | None
-    created_ms: int
-    started_ms: int | None  # its epoch began: a stop's driver processed no record after it
-    completed_ms: int | None
+def read_answer(kind: type[A], data: object, url: str) -> A:
+    """``data``, an answer from ``url``, as the schema's ``kind``; :class:`ControlAnswerInvalid`
+    names the field that does not fit."""
+    try:
+        return kind.from_wire(data)
+    except WireError as exc:
+        problem = f"the control API at {url} answered malformed data: {exc}"
+        raise ControlAnswerInvalid(problem) from exc
 
 
 class ControlClient:
@@ -128,47 +82,54 @@ class ControlClient:
 
     def health(self) -> bool:
         """Whether the driver process serves at all."""
-        return bool(self._call("GET", "/healthz").get("status") == "ok")
+        return self._get(Health, "/healthz").status == "ok"
 
     def ready(self) -> Readiness:
         """Whether the job runs; 503 (not running yet, or any more) is an answer, not an error."""
         try:
-            return cast(Readiness, self._call("GET", "/readyz"))
+            return self._get(Readiness, "/readyz")
         except ControlHTTPError as exc:
             if exc.status != 503:
                 raise
-            return {"ready": False, "state": exc.error}
+            return Readiness(ready=False, state=exc.error)
 
     def job(self) -> JobInfo:
-        return cast(JobInfo, self._call("GET", "/v1/job"))
+        return self._get(JobInfo, "/v1/job")
 
-    def checkpoints(self) -> dict[str, Any]:
-        """``storage``, ``latest``, ``retained``, ``history`` and ``counts``."""
-        return self._call("GET", "/v1/checkpoints")
+    def checkpoints(self) -> CheckpointsInfo:
+        return self._get(CheckpointsInfo, "/v1/checkpoints")
 
     def trigger_savepoint(
         self, stop: bool = False, target: str | None = None, format_type: str | None = None
     ) -> SavepointRequest:
         """Queue a savepoint (and stop after it); returns the request, to poll by its id."""
-        body: dict[str, Any] = {"stop": stop}
+        body: dict[str, object] = {"stop": stop}
         if target is not None:
             body["target"] = target
         if format_type is not None:
             body["format_type"] = format_type
-        return cast(SavepointRequest, self._call("POST", "/v1/savepoints", body))
+        return self._get(SavepointRequest, "/v1/savepoints", "POST", body)
 
     def savepoint(self, request_id: str) -> SavepointRequest:
-        return cast(SavepointRequest, self._call("GET", f"/v1/savepoints/{request_id}"))
+        return self._get(SavepointRequest, f"/v1/savepoints/{request_id}")
 
-    def savepoints(self) -> list[SavepointRequest]:
-        return cast(list[SavepointRequest], self._call("GET", "/v1/savepoints")["savepoints"])
+    def savepoints(self) -> tuple[SavepointRequest, ...]:
+        return self._get(SavepointList, "/v1/savepoints").savepoints
 
-    def handover(self, restore: str, allow_non_restored_state: bool = False) -> dict[str, Any]:
+    def handover(self, restore: str, allow_non_restored_state: bool = False) -> HandoverAnswer:
         """Hand a pre-started driver what to restore from (the same again is accepted)."""
         body = {"restore": restore, "allow_non_restored_state": allow_non_restored_state}
-        return self._call("POST", "/v1/handover", body)
+        return self._get(HandoverAnswer, "/v1/handover", "POST", body)
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _get(
+        self, kind: type[A], path: str, method: str = "GET", body: dict[str, object] | None = None
+    ) -> A:
+        """One request whose answer is the schema's ``kind``."""
+        return read_answer(kind, self._call(method, path, body), self.base_url + path)
+
+    def _call(
+        self, method: str, path: str, body: dict[str, object] | None = None
+    ) -> dict[str, object]:
         """One request, bounded: the answer may take ``deadline`` seconds in all (a driver
         that sends a byte at a time cannot hold the caller), may be ``MAX_ANSWER_BYTES`` long,
         and must be a JSON object. The operator calls drivers that run users' code."""

@@ -14,11 +14,9 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from aiohttp import web
 
-from ..checkpoint.metadata import CheckpointMetadata
 from ..config import ControlConfig
 from ..driver.handover import HandoverConflict, HandoverRequest
 from ..driver.savepoints import (
@@ -27,10 +25,11 @@ from ..driver.savepoints import (
     SavepointRequest,
     SavepointTargetError,
 )
-from ..driver.status import JobState, JobStatus
+from ..driver.status import JobState
 from ..errors import ConfigError
-from ..keygroups import range_for_subtask
+from .answers import checkpoints_info, job_info, savepoint_request
 from .metrics import render_metrics
+from .schema import Answer, ErrorAnswer, HandoverAnswer, Health, Readiness, SavepointList
 from .token import read_token
 from .view import JobView
 
@@ -40,12 +39,13 @@ OPEN_PATHS = frozenset({"/healthz", "/readyz"})  # probes: they tell only whethe
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _json(data: Any, status: int = 200) -> web.Response:
-    return web.json_response(data, status=status, dumps=lambda d: json.dumps(d, default=str))
+def _json(answer: Answer, status: int = 200) -> web.Response:
+    """An answer of the schema (``schema.py``) as JSON."""
+    return web.json_response(answer.to_wire(), status=status)
 
 
 def _error(status: int, reason: str) -> web.Response:
-    return _json({"error": reason}, status)
+    return _json(ErrorAnswer(error=reason), status)
 
 
 class ControlServer:
@@ -152,71 +152,29 @@ class ControlServer:
         return await handler(request)
 
     async def health(self, _: web.Request) -> web.Response:
-        return _json({"status": "ok"})
+        return _json(Health(status="ok"))
 
     async def ready(self, _: web.Request) -> web.Response:
         state = self.driver.status.state
         running = state is JobState.RUNNING
-        return _json({"ready": running, "state": state}, 200 if running else 503)
+        return _json(Readiness(ready=running, state=state), 200 if running else 503)
 
     async def metrics(self, _: web.Request) -> web.Response:
         body, content_type = render_metrics(self.driver)
         return web.Response(body=body, headers={"Content-Type": content_type})
 
     async def job(self, _: web.Request) -> web.Response:
-        d, st = self.driver, self.driver.status
-        latest = st.last_checkpoint
+        st = self.driver.status
         if st.state is JobState.FAILED:
             self._failure_read.set()
-        return _json(
-            {
-                "job": d.job,
-                "state": st.state,
-                "epoch": st.epoch,
-                "max_parallelism": d.parallelism.max_parallelism,
-                "parallelism": d.parallelism.operators,
-                "regions": d.region_views(),
-                "records_in": st.records_in,
-                "records_out": st.records_out,
-                "restarts": st.restarts,
-                "checkpoints": {"completed": st.checkpoints, "failed": st.failed_checkpoints},
-                "latest_checkpoint": _checkpoint(latest) if latest else None,
-                "last_error": st.last_error,
-                "started_ms": st.started_ms,
-                "startup": st.startup.to_json(),
-                "stopped_with_savepoint": st.stopped_with_savepoint,
-                "restores": {
-                    **st.restores.to_json(),
-                    "latest": [st.last_restores[k] for k in sorted(st.last_restores)],
-                },
-                "placement": _placement(d, st),
-                "standby_copies": st.standby_copies.to_json(),
-            }
-        )
+        return _json(job_info(self.driver, st))
 
     async def checkpoints(self, _: web.Request) -> web.Response:
-        d = self.driver
-        retained = [_checkpoint(m) for m in d.retained_checkpoints()]
-        return _json(
-            {
-                "storage": d.store.uri,
-                "latest": retained[-1] if retained else None,
-                "retained": retained,
-                "history": [h.to_json() for h in d.history.items()],
-                "in_flight": list(d.status.in_flight_checkpoints),
-                "regions": [
-                    {k: v[k] for k in ("id", "storage", "latest_checkpoint")}
-                    for v in d.region_views()
-                ],
-                "counts": {
-                    "completed": d.status.checkpoints,
-                    "failed": d.status.failed_checkpoints,
-                },
-            }
-        )
+        return _json(checkpoints_info(self.driver))
 
     async def list_savepoints(self, _: web.Request) -> web.Response:
-        return _json({"savepoints": [r.to_json() for r in self.driver.savepoints.all()]})
+        requests = tuple(savepoint_request(r) for r in self.driver.savepoints.all())
+        return _json(SavepointList(savepoints=requests))
 
     async def get_savepoint(self, request: web.Request) -> web.Response:
         found = self.driver.savepoints.find(request.match_info["id"])
@@ -224,7 +182,7 @@ class ControlServer:
             return _error(404, f"no savepoint request with id {request.match_info['id']!r}")
         if found.status in ("COMPLETED", "FAILED"):
             found.fetched = True
-        return _json(found.to_json())
+        return _json(savepoint_request(found))
 
     async def trigger_savepoint(self, request: web.Request) -> web.Response:  # noqa: PLR0911
         try:
@@ -252,7 +210,7 @@ class ControlServer:
             return _error(429, str(exc))
         except SavepointTargetError as exc:
             return _error(400, str(exc))
-        return _json(created.to_json(), 202)
+        return _json(savepoint_request(created), 202)
 
     async def handover(self, request: web.Request) -> web.Response:  # noqa: PLR0911
         handover = self.driver.handover
@@ -279,7 +237,8 @@ class ControlServer:
             first = handover.give(HandoverRequest(restore, allow))
         except HandoverConflict as exc:
             return _error(409, str(exc))
-        return _json({"restore": restore, "allow_non_restored_state": allow}, 202 if first else 200)
+        answer = HandoverAnswer(restore=restore, allow_non_restored_state=allow)
+        return _json(answer, 202 if first else 200)
 
 
 @contextmanager
@@ -297,47 +256,3 @@ def serving(job: JobView, config: ControlConfig) -> Iterator[ControlServer | Non
     finally:
         server.linger(config.linger_ms)
         server.stop()
-
-
-def _placement(d: JobView, st: JobStatus) -> dict[str, Any] | None:
-    """Where keyed subtasks run; None with one executor (local[*]: no placement)."""
-    if d.placement is None:
-        return None
-    last = st.last_placement
-    latest = st.last_checkpoint
-    max_p = d.parallelism.max_parallelism
-    subtasks = {
-        uid: [
-            {
-                **s,
-                "key_groups": _range(s["subtask"], s["parallelism"], max_p),
-                # Each subtask keeps its local copy of the latest completed checkpoint.
-                "checkpoint_id": latest.checkpoint_id if latest else None,
-            }
-            for s in entries
-        ]
-        for uid, entries in d.placement.to_json().items()
-    }
-    return {
-        "keyed_tasks_local": st.keyed_tasks_local,
-        "keyed_tasks": st.keyed_tasks_total,
-        "last_epoch": {"local": last.local, "total": last.total} if last else None,
-        "subtasks": subtasks,
-    }
-
-
-def _range(subtask: int, parallelism: int, max_parallelism: int) -> list[int]:
-    r = range_for_subtask(subtask, parallelism, max_parallelism)
-    return [r.start, r.end]
-
-
-def _checkpoint(meta: CheckpointMetadata) -> dict[str, Any]:
-    return {
-        "id": meta.checkpoint_id,
-        "epoch": meta.epoch,
-        "created_ms": meta.created_ms,
-        "state_bytes": meta.state_bytes,
-        "incremental_bytes": meta.incremental_bytes,
-        "duration_ms": meta.duration_ms,
-        "incremental": meta.incremental,
-    }

@@ -7,7 +7,8 @@ import json
 import time
 from typing import Any
 
-from ..control.client import ControlClient, SavepointRequest
+from ..control.client import ControlClient
+from ..control.schema import SavepointRequest
 from ..control.token import read_token
 from ..errors import StatorError
 from ..lineage import dispose_savepoint, list_savepoints, load_savepoint, snapshot_dir
@@ -81,13 +82,13 @@ def _trigger(args: argparse.Namespace) -> int:
     )
     deadline = time.monotonic() + args.wait
     result: SavepointRequest = created
-    while args.wait and result["status"] in ("PENDING", "IN_PROGRESS"):
+    while args.wait and result.status in ("PENDING", "IN_PROGRESS"):
         if time.monotonic() > deadline:
             raise StatorError(
-                f"savepoint {created['id']} still {result['status']} after "
-                f"{args.wait:.0f}s; poll {driver.base_url}/v1/savepoints/{created['id']}"
+                f"savepoint {created.id} still {result.status} after "
+                f"{args.wait:.0f}s; poll {driver.base_url}/v1/savepoints/{created.id}"
             )
         time.sleep(0.5)
-        result = driver.savepoint(created["id"])
-    print(json.dumps(result, indent=2 if not args.json else None))
-    return 0 if result["status"] in ("COMPLETED", "PENDING", "IN_PROGRESS") else 1
+        result = driver.savepoint(created.id)
+    print(json.dumps(result.to_wire(), indent=2 if not args.json else None))
+    return 0 if result.status in ("COMPLETED", "PENDING", "IN_PROGRESS") else 1

@@ -1,0 +1,115 @@
+"""The control API's answers (``schema.py``) out of a running job's view: the one place where
+the driver's status objects and region views become the API's schema."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..checkpoint.metadata import CheckpointMetadata
+from ..driver.savepoints import SavepointRequest as DriverSavepointRequest
+from ..driver.status import JobStatus
+from ..keygroups import range_for_subtask
+from .schema import (
+    CheckpointAttempt,
+    CheckpointCounts,
+    CheckpointsInfo,
+    CheckpointSummary,
+    EpochLocality,
+    JobInfo,
+    PlacedSubtask,
+    Placement,
+    RegionInfo,
+    RegionStorage,
+    RestoreEntry,
+    Restores,
+    SavepointRequest,
+    StandbyCopies,
+    StartupMarks,
+)
+from .view import JobView
+
+
+def job_info(d: JobView, st: JobStatus) -> JobInfo:
+    """``GET /v1/job`` (``st``: the job's status, read once)."""
+    latest, restored = st.last_checkpoint, st.last_restores
+    return JobInfo(
+        job=d.job,
+        state=st.state,
+        epoch=st.epoch,
+        max_parallelism=d.parallelism.max_parallelism,
+        parallelism=dict(d.parallelism.operators),
+        regions=tuple(RegionInfo.from_wire(r) for r in d.region_views()),
+        records_in=st.records_in,
+        records_out=st.records_out,
+        restarts=st.restarts,
+        checkpoints=CheckpointCounts(completed=st.checkpoints, failed=st.failed_checkpoints),
+        latest_checkpoint=checkpoint_summary(latest) if latest else None,
+        last_error=st.last_error,
+        started_ms=st.started_ms,
+        startup=StartupMarks.from_wire(st.startup.to_json()),
+        stopped_with_savepoint=st.stopped_with_savepoint,
+        restores=Restores(
+            **st.restores.to_json(),
+            latest=tuple(RestoreEntry.from_wire(st.last_restores[k]) for k in sorted(restored)),
+        ),
+        placement=_placement(d, st),
+        standby_copies=StandbyCopies(**st.standby_copies.to_json()),
+    )
+
+
+def checkpoints_info(d: JobView) -> CheckpointsInfo:
+    """``GET /v1/checkpoints``."""
+    retained = tuple(checkpoint_summary(m) for m in d.retained_checkpoints())
+    regions = tuple(RegionInfo.from_wire(v) for v in d.region_views())
+    return CheckpointsInfo(
+        storage=d.store.uri,
+        latest=retained[-1] if retained else None,
+        retained=retained,
+        history=tuple(CheckpointAttempt.from_wire(h.to_json()) for h in d.history.items()),
+        in_flight=tuple(d.status.in_flight_checkpoints),
+        regions=tuple(
+            RegionStorage(id=r.id, storage=r.storage, latest_checkpoint=r.latest_checkpoint)
+            for r in regions
+        ),
+        counts=CheckpointCounts(completed=d.status.checkpoints, failed=d.status.failed_checkpoints),
+    )
+
+
+def savepoint_request(request: DriverSavepointRequest) -> SavepointRequest:
+    return SavepointRequest.from_wire(request.to_json())
+
+
+def checkpoint_summary(meta: CheckpointMetadata) -> CheckpointSummary:
+    return CheckpointSummary(
+        id=meta.checkpoint_id,
+        epoch=meta.epoch,
+        created_ms=meta.created_ms,
+        state_bytes=meta.state_bytes,
+        incremental_bytes=meta.incremental_bytes,
+        duration_ms=meta.duration_ms,
+        incremental=meta.incremental,
+    )
+
+
+def _placement(d: JobView, st: JobStatus) -> Placement | None:
+    """Where keyed subtasks run; None with one executor (local[*]: no placement)."""
+    if d.placement is None:
+        return None
+    last, latest = st.last_placement, st.last_checkpoint
+    max_p = d.parallelism.max_parallelism
+
+    def placed(entry: dict[str, object]) -> PlacedSubtask:
+        s = PlacedSubtask.from_wire(entry)
+        r = range_for_subtask(s.subtask, s.parallelism, max_p)
+        # Each subtask keeps its local copy of the latest completed checkpoint.
+        checkpoint_id = latest.checkpoint_id if latest else None
+        return replace(s, key_groups=(r.start, r.end), checkpoint_id=checkpoint_id)
+
+    return Placement(
+        keyed_tasks_local=st.keyed_tasks_local,
+        keyed_tasks=st.keyed_tasks_total,
+        last_epoch=EpochLocality(local=last.local, total=last.total) if last else None,
+        subtasks={
+            uid: tuple(placed(e) for e in entries) for uid, entries in d.placement.to_json().items()
+        },
+    )

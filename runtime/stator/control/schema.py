@@ -1,0 +1,298 @@
+"""The control API's answers (docs/control-api.md), written once: the server builds them, the
+client reads them (``from_wire`` refuses what does not fit, ``wire.py``), and the operator
+mirrors parts of them into a pipeline's status under the camelCase of their field names
+(``mirror``). Standard library only, as the client: the operator image needs nothing more.
+
+A field without a default is required in an answer; one with a default may be missing (the
+operator reads it as that default). The server always sends every field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from .wire import OMIT_NONE, camel, from_wire, to_wire
+
+
+class Answer:
+    """What every answer can do: be written as JSON data, and be read from it."""
+
+    def to_wire(self) -> dict[str, Any]:
+        data: dict[str, Any] = to_wire(self)
+        return data
+
+    @classmethod
+    def from_wire(cls, obj: object) -> Self:
+        return from_wire(cls, obj)
+
+
+def mirror(part: object, *names: str) -> dict[str, Any]:
+    """The fields ``names`` of ``part`` under their camelCase names, as JSON data: how the
+    operator copies a driver's answer into a pipeline's status."""
+    return {camel(name): to_wire(getattr(part, name)) for name in names}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Health(Answer):
+    """``GET /healthz``: the process serves."""
+
+    status: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Readiness(Answer):
+    """``GET /readyz`` (503 unless RUNNING, with the same body)."""
+
+    ready: bool
+    state: str  # CREATED, STANDBY, RECOVERING, RUNNING, FINISHED, STOPPED, FAILED
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointCounts(Answer):
+    completed: int = 0
+    failed: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointSummary(Answer):
+    """A completed checkpoint (the job's latest, and each retained one)."""
+
+    id: int
+    epoch: int
+    created_ms: int
+    state_bytes: int
+    incremental_bytes: int
+    duration_ms: int
+    incremental: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegionCheckpoint(Answer):
+    """A region's latest completed checkpoint."""
+
+    id: int
+    epoch: int
+    created_ms: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitInfo(Answer):
+    """A source split that failed over on its own (a job without keyed operators)."""
+
+    source: str
+    split: str
+    restarts: int
+    state: str  # RUNNING or RESTARTING
+    last_error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegionInfo(Answer):
+    """One failover region (a job run by one driver lists its regions with the job's state)."""
+
+    id: str  # the region's smallest source uid
+    state: str
+    epoch: int
+    restarts: int
+    nodes: tuple[str, ...] = ()
+    records_in: int = 0
+    records_out: int = 0
+    checkpoints: CheckpointCounts = field(default_factory=CheckpointCounts)
+    latest_checkpoint: RegionCheckpoint | None = None
+    last_error: str | None = None
+    storage: str = ""  # where its checkpoints are
+    splits: tuple[SplitInfo, ...] = ()
+    # Executors lost with the region in them (a job of several regions only).
+    lost_executors: tuple[str, ...] | None = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartupMarks(Answer):
+    """Wall-clock marks (epoch ms, None until reached) of the driver's start-up."""
+
+    process_started_ms: int | None = None
+    driver_started_ms: int | None = None
+    handover_ms: int | None = None  # a pre-started driver was told what to restore
+    spark_ready_ms: int | None = None
+    recovered_ms: int | None = None
+    first_epoch_ms: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RestoreEntry(Answer):
+    """The latest restore of one subtask."""
+
+    operator: str
+    subtask: int
+    checkpoint_id: int
+    source: str  # local or remote
+    local_bytes: int
+    remote_bytes: int
+    epoch: int = 0
+    savepoint: bool = False
+    duration_ms: int = 0
+    fallback: str | None = None  # why a local copy was not used
+    executor: str | None = None
+    host: str | None = None
+    node: str | None = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Restores(Answer):
+    """Subtask restores since the driver started, and the latest one per subtask."""
+
+    local: int = 0
+    remote: int = 0
+    local_bytes: int = 0
+    remote_bytes: int = 0
+    latest: tuple[RestoreEntry, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class StandbyHolder(Answer):
+    executor: str
+    node: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlacedSubtask(Answer):
+    """Where one keyed subtask runs, which key groups it holds, and its local checkpoint."""
+
+    subtask: int
+    parallelism: int
+    executor: str
+    host: str | None = None
+    node: str | None = ""
+    standby: StandbyHolder | None = field(default=None, metadata=OMIT_NONE)
+    key_groups: tuple[int, int] | None = None  # [start, end)
+    checkpoint_id: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class EpochLocality(Answer):
+    local: int
+    total: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Placement(Answer):
+    """Where keyed subtasks run (only with several executors)."""
+
+    keyed_tasks_local: int = 0
+    keyed_tasks: int = 0
+    last_epoch: EpochLocality | None = None
+    subtasks: Mapping[str, tuple[PlacedSubtask, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StandbyCopies(Answer):
+    """What ``local_recovery.standby``'s copies read from the object store."""
+
+    copies: int = 0
+    bytes: int = 0
+    failed: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobInfo(Answer):
+    """``GET /v1/job``: the job's state and progress."""
+
+    epoch: int
+    job: str = ""
+    state: str | None = None
+    max_parallelism: int = 0
+    parallelism: Mapping[str, int] | None = None  # operator uid -> its parallelism
+    regions: tuple[RegionInfo, ...] = ()
+    records_in: int = 0
+    records_out: int = 0
+    restarts: int = 0
+    checkpoints: CheckpointCounts = field(default_factory=CheckpointCounts)
+    latest_checkpoint: CheckpointSummary | None = None
+    last_error: str | None = None
+    started_ms: int = 0
+    startup: StartupMarks = field(default_factory=StartupMarks)
+    stopped_with_savepoint: str | None = None
+    restores: Restores | None = None
+    placement: Placement | None = None  # None with one executor
+    standby_copies: StandbyCopies | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointAttempt(Answer):
+    """One checkpoint attempt of the recent history."""
+
+    id: int
+    epoch: int
+    status: str  # COMPLETED or FAILED
+    at_ms: int
+    state_bytes: int = 0
+    incremental_bytes: int = 0
+    duration_ms: int = 0
+    error: str | None = field(default=None, metadata=OMIT_NONE)
+    region: str | None = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegionStorage(Answer):
+    id: str
+    storage: str
+    latest_checkpoint: RegionCheckpoint | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointsInfo(Answer):
+    """``GET /v1/checkpoints``: retained checkpoints, recent attempts, those in flight."""
+
+    storage: str
+    latest: CheckpointSummary | None = None
+    retained: tuple[CheckpointSummary, ...] = ()
+    history: tuple[CheckpointAttempt, ...] = ()
+    in_flight: tuple[int, ...] = ()
+    regions: tuple[RegionStorage, ...] = ()
+    counts: CheckpointCounts = field(default_factory=CheckpointCounts)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SavepointRequest(Answer):
+    """A savepoint request (``POST /v1/savepoints``, ``GET /v1/savepoints/{id}``)."""
+
+    id: str
+    status: str  # PENDING, IN_PROGRESS, COMPLETED, FAILED
+    stop: bool = False
+    target: str | None = None
+    format_type: str | None = None
+    location: str | None = None
+    epoch: int | None = None
+    state_bytes: int | None = None
+    error: str | None = None
+    created_ms: int = 0
+    started_ms: int | None = None  # its epoch began: a stop's driver processed no record after it
+    completed_ms: int | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("COMPLETED", "FAILED")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SavepointList(Answer):
+    """``GET /v1/savepoints``."""
+
+    savepoints: tuple[SavepointRequest, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class HandoverAnswer(Answer):
+    """``POST /v1/handover``: what the pre-started driver restores from."""
+
+    restore: str
+    allow_non_restored_state: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ErrorAnswer(Answer):
+    """Any refusal (4xx/5xx)."""
+
+    error: str
