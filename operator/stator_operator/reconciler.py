@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stator.control.schema import JobInfo, mirror
+from stator.control.wire import Json
 from stator.driver.restart import History, decide
 
 from .admission import (
@@ -484,10 +485,10 @@ class Reconciler:
             self.pipeline.write(lastError=None)
 
 
-def _job_fields(job: JobInfo) -> dict[str, Any]:
+def _job_fields(job: JobInfo) -> dict[str, Json]:
     """The status fields a running driver's answer gives (bounded by the caller): the
     answer's fields under their camelCase names (``stator.control.schema.mirror``)."""
-    fields: dict[str, Any] = {**mirror(job, "epoch", "parallelism"), "jobState": job.state}
+    fields: dict[str, Json] = {**mirror(job, "epoch", "parallelism"), "jobState": job.state}
     latest = job.latest_checkpoint
     if latest:
         fields["latestCheckpoint"] = {
@@ -500,12 +501,12 @@ def _job_fields(job: JobInfo) -> dict[str, Any]:
     return fields
 
 
-def _restores_and_placement(job: JobInfo) -> dict[str, Any]:
+def _restores_and_placement(job: JobInfo) -> dict[str, Json]:
     """The driver's restores (counts, and the latest per subtask), its failover regions
     (state, epoch, restarts, latest checkpoint, last error of each), what its standby copies
     read (``localRecovery.standby``) and, with executors as pods, which node holds which
     key-group ranges at which checkpoint."""
-    out: dict[str, Any] = {}
+    out: dict[str, Json] = {}
     standby = mirror(job.standby_copies, *STANDBY_FIELDS) if job.standby_copies else {}
     if any(standby.values()):
         out["standbyCopies"] = standby

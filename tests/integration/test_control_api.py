@@ -17,6 +17,7 @@ import pytest
 from stator import Pipeline
 from stator.config import JobConfig
 from stator.control.client import ControlClient, ControlHTTPError
+from stator.control.schema import CheckpointsInfo, JobInfo
 from stator.control.server import serving
 from stator.control.token import read_token
 from stator.driver.epoch_loop import JobDriver
@@ -141,6 +142,7 @@ def test_every_endpoint(running_job: Any, tmp_path: Path) -> None:
     wait_until("two checkpoints", lambda: driver.status.checkpoints >= 2)
     status, job = call(base, "/v1/job")
     assert status == 200 and job["job"] == "control" and job["state"] == "RUNNING"
+    assert JobInfo.from_wire(job).to_wire() == job, "the answer is the schema's"
     assert job["parallelism"] == {"count": 2} and job["max_parallelism"] == 128
     assert [(r["id"], r["nodes"]) for r in job["regions"]] == [
         ("events", ["events", "count", "out"])
@@ -168,6 +170,7 @@ def test_every_endpoint(running_job: Any, tmp_path: Path) -> None:
     )
 
     status, cks = call(base, "/v1/checkpoints")
+    assert CheckpointsInfo.from_wire(cks).to_wire() == cks
     assert status == 200 and cks["latest"]["id"] == cks["retained"][-1]["id"]
     assert len(cks["retained"]) <= 3 and cks["counts"]["completed"] >= 2
     assert all(h["status"] == "COMPLETED" for h in cks["history"])

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Self
 
-from .wire import OMIT_NONE, camel, from_wire, to_wire
+from .wire import OMIT_NONE, Json, camel, from_wire, to_wire
 
 
 class Answer:
     """What every answer can do: be written as JSON data, and be read from it."""
 
-    def to_wire(self) -> dict[str, Any]:
-        data: dict[str, Any] = to_wire(self)
+    def to_wire(self) -> dict[str, Json]:
+        data = to_wire(self)
+        assert isinstance(data, dict)
         return data
 
     @classmethod
@@ -28,7 +29,7 @@ class Answer:
         return from_wire(cls, obj)
 
 
-def mirror(part: object, *names: str) -> dict[str, Any]:
+def mirror(part: object, *names: str) -> dict[str, Json]:
     """The fields ``names`` of ``part`` under their camelCase names, as JSON data: how the
     operator copies a driver's answer into a pipeline's status."""
     return {camel(name): to_wire(getattr(part, name)) for name in names}

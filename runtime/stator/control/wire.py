@@ -16,7 +16,7 @@ import functools
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 from ..errors import StatorError
 
@@ -26,6 +26,7 @@ MAX_INT = (1 << 63) - 1
 OMIT_NONE = {"omit_none": True}  # field metadata: the key is left out while the value is None
 
 T = TypeVar("T")
+Json: TypeAlias = bool | int | float | str | list["Json"] | dict[str, "Json"] | None  # JSON data
 
 
 class WireError(StatorError, ValueError):
@@ -38,7 +39,7 @@ def camel(name: str) -> str:
     return head + "".join(part.capitalize() for part in rest)
 
 
-def to_wire(value: Any) -> Any:
+def to_wire(value: object) -> Json:
     """JSON data of a schema object (tuples become lists; an ``OMIT_NONE`` field that is None
     is left out)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -50,8 +51,10 @@ def to_wire(value: Any) -> Any:
     if isinstance(value, tuple | list):
         return [to_wire(v) for v in value]
     if isinstance(value, Mapping):
-        return {k: to_wire(v) for k, v in value.items()}
-    return value
+        return {str(k): to_wire(v) for k, v in value.items()}
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise TypeError(f"{type(value).__name__} is not JSON data")
 
 
 def from_wire(cls: type[T], obj: object, where: str = "") -> T:
@@ -60,7 +63,7 @@ def from_wire(cls: type[T], obj: object, where: str = "") -> T:
 
 
 @functools.cache
-def _hints(cls: type) -> dict[str, Any]:
+def _hints(cls: type) -> dict[str, object]:
     return typing.get_type_hints(cls)
 
 
