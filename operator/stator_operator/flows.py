@@ -171,7 +171,7 @@ class Flows:
         own = (
             op.kind in (OpKind.UPGRADE, OpKind.RESCALE)
             and op.step is Step.PRESTART
-            and (running.get("executor") is None or replicas(running) != replicas(target))
+            and (running.get("executor") is None or op.changes_parallelism)
         )
         if own:
             return replace(
@@ -259,17 +259,11 @@ class Flows:
         stop = op.kind is not OpKind.SAVEPOINT
         # A rescale reads only the key-groups each new subtask owns from a canonical
         # savepoint, whole overlapping databases from a native one (docs/savepoints.md):
-        # also an upgrade that changes replicas with other fields.
-        running = self.pipeline.status.get("lastReconciledSpec")
-        rescales = op.kind is OpKind.RESCALE or (
-            op.target is not None
-            and running is not None
-            and replicas(op.target) != replicas(running)
-        )
+        # also an upgrade that changes replicas with other fields (``op.changes_parallelism``).
         # Named on every request: the running driver's default is the format of the spec it
         # was deployed with, and a change of formatType alone does not redeploy.
         chosen = get(self.pipeline.spec, "savepoints", "formatType") or "canonical"
-        format_type = "canonical" if rescales else str(chosen)
+        format_type = "canonical" if op.changes_parallelism else str(chosen)
         try:
             request = obs.driver.trigger_savepoint(stop=stop, format_type=format_type)
         except ControlUnreachable as exc:

@@ -76,6 +76,8 @@ class Operation:
     # it is up (a spec applied meanwhile is the next flow's).
     generation: int | None = None
     mode: UpgradeMode | None = None
+    # The change changes the parallelism (spec.Change.rescales, decided when it began).
+    rescales: bool = False
     nonce: int | None = None  # savepoints.triggerNonce answered by this savepoint
     trigger: str | None = None  # "periodic"; else the kind is the trigger
     savepoint_request: str | None = None  # the driver's request id (step 2)
@@ -102,6 +104,12 @@ class Operation:
     # pre-started driver starts its executors while the old driver still processes).
     executor_set: str | None = None
     new_executor_set: bool = False
+
+    @property
+    def changes_parallelism(self) -> bool:
+        """The change's recorded decision; a rescale recorded before ``rescales`` was is
+        one by its kind."""
+        return self.rescales or self.kind is OpKind.RESCALE
 
     def at(self, step: Step, started_at: str, **changes: Any) -> Operation:
         """This operation moved on to ``step``."""

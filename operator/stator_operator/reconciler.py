@@ -31,6 +31,7 @@ from .observer import Observation
 from .operation import OpKind, Step
 from .ports import EventSink, KubeApi, NotOwned
 from .spec import (
+    Change,
     Pinning,
     SpecDiff,
     SpecError,
@@ -172,7 +173,7 @@ class Reconciler:
         if change.diff > SpecDiff.IGNORE:
             if status.get("failedSpec") == attempt_fingerprint(spec):
                 return self._watch(obs, running)  # this spec was rolled back: wait for another
-            return self._redeploy(spec, change.diff, change.fields)
+            return self._redeploy(spec, change)
         nonce = get(spec, "savepoints", "triggerNonce")
         if nonce is not None and nonce != status.get("savepointNonce"):
             return self._start(OpKind.SAVEPOINT, Step.SAVEPOINT, target=running, nonce=nonce)
@@ -181,17 +182,19 @@ class Reconciler:
             return self._start(OpKind.SAVEPOINT, Step.SAVEPOINT, target=running, trigger="periodic")
         return self._watch(obs, running)
 
-    def _redeploy(self, spec: dict[str, Any], diff: SpecDiff, fields: tuple[str, ...]) -> float:
-        """A rescale always goes through a savepoint; an upgrade by ``upgradeMode``."""
+    def _redeploy(self, spec: dict[str, Any], change: Change) -> float:
+        """A rescale always goes through a savepoint; an upgrade by ``upgradeMode``. The
+        flow records the change's decision (``rescales``) for its steps to read."""
         mode = upgrade_mode(spec)
-        kind = OpKind.RESCALE if diff is SpecDiff.SCALE else OpKind.UPGRADE
-        self.event("Normal", "SpecChanged", f"{kind} ({mode}): {', '.join(fields)}")
+        kind = OpKind.RESCALE if change.diff is SpecDiff.SCALE else OpKind.UPGRADE
+        self.event("Normal", "SpecChanged", f"{kind} ({mode}): {', '.join(change.fields)}")
         self.pipeline.write(restartHistory=None)  # a new spec gets a fresh restart budget
+        fields: dict[str, Any] = {"target": spec, "rescales": change.rescales}
         if kind is OpKind.RESCALE or mode is UpgradeMode.SAVEPOINT:
             first = Step.PRESTART if prestart(spec) else Step.SAVEPOINT
-            return self._start(kind, first, target=spec, mode=UpgradeMode.SAVEPOINT)
+            return self._start(kind, first, mode=UpgradeMode.SAVEPOINT, **fields)
         restore = "latest" if mode is UpgradeMode.LAST_STATE else "none"
-        return self._start(kind, Step.REMOVE_DRIVER, target=spec, mode=mode, restore=restore)
+        return self._start(kind, Step.REMOVE_DRIVER, mode=mode, restore=restore, **fields)
 
     def _first_deploy(self, spec: dict[str, Any], obs: Observation) -> float:
         """Deploy, once the initial savepoint (if any) is known readable; a pipeline created

@@ -59,8 +59,14 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class Change:
+    """The one decision of what a spec change is; the flow it starts records it (flows read
+    it from their operation, never from the specs again)."""
+
     diff: SpecDiff
     fields: tuple[str, ...]
+    # The parallelism changes (a rescale, or an upgrade that also changes replicas): the
+    # savepoint is canonical, and a pre-started driver runs an executor set of its own.
+    rescales: bool = False
 
 
 def get(spec: dict[str, Any], *path: str, default: Any = None) -> Any:
@@ -140,7 +146,7 @@ def classify(running: dict[str, Any] | None, desired: dict[str, Any]) -> Change:
         (SpecDiff.SCALE if field == "replicas" else SpecDiff.UPGRADE for field in changed),
         default=SpecDiff.IGNORE,
     )
-    return Change(diff, changed)
+    return Change(diff, changed, rescales="replicas" in changed)
 
 
 # spec.config keys (or sections) the operator sets itself or from a spec field, and what to

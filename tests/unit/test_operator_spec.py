@@ -96,6 +96,10 @@ def test_classify_rescale_and_upgrade() -> None:
     config = classify(SPEC, changed(config={"epoch.max_records": "10"}))
     assert (config.diff, config.fields) == (SpecDiff.UPGRADE, ("config.epoch.max_records",))
     assert classify(None, SPEC).diff is SpecDiff.UPGRADE
+    # Decided here once: the flow reads it from its operation (canonical savepoint, own
+    # executor set), also an upgrade that changes replicas with other fields.
+    assert classify(SPEC, changed(replicas=4)).rescales and both.rescales
+    assert not config.rescales and not classify(None, SPEC).rescales
 
 
 def test_an_absent_replicas_is_the_runtime_default_not_a_rescale() -> None:
