@@ -86,6 +86,7 @@ from .naming import (
 )
 from .observer import Observation, PrestartedDriver
 from .operation import Operation, OpKind, Step
+from .pipeline_spec import Pinning, PipelineSpec
 from .ports import DriverApi, EventSink, KubeApi
 from .resources import (
     config_map,
@@ -98,18 +99,7 @@ from .resources import (
     service,
     service_account,
 )
-from .spec import (
-    Pinning,
-    attempt_fingerprint,
-    checkpoint_storage,
-    executor_instances,
-    get,
-    pinning,
-    readiness_timeout,
-    replicas,
-    savepoint_dir,
-    savepoint_timeout,
-)
+from .spec import attempt_fingerprint
 from .status import StatusWriter, age_s, now
 from .storage import SavepointStorage, is_under
 
@@ -164,14 +154,13 @@ class Flows:
         running deployment's set: its executors come back to their volumes and restore
         locally, after the old driver's executors are gone."""
         p = self.pipeline
-        target = op.target or {}
-        if target.get("executor") is None or op.kind in (OpKind.SAVEPOINT, OpKind.DELETE):
+        if _target(op).executor is None or op.kind in (OpKind.SAVEPOINT, OpKind.DELETE):
             return op
-        running = p.status.get("lastReconciledSpec") or {}
+        running = self._last_reconciled()
         own = (
             op.kind in (OpKind.UPGRADE, OpKind.RESCALE)
             and op.step is Step.PRESTART
-            and (running.get("executor") is None or op.changes_parallelism)
+            and (running is None or running.executor is None or op.changes_parallelism)
         )
         if own:
             return replace(
@@ -211,7 +200,7 @@ class Flows:
         p = self.pipeline
         pod = driver_pod_name(p.name, op.id)
         if nxt.pod is None:
-            spec = op.target or {}
+            spec = _target(op)
             body = self._ensure_objects(spec, op.executor_set)
             start = op.new_executor_set
             self.kube.ensure(
@@ -232,7 +221,7 @@ class Flows:
             # The new spec's driver refused to start (its configuration, its pipeline, its
             # storage): the running job is not stopped for a spec that cannot run.
             return self._abort(op, f"the new driver refused to start: {nxt.termination_message}")
-        timeout = readiness_timeout(op.target or {})
+        timeout = _target(op).failover.readiness_timeout_seconds
         problem = None
         if nxt.ended:
             problem = f"it ended: {nxt.termination_message or 'no message'}"
@@ -262,8 +251,8 @@ class Flows:
         # also an upgrade that changes replicas with other fields (``op.changes_parallelism``).
         # Named on every request: the running driver's default is the format of the spec it
         # was deployed with, and a change of formatType alone does not redeploy.
-        chosen = get(self.pipeline.spec, "savepoints", "formatType") or "canonical"
-        format_type = "canonical" if op.changes_parallelism else str(chosen)
+        chosen = self.pipeline.spec.savepoints.format_type or "canonical"
+        format_type = "canonical" if op.changes_parallelism else chosen
         try:
             request = obs.driver.trigger_savepoint(stop=stop, format_type=format_type)
         except ControlUnreachable as exc:
@@ -287,7 +276,7 @@ class Flows:
                 return self._savepoint_completed(op, path, epoch, stopped)
             if status == "FAILED":
                 return self._fallback(op, f"savepoint failed: {request.get('error')}")
-            timeout = savepoint_timeout(self.pipeline.spec)
+            timeout = self.pipeline.spec.savepoints.timeout_seconds
             if age_s(op.step_started_at) > timeout and not (
                 request.get("stop") and self._storage_moved(op)
             ):
@@ -298,7 +287,7 @@ class Flows:
         if obs.found_savepoint is not None:
             return self._savepoint_completed(op, obs.found_savepoint, None)
         gone = obs.pod is None or obs.ended
-        if gone or age_s(op.step_started_at) > savepoint_timeout(self.pipeline.spec):
+        if gone or age_s(op.step_started_at) > self.pipeline.spec.savepoints.timeout_seconds:
             return self._fallback(op, f"the driver is unreachable: {obs.unreachable}")
         return 2.0  # the driver may be busy: ask again
 
@@ -308,8 +297,8 @@ class Flows:
         # A driver runs the user's code: what it reports is not recorded, restored from or
         # disposed of unless it is where the operator's savepoints go (the running spec's
         # directory, or the one an upgrade moves them to).
-        specs = (self.pipeline.status.get("lastReconciledSpec"), op.target, self.pipeline.spec)
-        roots = [savepoint_dir(s) for s in specs if s]
+        specs = (self.pipeline.status.get("lastReconciledSpec"), op.target, self.pipeline.raw_spec)
+        roots = [PipelineSpec.read(s).savepoint_dir for s in specs if s]
         root = next((r for r in roots if is_under(path, r)), None)
         if root is None or len(path) > MAX_LOCATION:
             return self._fallback(
@@ -333,23 +322,24 @@ class Flows:
         """An upgrade or rescale to another checkpoint storage: without its savepoint the new
         driver finds none of the job's checkpoints. (A stop asked for is waited out, past the
         timeout: given up, the stop would still land and end the running job.)"""
-        running = self.pipeline.status.get("lastReconciledSpec")
+        running = self._last_reconciled()
         return (
             op.kind in (OpKind.UPGRADE, OpKind.RESCALE)
             and running is not None
-            and checkpoint_storage(op.target or {}) != checkpoint_storage(running)
+            and _target(op).checkpointing.storage != running.checkpointing.storage
         )
 
     def _fallback(self, op: Operation, reason: str) -> float:
         """No savepoint: continue from the latest checkpoint instead of blocking; but not
         where the new spec's checkpoint storage is another (it holds none of the job's
         checkpoints: the new driver would start empty), then the upgrade is given up."""
-        running = self.pipeline.status.get("lastReconciledSpec") or {}
         if self._storage_moved(op):
+            running = self._last_reconciled()
+            old = running.checkpointing.storage if running else ""
             return self._abort(
                 op,
                 f"{reason}; the new spec's checkpoint storage holds none of the job's "
-                f"checkpoints (they are under {checkpoint_storage(running)}), so the upgrade "
+                f"checkpoints (they are under {old}), so the upgrade "
                 f"needs the savepoint",
             )
         self.event(
@@ -399,8 +389,8 @@ class Flows:
         At each savepoint, and while the pipeline runs (a lowered limit, an entry growing
         past the age limit)."""
         spec = self.pipeline.spec
-        keep = int(get(spec, "savepoints", "historyMaxCount", default=5) or 5)
-        max_age = get(spec, "savepoints", "historyMaxAgeSeconds")
+        keep = spec.savepoints.history_max_count
+        max_age = spec.savepoints.history_max_age_seconds
         kept = [h for h in history if not max_age or age_s(h.get("time")) <= max_age][-keep:]
         for old in history:
             if old not in kept and old.get("trigger") in ("savepoint", "periodic"):
@@ -414,7 +404,7 @@ class Flows:
         if wait > 0:  # restart backoff
             return min(wait, 5.0)
         if self._hands_over_early(op):
-            allow = _allow_non_restored(op.target or {})
+            allow = _target(op).restore.allow_non_restored_state
             return self._hand_over(op, nxt or PrestartedDriver(), str(op.restore), allow)
         p = self.pipeline
         keep = op.id if op.prestarted else None
@@ -457,23 +447,30 @@ class Flows:
             and op.savepoint is not None
             and op.restore == op.savepoint
             and op.processing_stopped_ms is not None
-            and (get(op.target or {}, "executor") is None or op.new_executor_set)
+            and (_target(op).executor is None or op.new_executor_set)
         )
 
     # ------------------------------------------------------------------ 4, 5: deploy
 
-    def _ensure_objects(self, spec: dict[str, Any], executor_set: str | None) -> dict[str, Any]:
+    def _last_reconciled(self) -> PipelineSpec | None:
+        """The running deployment's spec (``lastReconciledSpec``), if any."""
+        raw = self.pipeline.status.get("lastReconciledSpec")
+        return None if raw is None else PipelineSpec.read(raw)
+
+    def _ensure_objects(self, spec: PipelineSpec, executor_set: str | None) -> dict[str, Any]:
         """RBAC, Secret, Service, NetworkPolicy and config a driver of ``spec`` needs (running
         executor set ``executor_set``); the pipeline object with that spec."""
         # The spec a flow deploys was checked when the flow began; a stored one (a rollback's
         # lastStableSpec, a flow an older operator started) is checked again before any
         # object is made from it.
         check_pods(spec, self.pipeline.name, self.pipeline.namespace)
-        body = {**self.pipeline.body, "spec": spec}
+        body = {**self.pipeline.body, "spec": spec.raw}
         # Executor rules while the new or the running driver has executor pods (the running
         # one still works during a pre-start); cut to the Lease at the next flow after.
-        running = self.pipeline.status.get("lastReconciledSpec") or {}
-        executors = spec.get("executor") is not None or running.get("executor") is not None
+        running = self._last_reconciled()
+        executors = spec.executor is not None or (
+            running is not None and running.executor is not None
+        )
         self.kube.apply(role(body, executors))  # before its binding: binding needs the Role
         objects = (service_account(body), role_binding(body), service(body))
         policy = network_policy(body, os.environ.get("STATOR_OPERATOR_NAMESPACE"))
@@ -483,9 +480,9 @@ class Flows:
         return body
 
     def _deploy(self, op: Operation, nxt: PrestartedDriver | None) -> float:
-        spec = op.target or {}
+        spec = _target(op)
         restore = op.restore or "latest"
-        allow = _allow_non_restored(spec)
+        allow = spec.restore.allow_non_restored_state
         if op.handed_over_ms is not None:
             return self._deployed(op, restore, " (pre-started, handed over at step 3)")
         if op.prestarted:
@@ -537,7 +534,7 @@ class Flows:
         if obs.ready or obs.phase == "Succeeded":  # Succeeded: a bounded job with nothing
             self._running(op)  # left to read ran to its end at once; the watch sees it
             return 2.0
-        timeout = readiness_timeout(op.target or {})
+        timeout = _target(op).failover.readiness_timeout_seconds
         failed = obs.pod is None or obs.ended
         if failed:
             return DriverFailed(f"driver pod {obs.phase or 'missing'}")
@@ -547,7 +544,7 @@ class Flows:
 
     def _running(self, op: Operation) -> None:
         """The new driver is ready: it is the running deployment now."""
-        spec = op.target or {}
+        spec = _target(op)
         p = self.pipeline
         steps = op.timings()
         p.write(
@@ -567,9 +564,9 @@ class Flows:
             },
             operation=None,
             phase="Running",
-            lastReconciledSpec=spec,
-            lastStableSpec=spec,
-            replicas=replicas(spec),
+            lastReconciledSpec=spec.raw,
+            lastStableSpec=spec.raw,
+            replicas=spec.parallelism,
             selector=f"stator.dev/pipeline={p.name}",
             # The generation this flow brings up, not one applied while it ran.
             observedGeneration=op.generation or p.body["metadata"].get("generation"),
@@ -587,15 +584,15 @@ class Flows:
         )
         # The spec asked for runs (not a rollback's, nor a resume's of the last good one while
         # the spec still holds a failed one): its error and its failure are over.
-        if op.kind is not OpKind.ROLLBACK and attempt_fingerprint(spec) == attempt_fingerprint(
-            p.spec
+        if op.kind is not OpKind.ROLLBACK and attempt_fingerprint(spec.raw) == attempt_fingerprint(
+            p.raw_spec
         ):
             p.write(lastError=None, failedSpec=None)
-        if spec.get("executor") is None:  # the old driver's executor rules are not needed now
-            self.kube.apply(role({**p.body, "spec": spec}, executors=False))
+        if spec.executor is None:  # the old driver's executor rules are not needed now
+            self.kube.apply(role({**p.body, "spec": spec.raw}, executors=False))
         # The claims of executors the deployment no longer has: those of other sets (a
         # rescale's old one) and of ordinals past its executors (a rescale to fewer).
-        keep = executor_instances(spec) if pinning(spec) is not Pinning.OFF else 0
+        keep = spec.executor_instances if spec.pinning is not Pinning.OFF else 0
         surplus = []
         for executors in self.kube.executor_sets(p.namespace, spark_app_id(p.namespace, p.name)):
             kept = keep if executors == op.executor_set else 0
@@ -613,9 +610,9 @@ class Flows:
         )
 
 
-def _allow_non_restored(spec: dict[str, Any]) -> bool:
-    """Whether the new driver may drop state its code no longer has."""
-    return bool(get(spec, "restore", "allowNonRestoredState", default=False))
+def _target(op: Operation) -> PipelineSpec:
+    """The spec the flow brings up (or stops), as recorded when it began."""
+    return PipelineSpec.read(op.target or {})
 
 
 def _pending_stop(driver: DriverApi) -> SavepointRequest | None:

@@ -13,6 +13,7 @@ CONFIG_MOUNT = "/etc/stator"
 EXECUTOR_TEMPLATE = "executor-pod.yaml"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 CONTROL_MOUNT = "/etc/stator-control"
+CONTROL_PORT = 8081  # the driver's control API
 STOPPED_EXIT_CODE = 3  # the driver stopped with a savepoint (not: finished its input)
 JOB_FAILED_EXIT_CODE = 2  # `stator run`: refused, or ended by a failure no restart fixes
 CONTROL_TOKEN_KEY = "token"  # noqa: S105 - the key in the Secret, not a secret

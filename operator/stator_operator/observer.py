@@ -23,10 +23,10 @@ from stator.control.client import (
     SavepointRequest,
 )
 
-from .naming import CONTROL_TOKEN_KEY, control_secret_name, driver_lease_name
+from .naming import CONTROL_PORT, CONTROL_TOKEN_KEY, control_secret_name, driver_lease_name
 from .operation import Operation, Step
+from .pipeline_spec import PipelineSpec
 from .ports import Connect, DriverApi, KubeApi
-from .spec import CONTROL_PORT, get
 from .status import StatusWriter
 from .storage import SavepointStorage
 
@@ -178,7 +178,7 @@ class Observer:
     def _steady(self, pipeline: StatusWriter, base: Observation) -> Observation:
         if pipeline.status.get("lastReconciledSpec") is None:  # nothing deployed yet
             spec = pipeline.spec
-            initial = get(spec, "restore", "initialSavepoint")
+            initial = spec.restore.initial_savepoint
             if initial and initial != "latest":
                 problem = self.storage.restore_problem(pipeline.namespace, spec, initial)
                 return replace(base, restore_problem=problem)
@@ -224,6 +224,7 @@ class Observer:
                 unreachable = str(exc)
         # The driver may have stopped before it was asked: look in storage, where the
         # *running* spec's driver writes (an upgrade's target may name another directory).
-        spec = pipeline.status.get("lastReconciledSpec") or op.target or pipeline.spec
+        raw = pipeline.status.get("lastReconciledSpec") or op.target
+        spec = PipelineSpec.read(raw) if raw else pipeline.spec
         found = self.storage.find(pipeline.namespace, spec, request_id)
         return replace(base, unreachable=unreachable, found_savepoint=found)

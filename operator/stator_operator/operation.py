@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Any
 
-from .spec import UpgradeMode
+from .pipeline_spec import UpgradeMode
 
 
 class OpKind(StrEnum):

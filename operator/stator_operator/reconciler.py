@@ -29,22 +29,15 @@ from .naming import (
 )
 from .observer import Observation
 from .operation import OpKind, Step
+from .pipeline_spec import DesiredState, Pinning, PipelineSpec, SpecError, UpgradeMode
 from .ports import EventSink, KubeApi, NotOwned
 from .spec import (
     Change,
-    Pinning,
     SpecDiff,
-    SpecError,
-    UpgradeMode,
     attempt_fingerprint,
     check_transition,
     classify,
     fingerprint,
-    get,
-    pinning,
-    prestart,
-    upgrade_mode,
-    validate,
 )
 from .status import StatusWriter, age_s, now, stamp_ms
 from .storage import SavepointStorage
@@ -81,7 +74,7 @@ class Reconciler:
         if self.pipeline.has_condition("SpecValid", False) and self._invalid_reason() == NAME_TAKEN:
             self._spec_accepted()
         if isinstance(result, DriverFailed):
-            target = op.target or self.pipeline.spec
+            target = PipelineSpec.read(op.target) if op.target else self.pipeline.spec
             # A restart continues the run this flow started (or continued).
             run = (op.restore or "latest", op.lineage or op.id)
             savepoint = op.savepoint
@@ -99,16 +92,16 @@ class Reconciler:
         spec = self.pipeline.spec
         op = self.pipeline.operation
         if op is None or op.kind is not OpKind.DELETE:
-            final = bool(get(spec, "deletion", "finalSavepoint", default=True))
+            final = spec.deletion.final_savepoint
             self.flows.start(
                 OpKind.DELETE,
                 Step.SAVEPOINT if final and obs.pod is not None else Step.REMOVE_DRIVER,
-                target=self.pipeline.status.get("lastReconciledSpec") or spec,
+                target=self.pipeline.status.get("lastReconciledSpec") or spec.raw,
                 delete_started_at=now(),
             )
             return 0.0
         if not op.done:
-            timeout = float(get(spec, "deletion", "timeoutSeconds", default=300))
+            timeout = spec.deletion.timeout_seconds
             if age_s(op.delete_started_at) <= timeout:
                 result = self.flows.advance(op, obs)  # steps 1-3: no driver to await
                 return 0.0 if isinstance(result, DriverFailed) else result
@@ -124,13 +117,13 @@ class Reconciler:
             claims += self.kube.delete_claims(p.namespace, executors, 0)
         if claims:
             self.event("Normal", "ClaimsDeleted", f"executors' state claims: {claims}")
-        ran = op.target or spec
+        ran = PipelineSpec.read(op.target) if op.target else spec
         problem = self.storage.release_checkpoints(p.namespace, ran, p.name, p.uid)
         if problem:  # a pipeline created again under the name needs checkpointing.adopt
             self.event("Warning", "CheckpointsNotReleased", problem)
-        if get(spec, "savepoints", "disposeOnDelete", default=False):
+        if spec.savepoints.dispose_on_delete:
             # The final savepoint this deletion took is kept unless asked: it is the state.
-            final = bool(get(spec, "deletion", "disposeFinalSavepoint", default=False))
+            final = spec.deletion.dispose_final_savepoint
             kept = []
             for sp in self.pipeline.status.get("savepoints", []):
                 if sp.get("trigger") == OpKind.DELETE.value and not final:
@@ -146,60 +139,62 @@ class Reconciler:
 
     def _plan(self, obs: Observation) -> float:
         """Start a flow if the spec asks for one, else watch the driver."""
-        spec, status = self.pipeline.spec, self.pipeline.status
-        running = status.get("lastReconciledSpec")
-        if not self._spec_valid():
+        status = self.pipeline.status
+        ran = status.get("lastReconciledSpec")
+        running = None if ran is None else PipelineSpec.read(ran)
+        spec = self._valid_spec()
+        if spec is None:
             if running is not None and status.get("phase") != "Suspended":
                 self._watch(obs, running)  # the last good spec keeps running meanwhile
             return 30.0
-        if running is None:
+        if ran is None or running is None:
             return self._first_deploy(spec, obs)
         self._spec_accepted()
         suspended = status.get("phase") == "Suspended"
-        if spec.get("state") == "suspended" and not suspended:
-            return self._start(OpKind.SUSPEND, Step.SAVEPOINT, target=running)
-        if spec.get("state", "running") == "running" and suspended:
+        if spec.state is DesiredState.SUSPENDED and not suspended:
+            return self._start(OpKind.SUSPEND, Step.SAVEPOINT, target=ran)
+        if spec.state is DesiredState.RUNNING and suspended:
             restore = status.get("suspendedWith") or "latest"
             # A spec rolled back before is not tried again by a resume: the last good one
             # resumes (as it would have kept running), until the spec changes.
-            failed = status.get("failedSpec") == attempt_fingerprint(spec)
-            target = running if failed else spec
+            failed = status.get("failedSpec") == attempt_fingerprint(spec.raw)
+            target = ran if failed else spec.raw
             return self._start(OpKind.RESUME, Step.DEPLOY, target=target, restore=restore)
         if suspended:
             return 30.0
-        change = classify(running, spec)
+        change = classify(ran, spec.raw)
         if change.diff is SpecDiff.IGNORE and status.get("phase") in ("Finished", "Failed"):
             return 10.0  # the job ended (or gave up): nothing to do until the spec changes
         if change.diff > SpecDiff.IGNORE:
-            if status.get("failedSpec") == attempt_fingerprint(spec):
+            if status.get("failedSpec") == attempt_fingerprint(spec.raw):
                 return self._watch(obs, running)  # this spec was rolled back: wait for another
             return self._redeploy(spec, change)
-        nonce = get(spec, "savepoints", "triggerNonce")
+        nonce = spec.savepoints.trigger_nonce
         if nonce is not None and nonce != status.get("savepointNonce"):
-            return self._start(OpKind.SAVEPOINT, Step.SAVEPOINT, target=running, nonce=nonce)
+            return self._start(OpKind.SAVEPOINT, Step.SAVEPOINT, target=ran, nonce=nonce)
         if self._periodic_due():
             self.pipeline.write(periodicSavepointAt=now())
-            return self._start(OpKind.SAVEPOINT, Step.SAVEPOINT, target=running, trigger="periodic")
+            return self._start(OpKind.SAVEPOINT, Step.SAVEPOINT, target=ran, trigger="periodic")
         return self._watch(obs, running)
 
-    def _redeploy(self, spec: dict[str, Any], change: Change) -> float:
+    def _redeploy(self, spec: PipelineSpec, change: Change) -> float:
         """A rescale always goes through a savepoint; an upgrade by ``upgradeMode``. The
         flow records the change's decision (``rescales``) for its steps to read."""
-        mode = upgrade_mode(spec)
+        mode = spec.upgrade_mode
         kind = OpKind.RESCALE if change.diff is SpecDiff.SCALE else OpKind.UPGRADE
         self.event("Normal", "SpecChanged", f"{kind} ({mode}): {', '.join(change.fields)}")
         self.pipeline.write(restartHistory=None)  # a new spec gets a fresh restart budget
-        fields: dict[str, Any] = {"target": spec, "rescales": change.rescales}
+        fields: dict[str, Any] = {"target": spec.raw, "rescales": change.rescales}
         if kind is OpKind.RESCALE or mode is UpgradeMode.SAVEPOINT:
-            first = Step.PRESTART if prestart(spec) else Step.SAVEPOINT
+            first = Step.PRESTART if spec.driver.prestart else Step.SAVEPOINT
             return self._start(kind, first, mode=UpgradeMode.SAVEPOINT, **fields)
         restore = "latest" if mode is UpgradeMode.LAST_STATE else "none"
         return self._start(kind, Step.REMOVE_DRIVER, mode=mode, restore=restore, **fields)
 
-    def _first_deploy(self, spec: dict[str, Any], obs: Observation) -> float:
+    def _first_deploy(self, spec: PipelineSpec, obs: Observation) -> float:
         """Deploy, once the initial savepoint (if any) is known readable; a pipeline created
         suspended waits for ``state: running``."""
-        if spec.get("state") == "suspended":
+        if spec.state is DesiredState.SUSPENDED:
             if self.pipeline.status.get("phase") != "Suspended":
                 self._spec_accepted()
                 self.pipeline.write(phase="Suspended")
@@ -209,14 +204,14 @@ class Reconciler:
                     "created suspended: nothing runs until spec.state is running",
                 )
             return 30.0
-        restore = get(spec, "restore", "initialSavepoint") or "latest"
+        restore = spec.restore.initial_savepoint or "latest"
         if restore != "latest" and obs.restore_problem is not None:
             self._spec_invalid(
                 "UnreadableSavepoint", f"spec.restore.initialSavepoint: {obs.restore_problem}"
             )
             return 30.0
         self._spec_accepted()
-        return self._start(OpKind.DEPLOY, Step.DEPLOY, restore=restore, target=spec)
+        return self._start(OpKind.DEPLOY, Step.DEPLOY, restore=restore, target=spec.raw)
 
     def _start(self, kind: OpKind, step: Step, **fields: Any) -> float:
         self.flows.start(kind, step, **fields)
@@ -226,7 +221,7 @@ class Reconciler:
         """``savepoints.periodicSeconds`` since the last savepoint, periodic attempt or
         deployment, whichever is latest."""
         status = self.pipeline.status
-        every = int(get(self.pipeline.spec, "savepoints", "periodicSeconds", default=0) or 0)
+        every = self.pipeline.spec.savepoints.periodic_seconds
         if not every or status.get("phase") != "Running":
             return False
         stamps = [h.get("time") or "" for h in status.get("savepoints", [])]
@@ -239,14 +234,14 @@ class Reconciler:
 
     # ------------------------------------------------------------------ the running driver
 
-    def _watch(self, obs: Observation, running: dict[str, Any]) -> float:
+    def _watch(self, obs: Observation, running: PipelineSpec) -> float:
         """Mirror the driver's progress into status; a failed, vanished or lost driver
         restarts."""
         status = self.pipeline.status
         ended = self._ended(obs, running)
         if ended is not None:
             return ended
-        if pinning(running) is Pinning.PREFERRED:
+        if running.pinning is Pinning.PREFERRED:
             self._release_lost_executors()
         history = status.get("savepoints") or []
         kept = self.flows.prune(history)
@@ -283,7 +278,7 @@ class Reconciler:
             f"driver {status['deployment']['id']} ran its first epoch{after} (start-up: {split})",
         )
 
-    def _ended(self, obs: Observation, running: dict[str, Any]) -> float | None:
+    def _ended(self, obs: Observation, running: PipelineSpec) -> float | None:
         """The driver finished, stopped, failed, vanished or is lost: what follows."""
         if obs.phase == "Succeeded":  # a bounded job read all its input
             if self.pipeline.status.get("phase") != "Finished":
@@ -303,7 +298,7 @@ class Reconciler:
             return self._driver_lost(obs, running)
         return None
 
-    def _driver_lost(self, obs: Observation, running: dict[str, Any]) -> float:
+    def _driver_lost(self, obs: Observation, running: PipelineSpec) -> float:
         """The driver stopped renewing its Lease: its node is lost (powered off, or cut off)
         or it hangs. Kubernetes cannot tell whether it still runs, so its pod is removed at
         once (no kubelet may ever confirm it) and a new driver restarts from the latest
@@ -349,7 +344,7 @@ class Reconciler:
         self.event("Warning", "JobFailed", cause)
         return 60.0
 
-    def _stopped_outside(self, running: dict[str, Any]) -> float:
+    def _stopped_outside(self, running: PipelineSpec) -> float:
         """The job stopped with a savepoint that no flow of the operator asked for (another
         holder of the control token): not Finished; it runs again from its latest checkpoint
         (the stop took one with the savepoint), as the spec says it should be running."""
@@ -361,13 +356,13 @@ class Reconciler:
         self.pipeline.write(lastError=message)
         restore, lineage = self._running_run()
         return self._start(
-            OpKind.RESTART, Step.REMOVE_DRIVER, target=running, restore=restore, lineage=lineage
+            OpKind.RESTART, Step.REMOVE_DRIVER, target=running.raw, restore=restore, lineage=lineage
         )
 
     def _driver_failed(
         self,
         kind: OpKind,
-        target: dict[str, Any],
+        target: PipelineSpec,
         savepoint: str | None,
         reason: str,
         avoid_node: str | None = None,
@@ -384,7 +379,7 @@ class Reconciler:
         changed = (
             kind is OpKind.RESUME
             and stable is not None
-            and (fingerprint(target) != fingerprint(stable))
+            and (fingerprint(target.raw) != fingerprint(stable))
         )
         if (kind in (OpKind.UPGRADE, OpKind.RESCALE) or changed) and stable is not None:
             self.event("Warning", "UpgradeFailed", f"{reason}; rolling back")
@@ -394,7 +389,7 @@ class Reconciler:
                 "RolledBack",
                 f"{reason}; rolled back to the last stable spec. Change the spec to try again",
             )
-            p.write(failedSpec=attempt_fingerprint(target))
+            p.write(failedSpec=attempt_fingerprint(target.raw))
             restore = savepoint or "latest"
             return self._start(OpKind.ROLLBACK, Step.REMOVE_DRIVER, target=stable, restore=restore)
         restarts = int(p.status.get("restarts", 0)) + 1
@@ -419,7 +414,7 @@ class Reconciler:
         return self._start(
             OpKind.RESTART,
             Step.REMOVE_DRIVER,
-            target=target,
+            target=target.raw,
             restore=restore,
             lineage=lineage,
             not_before=time.time() + delay_s,
@@ -440,26 +435,27 @@ class Reconciler:
 
     # ------------------------------------------------------------------ spec validity
 
-    def _spec_valid(self) -> bool:
-        """The checks the CRD schema cannot express, reported as the SpecValid condition."""
+    def _valid_spec(self) -> PipelineSpec | None:
+        """The spec, parsed with the checks the CRD schema cannot express; None if one
+        fails (reported as the SpecValid condition)."""
         p = self.pipeline
         try:
             check_name(p.name)
             if self.require_restricted:
                 check_namespace(p.namespace, self.kube.namespace_labels(p.namespace))
-            validate(p.spec)
-            check_storage_roots(p.spec, p.name, p.namespace)
-            check_job_config(p.spec, p.name, p.namespace)
-            check_pods(p.spec, p.name, p.namespace)
+            spec = PipelineSpec.parse(p.raw_spec)
+            check_storage_roots(spec, p.name, p.namespace)
+            check_job_config(spec, p.name, p.namespace)
+            check_pods(spec, p.name, p.namespace)
             running = p.status.get("lastReconciledSpec")
             if running is not None:
                 suspended = p.status.get("phase") == "Suspended"
                 with_ = (p.status.get("suspendedWith") or "latest") if suspended else None
-                check_transition(running, p.spec, with_)
+                check_transition(PipelineSpec.read(running), spec, with_)
         except ValueError as exc:
             self._spec_invalid("InvalidSpec", str(exc))
-            return False
-        return True
+            return None
+        return spec
 
     def _spec_invalid(self, reason: str, message: str) -> None:
         """Report a spec that cannot run: condition, lastError, one event per new message;

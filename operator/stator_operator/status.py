@@ -10,6 +10,7 @@ import datetime as dt
 from typing import Any
 
 from .operation import Operation
+from .pipeline_spec import PipelineSpec
 from .ports import StatusApi
 
 STAMP = "%Y-%m-%dT%H:%M:%SZ"
@@ -52,8 +53,14 @@ class StatusWriter:
         return str(self.body["metadata"].get("uid") or "")
 
     @property
-    def spec(self) -> dict[str, Any]:
+    def raw_spec(self) -> dict[str, Any]:
+        """The spec as given: what is recorded in status and compared."""
         return dict(self.body.get("spec") or {})
+
+    @property
+    def spec(self) -> PipelineSpec:
+        """The spec's fields (its checks are the reconciler's: ``PipelineSpec.parse``)."""
+        return PipelineSpec.read(self.raw_spec)
 
     @property
     def status(self) -> dict[str, Any]:

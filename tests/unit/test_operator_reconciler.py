@@ -23,7 +23,8 @@ from stator_operator import flows, observer
 from stator_operator.admission import ENFORCE_LABEL
 from stator_operator.naming import spark_app_id
 from stator_operator.operation import Operation, OpKind, Step
-from stator_operator.spec import UpgradeMode, attempt_fingerprint
+from stator_operator.pipeline_spec import UpgradeMode
+from stator_operator.spec import attempt_fingerprint
 from tests.unit.operator_fakes import Bed, FakeDriver
 from tests.unit.savepoints import write_savepoint
 
