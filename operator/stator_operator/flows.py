@@ -74,6 +74,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from stator.control.client import ControlHTTPError, ControlUnreachable, SavepointRequest
+from stator.driver.status import JobState
 
 from .admission import check_pods
 from .naming import (
@@ -85,8 +86,10 @@ from .naming import (
     spark_app_id,
 )
 from .observer import Observation, PrestartedDriver
-from .operation import Operation, OpKind, Step
+from .operation import PERIODIC, Operation, OpKind, Step
+from .outcomes import ConditionType, Phase, PodPhase, Restore, SavepointStatus
 from .pipeline_spec import Pinning, PipelineSpec
+from .pipeline_status import Deployment, SavepointRecord
 from .ports import DriverApi, EventSink, KubeApi
 from .resources import (
     config_map,
@@ -168,7 +171,9 @@ class Flows:
                 executor_set=new_executor_set(p.namespace, p.name, op.id),
                 new_executor_set=True,
             )
-        return replace(op, executor_set=running_executor_set(p.status, p.namespace, p.name))
+        deployment = p.status.deployment
+        recorded = deployment.executor_set if deployment else None
+        return replace(op, executor_set=running_executor_set(recorded, p.namespace, p.name))
 
     def advance(self, op: Operation, obs: Observation) -> float | DriverFailed:
         """Take the operation's current step; seconds until the next look, or DriverFailed."""
@@ -214,7 +219,7 @@ class Flows:
                 "the hand-over",
             )
             return 1.0
-        if nxt.state == "STANDBY":
+        if nxt.state == JobState.STANDBY:
             self._goto(op, Step.SAVEPOINT, prestarted=True)
             return 0.0
         if nxt.ended and nxt.exit_code == JOB_FAILED_EXIT_CODE:
@@ -225,7 +230,7 @@ class Flows:
         problem = None
         if nxt.ended:
             problem = f"it ended: {nxt.termination_message or 'no message'}"
-        elif nxt.state not in (None, "CREATED"):  # CREATED: still starting
+        elif nxt.state not in (None, JobState.CREATED):  # CREATED: still starting
             problem = f"it reports {nxt.state}, not STANDBY"
         elif age_s(op.step_started_at) > timeout:
             problem = f"it was not waiting for the hand-over within {timeout:.0f}s"
@@ -269,12 +274,12 @@ class Flows:
         request = obs.savepoint
         if request is not None:
             status = request.get("status")
-            if status == "COMPLETED":
+            if status == SavepointStatus.COMPLETED:
                 started = request.get("started_ms")  # the old driver's last epoch ended
                 stopped = started if request.get("stop") and isinstance(started, int) else None
                 path, epoch = str(request["location"]), request.get("epoch")
                 return self._savepoint_completed(op, path, epoch, stopped)
-            if status == "FAILED":
+            if status == SavepointStatus.FAILED:
                 return self._fallback(op, f"savepoint failed: {request.get('error')}")
             timeout = self.pipeline.spec.savepoints.timeout_seconds
             if age_s(op.step_started_at) > timeout and not (
@@ -297,19 +302,18 @@ class Flows:
         # A driver runs the user's code: what it reports is not recorded, restored from or
         # disposed of unless it is where the operator's savepoints go (the running spec's
         # directory, or the one an upgrade moves them to).
-        specs = (self.pipeline.status.get("lastReconciledSpec"), op.target, self.pipeline.raw_spec)
+        specs = (self.pipeline.status.last_reconciled_spec, op.target, self.pipeline.raw_spec)
         roots = [PipelineSpec.read(s).savepoint_dir for s in specs if s]
         root = next((r for r in roots if is_under(path, r)), None)
         if root is None or len(path) > MAX_LOCATION:
             return self._fallback(
                 op, f"the driver reported a savepoint at {path[:200]!r}, outside {roots[-1]}"
             )
-        entry = {"path": path, "time": now(), "trigger": op.trigger or op.kind.value}
-        entry["root"] = root
-        history = [*self.pipeline.status.get("savepoints", []), {**entry, "epoch": epoch}]
+        taken = SavepointRecord(path, now(), op.trigger or op.kind.value, root, epoch)
+        history = (*self.pipeline.status.savepoints, taken)
         self.pipeline.write(savepoints=self.prune(history))
         self.event("Normal", "SavepointCompleted", f"savepoint at {path}")
-        self.pipeline.condition("SavepointSucceeded", True, "Completed", path)
+        self.pipeline.condition(ConditionType.SAVEPOINT_SUCCEEDED, True, "Completed", path)
         if op.kind is OpKind.SAVEPOINT:
             self._end_savepoint(op)
             return 5.0
@@ -347,11 +351,13 @@ class Flows:
             "SavepointFailed",
             f"{reason}; continuing from the latest completed checkpoint",
         )
-        self.pipeline.condition("SavepointSucceeded", False, "FellBackToCheckpoint", reason)
+        self.pipeline.condition(
+            ConditionType.SAVEPOINT_SUCCEEDED, False, "FellBackToCheckpoint", reason
+        )
         if op.kind is OpKind.SAVEPOINT:  # a savepoint on its own: nothing to redeploy
             self._end_savepoint(op, lastError=reason)
             return 5.0
-        self._goto(op, Step.REMOVE_DRIVER, restore="latest")
+        self._goto(op, Step.REMOVE_DRIVER, restore=Restore.LATEST)
         return 0.0
 
     def _abort(self, op: Operation, reason: str) -> float:
@@ -365,14 +371,14 @@ class Flows:
             self.kube.delete_claims(p.namespace, op.executor_set, 0)
         self.event("Warning", "UpgradeFailed", f"{reason}; the running job is left as it is")
         p.condition(
-            "UpgradeSucceeded",
+            ConditionType.UPGRADE_SUCCEEDED,
             False,
             "NotStarted",
             f"{reason}; the running job was not changed. Change the spec to try again",
         )
         p.write(
             operation=None,
-            phase="Running",
+            phase=Phase.RUNNING,
             lastError=reason,
             failedSpec=attempt_fingerprint(op.target or {}),
         )
@@ -381,9 +387,9 @@ class Flows:
     def _end_savepoint(self, op: Operation, **fields: Any) -> None:
         if op.nonce is not None:  # answered, even if it failed: not retried
             fields["savepointNonce"] = op.nonce
-        self.pipeline.write(operation=None, phase="Running", **fields)
+        self.pipeline.write(operation=None, phase=Phase.RUNNING, **fields)
 
-    def prune(self, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def prune(self, history: tuple[SavepointRecord, ...]) -> tuple[SavepointRecord, ...]:
         """Keep ``historyMaxCount`` within ``historyMaxAgeSeconds``; dispose of the pruned
         savepoints this operator took on its own (those of upgrades belong to their owner).
         At each savepoint, and while the pipeline runs (a lowered limit, an entry growing
@@ -391,10 +397,10 @@ class Flows:
         spec = self.pipeline.spec
         keep = spec.savepoints.history_max_count
         max_age = spec.savepoints.history_max_age_seconds
-        kept = [h for h in history if not max_age or age_s(h.get("time")) <= max_age][-keep:]
+        kept = tuple(h for h in history if not max_age or age_s(h.time) <= max_age)[-keep:]
         for old in history:
-            if old not in kept and old.get("trigger") in ("savepoint", "periodic"):
-                self.storage.dispose(self.pipeline.namespace, spec, old["path"], old.get("root"))
+            if old not in kept and old.trigger in (OpKind.SAVEPOINT, PERIODIC):
+                self.storage.dispose(self.pipeline.namespace, spec, old.path, old.root)
         return kept
 
     # ------------------------------------------------------------------ 3: remove the driver
@@ -426,7 +432,7 @@ class Flows:
         if released:
             log.info("released the driver lease of %s, whose pod is gone", released)
         if op.kind is OpKind.SUSPEND:
-            self.pipeline.write(operation=None, phase="Suspended", suspendedWith=op.restore)
+            self.pipeline.write(operation=None, phase=Phase.SUSPENDED, suspendedWith=op.restore)
             self.event("Normal", "Suspended", f"suspended with {op.restore}")
             return 30.0
         if op.kind is OpKind.DELETE:
@@ -454,7 +460,7 @@ class Flows:
 
     def _last_reconciled(self) -> PipelineSpec | None:
         """The running deployment's spec (``lastReconciledSpec``), if any."""
-        raw = self.pipeline.status.get("lastReconciledSpec")
+        raw = self.pipeline.status.last_reconciled_spec
         return None if raw is None else PipelineSpec.read(raw)
 
     def _ensure_objects(self, spec: PipelineSpec, executor_set: str | None) -> dict[str, Any]:
@@ -481,7 +487,7 @@ class Flows:
 
     def _deploy(self, op: Operation, nxt: PrestartedDriver | None) -> float:
         spec = _target(op)
-        restore = op.restore or "latest"
+        restore = op.restore or Restore.LATEST
         allow = spec.restore.allow_non_restored_state
         if op.handed_over_ms is not None:
             return self._deployed(op, restore, " (pre-started, handed over at step 3)")
@@ -531,7 +537,7 @@ class Flows:
         return 0.0
 
     def _await_ready(self, op: Operation, obs: Observation) -> float | DriverFailed:
-        if obs.ready or obs.phase == "Succeeded":  # Succeeded: a bounded job with nothing
+        if obs.ready or obs.phase == PodPhase.SUCCEEDED:  # Succeeded: a bounded job with nothing
             self._running(op)  # left to read ran to its end at once; the watch sees it
             return 2.0
         timeout = _target(op).failover.readiness_timeout_seconds
@@ -563,21 +569,21 @@ class Flows:
                 "downtimeSeconds": None,
             },
             operation=None,
-            phase="Running",
+            phase=Phase.RUNNING,
             lastReconciledSpec=spec.raw,
             lastStableSpec=spec.raw,
             replicas=spec.parallelism,
             selector=f"stator.dev/pipeline={p.name}",
             # The generation this flow brings up, not one applied while it ran.
             observedGeneration=op.generation or p.body["metadata"].get("generation"),
-            deployment={
-                "id": op.id,
-                "restoredFrom": op.restore,
-                "lineage": op.lineage or op.id,
-                "driverPod": driver_pod_name(p.name, op.id),
-                "readyAt": now(),
-                "executorSet": op.executor_set,
-            },
+            deployment=Deployment(
+                id=op.id,
+                restored_from=op.restore,
+                lineage=op.lineage or op.id,
+                driver_pod=driver_pod_name(p.name, op.id),
+                ready_at=now(),
+                executor_set=op.executor_set,
+            ),
             # What the previous driver reported: the new one reports its own.
             restores=None,
             placement=None,
@@ -600,8 +606,8 @@ class Flows:
         if surplus:
             self.event("Normal", "ClaimsDeleted", f"state claims no executor uses: {surplus}")
         if op.kind in (OpKind.UPGRADE, OpKind.RESCALE):
-            p.condition("UpgradeSucceeded", True, "Completed", f"running {op.id}")
-        p.condition("Ready", True, "DriverReady", f"driver {op.id} is running")
+            p.condition(ConditionType.UPGRADE_SUCCEEDED, True, "Completed", f"running {op.id}")
+        p.condition(ConditionType.READY, True, "DriverReady", f"driver {op.id} is running")
         split = ", ".join(f"{label} {seconds:.1f} s" for label, seconds in steps.items())
         self.event(
             "Normal",

@@ -25,12 +25,13 @@ from stator.control.client import (
 
 from .naming import CONTROL_PORT, CONTROL_TOKEN_KEY, control_secret_name, driver_lease_name
 from .operation import Operation, Step
+from .outcomes import PodPhase
 from .pipeline_spec import PipelineSpec
 from .ports import Connect, DriverApi, KubeApi
 from .status import StatusWriter
 from .storage import SavepointStorage
 
-ENDED = ("Succeeded", "Failed")
+ENDED = (PodPhase.SUCCEEDED, PodPhase.FAILED)
 
 # How long each driver's Lease has been silent, on this operator's clock. An operator that
 # restarts starts counting afresh, which only delays a verdict.
@@ -159,7 +160,8 @@ class Observer:
         if op is not None and op.step is Step.AWAIT_READY:
             deployment: str | None = op.id
         else:
-            deployment = (pipeline.status.get("deployment") or {}).get("id")
+            running = pipeline.status.deployment
+            deployment = running.id if running else None
         if not deployment:
             return None
         return self.kube.driver_pod(pipeline.namespace, pipeline.name, deployment)
@@ -176,7 +178,7 @@ class Observer:
             return PrestartedDriver(pod, driver, unreachable=str(exc))
 
     def _steady(self, pipeline: StatusWriter, base: Observation) -> Observation:
-        if pipeline.status.get("lastReconciledSpec") is None:  # nothing deployed yet
+        if pipeline.status.last_reconciled_spec is None:  # nothing deployed yet
             spec = pipeline.spec
             initial = spec.restore.initial_savepoint
             if initial and initial != "latest":
@@ -203,7 +205,7 @@ class Observer:
         return LeaseSilence(holder, silence.observe(holder, renewed, clock()), duration)
 
     def _readiness(self, base: Observation) -> Observation:
-        if base.driver is None or base.phase != "Running":
+        if base.driver is None or base.phase != PodPhase.RUNNING:
             return base
         try:
             return replace(base, ready=base.driver.ready()["ready"])
@@ -224,7 +226,7 @@ class Observer:
                 unreachable = str(exc)
         # The driver may have stopped before it was asked: look in storage, where the
         # *running* spec's driver writes (an upgrade's target may name another directory).
-        raw = pipeline.status.get("lastReconciledSpec") or op.target
+        raw = pipeline.status.last_reconciled_spec or op.target
         spec = PipelineSpec.read(raw) if raw else pipeline.spec
         found = self.storage.find(pipeline.namespace, spec, request_id)
         return replace(base, unreachable=unreachable, found_savepoint=found)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Any
 
+from .outcomes import Phase
 from .pipeline_spec import UpgradeMode
 
 
@@ -26,22 +27,25 @@ class OpKind(StrEnum):
     DELETE = "delete"
 
     @property
-    def phase(self) -> str:
+    def phase(self) -> Phase:
         """``status.phase`` while an operation of this kind runs."""
         return _PHASES[self]
 
 
 _PHASES = {
-    OpKind.DEPLOY: "Deploying",
-    OpKind.UPGRADE: "Upgrading",
-    OpKind.RESCALE: "Rescaling",
-    OpKind.SUSPEND: "Suspending",
-    OpKind.RESUME: "Deploying",
-    OpKind.RESTART: "Restarting",
-    OpKind.ROLLBACK: "RollingBack",
-    OpKind.SAVEPOINT: "Running",
-    OpKind.DELETE: "Deleting",
+    OpKind.DEPLOY: Phase.DEPLOYING,
+    OpKind.UPGRADE: Phase.UPGRADING,
+    OpKind.RESCALE: Phase.RESCALING,
+    OpKind.SUSPEND: Phase.SUSPENDING,
+    OpKind.RESUME: Phase.DEPLOYING,
+    OpKind.RESTART: Phase.RESTARTING,
+    OpKind.ROLLBACK: Phase.ROLLING_BACK,
+    OpKind.SAVEPOINT: Phase.RUNNING,
+    OpKind.DELETE: Phase.DELETING,
 }
+
+
+PERIODIC = "periodic"  # Operation.trigger of a savepoint taken every savepoints.periodicSeconds
 
 
 class Step(IntEnum):
@@ -79,7 +83,7 @@ class Operation:
     # The change changes the parallelism (spec.Change.rescales, decided when it began).
     rescales: bool = False
     nonce: int | None = None  # savepoints.triggerNonce answered by this savepoint
-    trigger: str | None = None  # "periodic"; else the kind is the trigger
+    trigger: str | None = None  # PERIODIC; else the kind is the trigger
     savepoint_request: str | None = None  # the driver's request id (step 2)
     savepoint: str | None = None  # taken at step 2, restored by a rollback
     not_before: float | None = None  # restart backoff (epoch seconds)

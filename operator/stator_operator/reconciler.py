@@ -28,8 +28,10 @@ from .naming import (
     spark_app_id,
 )
 from .observer import Observation
-from .operation import OpKind, Step
+from .operation import PERIODIC, OpKind, Step
+from .outcomes import ConditionType, Phase, PodPhase, Restore
 from .pipeline_spec import DesiredState, Pinning, PipelineSpec, SpecError, UpgradeMode
+from .pipeline_status import PipelineStatus
 from .ports import EventSink, KubeApi, NotOwned
 from .spec import (
     Change,
@@ -71,14 +73,15 @@ class Reconciler:
         except SpecError as exc:  # a stored spec the checks of today refuse
             self._spec_invalid("InvalidSpec", f"the operation's spec: {exc}")
             return NOT_OWNED_WAIT_S
-        if self.pipeline.has_condition("SpecValid", False) and self._invalid_reason() == NAME_TAKEN:
+        valid = self.pipeline.has_condition(ConditionType.SPEC_VALID, False)
+        if valid and self._invalid_reason() == NAME_TAKEN:
             self._spec_accepted()
         if isinstance(result, DriverFailed):
             target = PipelineSpec.read(op.target) if op.target else self.pipeline.spec
             # A restart continues the run this flow started (or continued).
-            run = (op.restore or "latest", op.lineage or op.id)
+            run = (op.restore or Restore.LATEST, op.lineage or op.id)
             savepoint = op.savepoint
-            if op.kind is OpKind.RESUME and op.restore not in (None, "latest", "none"):
+            if op.kind is OpKind.RESUME and op.restore not in (None, *Restore):
                 savepoint = op.restore  # what a rollback of the resumed spec restores
             return self._driver_failed(op.kind, target, savepoint, result.reason, run=run)
         return result
@@ -96,7 +99,7 @@ class Reconciler:
             self.flows.start(
                 OpKind.DELETE,
                 Step.SAVEPOINT if final and obs.pod is not None else Step.REMOVE_DRIVER,
-                target=self.pipeline.status.get("lastReconciledSpec") or spec.raw,
+                target=self.pipeline.status.last_reconciled_spec or spec.raw,
                 delete_started_at=now(),
             )
             return 0.0
@@ -125,11 +128,11 @@ class Reconciler:
             # The final savepoint this deletion took is kept unless asked: it is the state.
             final = spec.deletion.dispose_final_savepoint
             kept = []
-            for sp in self.pipeline.status.get("savepoints", []):
-                if sp.get("trigger") == OpKind.DELETE.value and not final:
-                    kept.append(sp["path"])
+            for sp in self.pipeline.status.savepoints:
+                if sp.trigger == OpKind.DELETE and not final:
+                    kept.append(sp.path)
                     continue
-                self.storage.dispose(self.pipeline.namespace, spec, sp["path"], sp.get("root"))
+                self.storage.dispose(self.pipeline.namespace, spec, sp.path, sp.root)
             also = f"; kept the final savepoint {kept[-1]}" if kept else ""
             self.event("Normal", "SavepointsDisposed", f"disposed the savepoint history{also}")
         self.event("Normal", "Deleted", "pipeline deleted")
@@ -140,41 +143,41 @@ class Reconciler:
     def _plan(self, obs: Observation) -> float:
         """Start a flow if the spec asks for one, else watch the driver."""
         status = self.pipeline.status
-        ran = status.get("lastReconciledSpec")
+        ran = status.last_reconciled_spec
         running = None if ran is None else PipelineSpec.read(ran)
         spec = self._valid_spec()
         if spec is None:
-            if running is not None and status.get("phase") != "Suspended":
+            if running is not None and not status.suspended:
                 self._watch(obs, running)  # the last good spec keeps running meanwhile
             return 30.0
         if ran is None or running is None:
             return self._first_deploy(spec, obs)
         self._spec_accepted()
-        suspended = status.get("phase") == "Suspended"
+        suspended = status.suspended
         if spec.state is DesiredState.SUSPENDED and not suspended:
             return self._start(OpKind.SUSPEND, Step.SAVEPOINT, target=ran)
         if spec.state is DesiredState.RUNNING and suspended:
-            restore = status.get("suspendedWith") or "latest"
+            restore = status.suspended_with or Restore.LATEST
             # A spec rolled back before is not tried again by a resume: the last good one
             # resumes (as it would have kept running), until the spec changes.
-            failed = status.get("failedSpec") == attempt_fingerprint(spec.raw)
+            failed = status.failed_spec == attempt_fingerprint(spec.raw)
             target = ran if failed else spec.raw
             return self._start(OpKind.RESUME, Step.DEPLOY, target=target, restore=restore)
         if suspended:
             return 30.0
         change = classify(ran, spec.raw)
-        if change.diff is SpecDiff.IGNORE and status.get("phase") in ("Finished", "Failed"):
+        if change.diff is SpecDiff.IGNORE and status.phase in (Phase.FINISHED, Phase.FAILED):
             return 10.0  # the job ended (or gave up): nothing to do until the spec changes
         if change.diff > SpecDiff.IGNORE:
-            if status.get("failedSpec") == attempt_fingerprint(spec.raw):
+            if status.failed_spec == attempt_fingerprint(spec.raw):
                 return self._watch(obs, running)  # this spec was rolled back: wait for another
             return self._redeploy(spec, change)
         nonce = spec.savepoints.trigger_nonce
-        if nonce is not None and nonce != status.get("savepointNonce"):
+        if nonce is not None and nonce != status.savepoint_nonce:
             return self._start(OpKind.SAVEPOINT, Step.SAVEPOINT, target=ran, nonce=nonce)
         if self._periodic_due():
             self.pipeline.write(periodicSavepointAt=now())
-            return self._start(OpKind.SAVEPOINT, Step.SAVEPOINT, target=ran, trigger="periodic")
+            return self._start(OpKind.SAVEPOINT, Step.SAVEPOINT, target=ran, trigger=PERIODIC)
         return self._watch(obs, running)
 
     def _redeploy(self, spec: PipelineSpec, change: Change) -> float:
@@ -188,24 +191,24 @@ class Reconciler:
         if kind is OpKind.RESCALE or mode is UpgradeMode.SAVEPOINT:
             first = Step.PRESTART if spec.driver.prestart else Step.SAVEPOINT
             return self._start(kind, first, mode=UpgradeMode.SAVEPOINT, **fields)
-        restore = "latest" if mode is UpgradeMode.LAST_STATE else "none"
+        restore = Restore.LATEST if mode is UpgradeMode.LAST_STATE else Restore.NONE
         return self._start(kind, Step.REMOVE_DRIVER, mode=mode, restore=restore, **fields)
 
     def _first_deploy(self, spec: PipelineSpec, obs: Observation) -> float:
         """Deploy, once the initial savepoint (if any) is known readable; a pipeline created
         suspended waits for ``state: running``."""
         if spec.state is DesiredState.SUSPENDED:
-            if self.pipeline.status.get("phase") != "Suspended":
+            if not self.pipeline.status.suspended:
                 self._spec_accepted()
-                self.pipeline.write(phase="Suspended")
+                self.pipeline.write(phase=Phase.SUSPENDED)
                 self.event(
                     "Normal",
                     "Suspended",
                     "created suspended: nothing runs until spec.state is running",
                 )
             return 30.0
-        restore = spec.restore.initial_savepoint or "latest"
-        if restore != "latest" and obs.restore_problem is not None:
+        restore = spec.restore.initial_savepoint or Restore.LATEST
+        if restore != Restore.LATEST and obs.restore_problem is not None:
             self._spec_invalid(
                 "UnreadableSavepoint", f"spec.restore.initialSavepoint: {obs.restore_problem}"
             )
@@ -222,12 +225,12 @@ class Reconciler:
         deployment, whichever is latest."""
         status = self.pipeline.status
         every = self.pipeline.spec.savepoints.periodic_seconds
-        if not every or status.get("phase") != "Running":
+        if not every or status.phase is not Phase.RUNNING:
             return False
-        stamps = [h.get("time") or "" for h in status.get("savepoints", [])]
+        stamps = [h.time or "" for h in status.savepoints]
         stamps += [
-            (status.get("deployment") or {}).get("readyAt") or "",
-            status.get("periodicSavepointAt") or "",
+            (status.deployment.ready_at if status.deployment else None) or "",
+            status.periodic_savepoint_at or "",
         ]
         latest = max(stamps)
         return bool(latest) and age_s(latest) >= every
@@ -243,14 +246,14 @@ class Reconciler:
             return ended
         if running.pinning is Pinning.PREFERRED:
             self._release_lost_executors()
-        history = status.get("savepoints") or []
+        history = status.savepoints
         kept = self.flows.prune(history)
         if kept != history:
             self.pipeline.write(savepoints=kept)
         if obs.driver is None:
             return 2.0
-        if obs.phase == "Running" and status.get("phase") != "Running":
-            self.pipeline.write(phase="Running")  # the phase follows the driver that runs now
+        if obs.phase == PodPhase.RUNNING and status.phase is not Phase.RUNNING:
+            self.pipeline.write(phase=Phase.RUNNING)  # the phase follows the driver that runs now
         job = obs.job
         if job is None:
             return 2.0
@@ -258,15 +261,15 @@ class Reconciler:
             fields = bounded_fields(_job_fields(job))
         except (KeyError, TypeError, AttributeError, ValueError) as exc:  # a malformed answer
             fields = {"lastError": f"the driver's status could not be read: {exc!r:.300}"}
-        if any(status.get(k) != v for k, v in fields.items()):
+        if any(status.raw.get(k) != v for k, v in fields.items()):
             self.pipeline.write(**fields)
         self._report_processing_again(status, job)
         return 2.0
 
-    def _report_processing_again(self, status: dict[str, Any], job: JobInfo) -> None:
+    def _report_processing_again(self, status: PipelineStatus, job: JobInfo) -> None:
         """The new driver's first epoch ended: the flow's downtime and start-up split."""
         again = processing_again(status, job)
-        if not again:
+        if not again or status.deployment is None:
             return
         self.pipeline.write(lastOperation=again)
         split = ", ".join(f"{k} {v:.1f} s" for k, v in again["driverStartupSeconds"].items())
@@ -275,21 +278,21 @@ class Reconciler:
         self.event(
             "Normal",
             "ProcessingAgain",
-            f"driver {status['deployment']['id']} ran its first epoch{after} (start-up: {split})",
+            f"driver {status.deployment.id} ran its first epoch{after} (start-up: {split})",
         )
 
     def _ended(self, obs: Observation, running: PipelineSpec) -> float | None:
         """The driver finished, stopped, failed, vanished or is lost: what follows."""
-        if obs.phase == "Succeeded":  # a bounded job read all its input
-            if self.pipeline.status.get("phase") != "Finished":
-                self.pipeline.write(phase="Finished")
+        if obs.phase == PodPhase.SUCCEEDED:  # a bounded job read all its input
+            if self.pipeline.status.phase is not Phase.FINISHED:
+                self.pipeline.write(phase=Phase.FINISHED)
                 self.event("Normal", "Finished", "the job finished its input")
             return 10.0
-        if obs.phase == "Failed" and obs.exit_code == STOPPED_EXIT_CODE:
+        if obs.phase == PodPhase.FAILED and obs.exit_code == STOPPED_EXIT_CODE:
             return self._stopped_outside(running)
-        if obs.phase == "Failed" and obs.exit_code == JOB_FAILED_EXIT_CODE:
+        if obs.phase == PodPhase.FAILED and obs.exit_code == JOB_FAILED_EXIT_CODE:
             return self._job_failed(obs)
-        if obs.pod is None or obs.phase == "Failed":
+        if obs.pod is None or obs.phase == PodPhase.FAILED:
             gone = "gone" if obs.pod is None else obs.phase
             reason = f"driver pod {gone} (exit {obs.exit_code})"
             return self._driver_failed(OpKind.RESTART, running, None, reason)
@@ -322,7 +325,9 @@ class Reconciler:
         up its volume there and starts on another node (its key-groups restore from the
         object store); ``required`` waits for the node instead."""
         p = self.pipeline
-        executors = running_executor_set(p.status, p.namespace, p.name)
+        deployment = p.status.deployment
+        recorded = deployment.executor_set if deployment else None
+        executors = running_executor_set(recorded, p.namespace, p.name)
         moved = self.kube.release_lost(p.namespace, executors, STATE_VOLUME)
         if moved:
             self.event(
@@ -338,9 +343,9 @@ class Reconciler:
         or its own restart strategy gave up. Restarting the pod would only repeat it: the
         pipeline is Failed, with the driver's cause, until its spec changes."""
         p = self.pipeline
-        cause = obs.termination_message or p.status.get("lastError") or "the job failed (exit 2)"
-        p.write(operation=None, phase="Failed", lastError=cause)
-        p.condition("Ready", False, "JobFailed", cause)
+        cause = obs.termination_message or p.status.last_error or "the job failed (exit 2)"
+        p.write(operation=None, phase=Phase.FAILED, lastError=cause)
+        p.condition(ConditionType.READY, False, "JobFailed", cause)
         self.event("Warning", "JobFailed", cause)
         return 60.0
 
@@ -373,7 +378,7 @@ class Reconciler:
         else restarts from the latest checkpoint when the job's restart strategy
         (``spec.failover``, the same rules as the driver's) says, or gives up."""
         p = self.pipeline
-        stable = p.status.get("lastStableSpec")
+        stable = p.status.last_stable_spec
         p.write(lastError=reason)
         # A resume that brings up a spec changed while suspended is an upgrade too.
         changed = (
@@ -384,28 +389,28 @@ class Reconciler:
         if (kind in (OpKind.UPGRADE, OpKind.RESCALE) or changed) and stable is not None:
             self.event("Warning", "UpgradeFailed", f"{reason}; rolling back")
             p.condition(
-                "UpgradeSucceeded",
+                ConditionType.UPGRADE_SUCCEEDED,
                 False,
                 "RolledBack",
                 f"{reason}; rolled back to the last stable spec. Change the spec to try again",
             )
             p.write(failedSpec=attempt_fingerprint(target.raw))
-            restore = savepoint or "latest"
+            restore = savepoint or Restore.LATEST
             return self._start(OpKind.ROLLBACK, Step.REMOVE_DRIVER, target=stable, restore=restore)
-        restarts = int(p.status.get("restarts", 0)) + 1
+        restarts = p.status.restarts + 1
         strategy = restart_config(target, p.name, p.namespace)
-        history = History.from_json(p.status.get("restartHistory"))
+        history = History.from_json(p.status.restart_history)
         decision = decide(strategy, history, time.time())
         if decision.delay_ms is None:
             gave_up = f"{reason}; gave up: {decision.why}"
             p.write(
                 operation=None,
-                phase="Failed",
+                phase=Phase.FAILED,
                 restarts=restarts,
                 restartHistory=decision.history.to_json(),
             )
             self.event("Warning", "Failed", gave_up)
-            p.condition("Ready", False, "RestartsExhausted", gave_up)
+            p.condition(ConditionType.READY, False, "RestartsExhausted", gave_up)
             return 60.0
         p.write(restarts=restarts, restartHistory=decision.history.to_json())
         delay_s = decision.delay_ms / 1000
@@ -427,11 +432,10 @@ class Reconciler:
         ``latest`` alone: before the run's first checkpoint that is the storage's newest
         checkpoint of another run, or none at all, and the job would start empty. A
         deployment recorded before lineages were: ``latest``."""
-        deployment = self.pipeline.status.get("deployment") or {}
-        lineage = deployment.get("lineage")
-        if not lineage:
-            return "latest", None
-        return str(deployment.get("restoredFrom") or "latest"), str(lineage)
+        deployment = self.pipeline.status.deployment
+        if deployment is None or not deployment.lineage:
+            return Restore.LATEST, None
+        return deployment.restored_from or Restore.LATEST, deployment.lineage
 
     # ------------------------------------------------------------------ spec validity
 
@@ -447,10 +451,10 @@ class Reconciler:
             check_storage_roots(spec, p.name, p.namespace)
             check_job_config(spec, p.name, p.namespace)
             check_pods(spec, p.name, p.namespace)
-            running = p.status.get("lastReconciledSpec")
+            running = p.status.last_reconciled_spec
             if running is not None:
-                suspended = p.status.get("phase") == "Suspended"
-                with_ = (p.status.get("suspendedWith") or "latest") if suspended else None
+                suspended = p.status.suspended
+                with_ = (p.status.suspended_with or Restore.LATEST) if suspended else None
                 check_transition(PipelineSpec.read(running), spec, with_)
         except ValueError as exc:
             self._spec_invalid("InvalidSpec", str(exc))
@@ -461,24 +465,23 @@ class Reconciler:
         """Report a spec that cannot run: condition, lastError, one event per new message;
         ``phase: Failed`` only if nothing runs (a running job keeps its last good spec)."""
         p = self.pipeline
-        if p.status.get("lastError") != message:
+        if p.status.last_error != message:
             self.event("Warning", "InvalidSpec", message)
-        p.condition("SpecValid", False, reason, message)
-        if p.status.get("lastReconciledSpec") is None:
+        p.condition(ConditionType.SPEC_VALID, False, reason, message)
+        if p.status.last_reconciled_spec is None:
             # One patch: no reader sees the phase without its cause.
-            p.write(phase="Failed", lastError=message)
+            p.write(phase=Phase.FAILED, lastError=message)
         else:
             p.write(lastError=message)
 
     def _invalid_reason(self) -> str | None:
-        conditions = self.pipeline.status.get("conditions", [])
-        found = {c.get("type"): c for c in conditions}.get("SpecValid")
-        return None if found is None else found.get("reason")
+        found = self.pipeline.status.condition(ConditionType.SPEC_VALID)
+        return None if found is None else found.reason
 
     def _spec_accepted(self) -> None:
         """A spec that was reported invalid has been fixed: say so once."""
-        if self.pipeline.has_condition("SpecValid", False):
-            self.pipeline.condition("SpecValid", True, "Valid", "the spec is accepted")
+        if self.pipeline.has_condition(ConditionType.SPEC_VALID, False):
+            self.pipeline.condition(ConditionType.SPEC_VALID, True, "Valid", "the spec is accepted")
             self.pipeline.write(lastError=None)
 
 
@@ -591,18 +594,18 @@ STARTUP_STEPS = (
 DOWNTIME_KINDS = ("upgrade", "rescale")  # flows that stop the old driver when they begin
 
 
-def processing_again(status: dict[str, Any], job: JobInfo) -> dict[str, Any] | None:
+def processing_again(status: PipelineStatus, job: JobInfo) -> dict[str, Any] | None:
     """Once the driver a flow brought up has finished its first epoch: when, how its
     start-up split, and for an upgrade or rescale the downtime: from the moment the old
     driver stopped processing (its stop-with-savepoint's epoch began, after its last epoch
     of records) to the end of that first epoch; without that moment (no savepoint: a
     fallback to the latest checkpoint), from the savepoint step. Driver and operator clocks
     are compared: on one cluster they agree to well under these seconds."""
-    last = status.get("lastOperation") or {}
+    last = status.last_operation
     startup = job.get("startup") or {}
     first = startup.get("first_epoch_ms")
     ready_at = last.get("readyAtMs")
-    deployment = (status.get("deployment") or {}).get("id")
+    deployment = status.deployment.id if status.deployment else None
     if not first or not ready_at or last.get("processingAgainAt") or last.get("id") != deployment:
         return None
     steps = last.get("stepSeconds") or {}
