@@ -25,7 +25,7 @@ from stator.control.client import (
 
 from .naming import CONTROL_PORT, CONTROL_TOKEN_KEY, control_secret_name, driver_lease_name
 from .operation import Operation, Step
-from .outcomes import PodPhase
+from .outcomes import PodPhase, Restore
 from .pipeline_spec import PipelineSpec
 from .ports import Connect, DriverApi, KubeApi
 from .status import StatusWriter
@@ -181,7 +181,7 @@ class Observer:
         if pipeline.status.last_reconciled_spec is None:  # nothing deployed yet
             spec = pipeline.spec
             initial = spec.restore.initial_savepoint
-            if initial and initial != "latest":
+            if initial and initial != Restore.LATEST:
                 problem = self.storage.restore_problem(pipeline.namespace, spec, initial)
                 return replace(base, restore_problem=problem)
             return base

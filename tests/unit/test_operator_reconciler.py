@@ -1686,9 +1686,21 @@ def test_an_upgrade_that_also_changes_replicas_takes_a_canonical_savepoint(
     driver = bed.deploy()
     bed.edit_spec(image="stator-runtime:2", replicas=3)
     bed.step()
+    assert bed.status["operation"]["rescales"] is True, "decided once, recorded write-ahead"
     bed.step()
     assert bed.op is not None and bed.op.kind is OpKind.UPGRADE
     assert [r["format_type"] for r in driver.requests.values()] == ["canonical"]
+
+    # The flow reads the recorded decision; it does not compare the specs again.
+    bed = Bed(
+        tmp_path / "3", savepoints={"directory": f"file://{tmp_path}/sp", "formatType": "native"}
+    )
+    driver = bed.deploy()
+    bed.edit_spec(image="stator-runtime:2", replicas=3)
+    bed.step()
+    del bed.kube.pipeline["status"]["operation"]["rescales"]
+    bed.step()
+    assert [r["format_type"] for r in driver.requests.values()] == ["native"]
 
 
 def test_a_stopped_driver_s_savepoint_is_looked_for_where_it_wrote_it(tmp_path: Path) -> None:
