@@ -74,7 +74,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from stator.control.client import ControlHTTPError, ControlUnreachable, SavepointRequest
-from stator.driver.status import JobState
 
 from .admission import check_pods
 from .naming import (
@@ -87,7 +86,7 @@ from .naming import (
 )
 from .observer import Observation, PrestartedDriver
 from .operation import PERIODIC, Operation, OpKind, Step
-from .outcomes import ConditionType, Phase, PodPhase, Restore, SavepointStatus
+from .outcomes import ConditionType, DriverState, Phase, PodPhase, Restore, SavepointStatus
 from .pipeline_spec import Pinning, PipelineSpec
 from .pipeline_status import Deployment, SavepointRecord
 from .ports import DriverApi, EventSink, KubeApi
@@ -219,7 +218,7 @@ class Flows:
                 "the hand-over",
             )
             return 1.0
-        if nxt.state == JobState.STANDBY:
+        if nxt.state == DriverState.STANDBY:
             self._goto(op, Step.SAVEPOINT, prestarted=True)
             return 0.0
         if nxt.ended and nxt.exit_code == JOB_FAILED_EXIT_CODE:
@@ -230,7 +229,7 @@ class Flows:
         problem = None
         if nxt.ended:
             problem = f"it ended: {nxt.termination_message or 'no message'}"
-        elif nxt.state not in (None, JobState.CREATED):  # CREATED: still starting
+        elif nxt.state not in (None, DriverState.CREATED):  # CREATED: still starting
             problem = f"it reports {nxt.state}, not STANDBY"
         elif age_s(op.step_started_at) > timeout:
             problem = f"it was not waiting for the hand-over within {timeout:.0f}s"

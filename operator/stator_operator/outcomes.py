@@ -47,6 +47,15 @@ class SavepointStatus(StrEnum):
     FAILED = "FAILED"
 
 
+class DriverState(StrEnum):
+    """The driver states the operator acts on, as its control API reports them: the values
+    of ``stator.driver.status.JobState`` (a unit test holds them together), named here so the
+    operator does not import the driver's status module and all it imports."""
+
+    CREATED = "CREATED"  # still starting
+    STANDBY = "STANDBY"  # a pre-started driver waiting for the hand-over
+
+
 class PodPhase(StrEnum):
     """The Kubernetes pod phases the operator acts on."""
 

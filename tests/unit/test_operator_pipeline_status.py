@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from stator.driver.status import JobState
 from stator_operator.operation import OpKind, Step
-from stator_operator.outcomes import ConditionType, Phase
+from stator_operator.outcomes import ConditionType, DriverState, Phase
 from stator_operator.pipeline_status import Condition, Deployment, PipelineStatus, SavepointRecord
 
 STORED: dict[str, Any] = {
@@ -103,3 +104,7 @@ def test_an_empty_status_is_nothing_deployed() -> None:
         None,
     )
     assert Condition("SpecValid", False, "r", "m", None).to_dict()["status"] == "False"
+
+
+def test_the_driver_states_the_operator_reads_are_the_drivers() -> None:
+    assert {str(s) for s in DriverState} <= {str(s) for s in JobState}
