@@ -30,12 +30,11 @@ from .naming import (
 from .observer import Observation
 from .operation import PERIODIC, OpKind, Step
 from .outcomes import ConditionType, Phase, PodPhase, Restore
-from .pipeline_spec import DesiredState, Pinning, PipelineSpec, SpecError, UpgradeMode
+from .pipeline_spec import Pinning, PipelineSpec, SpecError, UpgradeMode
 from .pipeline_status import PipelineStatus
 from .ports import EventSink, KubeApi, NotOwned
 from .spec import (
     Change,
-    SpecDiff,
     attempt_fingerprint,
     check_transition,
     classify,
@@ -150,25 +149,24 @@ class Reconciler:
             if running is not None and not status.suspended:
                 self._watch(obs, running)  # the last good spec keeps running meanwhile
             return 30.0
+        change = classify(ran, spec.raw, suspended=status.suspended)
         if ran is None or running is None:
-            return self._first_deploy(spec, obs)
+            return self._first_deploy(spec, change, obs)
         self._spec_accepted()
-        suspended = status.suspended
-        if spec.state is DesiredState.SUSPENDED and not suspended:
+        if change.kind is OpKind.SUSPEND:
             return self._start(OpKind.SUSPEND, Step.SAVEPOINT, target=ran)
-        if spec.state is DesiredState.RUNNING and suspended:
+        if change.kind is OpKind.RESUME:
             restore = status.suspended_with or Restore.LATEST
             # A spec rolled back before is not tried again by a resume: the last good one
             # resumes (as it would have kept running), until the spec changes.
             failed = status.failed_spec == attempt_fingerprint(spec.raw)
             target = ran if failed else spec.raw
             return self._start(OpKind.RESUME, Step.DEPLOY, target=target, restore=restore)
-        if suspended:
+        if status.suspended:
             return 30.0
-        change = classify(ran, spec.raw)
-        if change.diff is SpecDiff.IGNORE and status.phase in (Phase.FINISHED, Phase.FAILED):
+        if change.kind is None and status.phase in (Phase.FINISHED, Phase.FAILED):
             return 10.0  # the job ended (or gave up): nothing to do until the spec changes
-        if change.diff > SpecDiff.IGNORE:
+        if change.kind in (OpKind.UPGRADE, OpKind.RESCALE):
             if status.failed_spec == attempt_fingerprint(spec.raw):
                 return self._watch(obs, running)  # this spec was rolled back: wait for another
             return self._redeploy(spec, change)
@@ -184,7 +182,7 @@ class Reconciler:
         """A rescale always goes through a savepoint; an upgrade by ``upgradeMode``. The
         flow records the change's decision (``rescales``) for its steps to read."""
         mode = spec.upgrade_mode
-        kind = OpKind.RESCALE if change.diff is SpecDiff.SCALE else OpKind.UPGRADE
+        kind = change.kind or OpKind.UPGRADE
         self.event("Normal", "SpecChanged", f"{kind} ({mode}): {', '.join(change.fields)}")
         self.pipeline.write(restartHistory=None)  # a new spec gets a fresh restart budget
         fields: dict[str, Any] = {"target": spec.raw, "rescales": change.rescales}
@@ -194,10 +192,10 @@ class Reconciler:
         restore = Restore.LATEST if mode is UpgradeMode.LAST_STATE else Restore.NONE
         return self._start(kind, Step.REMOVE_DRIVER, mode=mode, restore=restore, **fields)
 
-    def _first_deploy(self, spec: PipelineSpec, obs: Observation) -> float:
+    def _first_deploy(self, spec: PipelineSpec, change: Change, obs: Observation) -> float:
         """Deploy, once the initial savepoint (if any) is known readable; a pipeline created
         suspended waits for ``state: running``."""
-        if spec.state is DesiredState.SUSPENDED:
+        if change.kind is not OpKind.DEPLOY:  # created suspended
             if not self.pipeline.status.suspended:
                 self._spec_accepted()
                 self.pipeline.write(phase=Phase.SUSPENDED)

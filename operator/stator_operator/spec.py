@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
-from .pipeline_spec import PipelineSpec, SpecError, UpgradeMode
+from .operation import OpKind
+from .pipeline_spec import DesiredState, PipelineSpec, SpecError, UpgradeMode
 
 # Fields whose change needs no redeploy: handled by their own flows or read when needed.
 # Not savepoints.directory: the driver's job config has it (savepoint.dir).
@@ -50,6 +51,9 @@ class Change:
     # The parallelism changes (a rescale, or an upgrade that also changes replicas): the
     # savepoint is canonical, and a pre-started driver runs an executor set of its own.
     rescales: bool = False
+    # The flow it takes: deploy, suspend, resume, upgrade or rescale; None: none (the spec
+    # runs as it is, or a suspended pipeline stays suspended).
+    kind: OpKind | None = None
 
 
 def comparable(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -80,17 +84,29 @@ def _diff(a: Any, b: Any, prefix: str = "") -> list[str]:
     return [] if a == b else [prefix]
 
 
-def classify(running: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> Change:
-    """What it takes to go from the spec that runs to the one that is wanted: the one place
-    that decides it (compared as given, the CRD's defaults filled in by the API server)."""
+def classify(
+    running: Mapping[str, Any] | None, desired: Mapping[str, Any], suspended: bool = False
+) -> Change:
+    """What it takes to go from the spec that runs (None: nothing deployed yet; suspended:
+    the pipeline is) to the one that is wanted: the one place that decides it (specs
+    compared as given, the CRD's defaults filled in by the API server)."""
+    wants = PipelineSpec.read(desired).state
     if running is None:
-        return Change(SpecDiff.UPGRADE, ("*",))
+        first = None if wants is DesiredState.SUSPENDED else OpKind.DEPLOY
+        return Change(SpecDiff.UPGRADE, ("*",), kind=first)
     changed = tuple(_diff(comparable(running), comparable(desired)))
     diff = max(
         (SpecDiff.SCALE if field == "replicas" else SpecDiff.UPGRADE for field in changed),
         default=SpecDiff.IGNORE,
     )
-    return Change(diff, changed, rescales="replicas" in changed)
+    kind: OpKind | None
+    if suspended:
+        kind = OpKind.RESUME if wants is DesiredState.RUNNING else None
+    elif wants is DesiredState.SUSPENDED:
+        kind = OpKind.SUSPEND
+    else:
+        kind = {SpecDiff.SCALE: OpKind.RESCALE, SpecDiff.UPGRADE: OpKind.UPGRADE}.get(diff)
+    return Change(diff, changed, rescales="replicas" in changed, kind=kind)
 
 
 def check_transition(running: PipelineSpec, spec: PipelineSpec, suspended_with: str | None) -> None:

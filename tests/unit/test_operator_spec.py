@@ -30,6 +30,7 @@ from stator_operator.job_config import (
     restart_config,
 )
 from stator_operator.naming import executor_claim, spark_app_id
+from stator_operator.operation import OpKind
 from stator_operator.owned import RESERVED_ENV
 from stator_operator.pipeline_spec import PipelineSpec, SpecError
 from stator_operator.resources import config_map, driver_pod, event, executor_pod_template
@@ -101,6 +102,19 @@ def test_classify_rescale_and_upgrade() -> None:
     # executor set), also an upgrade that changes replicas with other fields.
     assert classify(SPEC, changed(replicas=4)).rescales and both.rescales
     assert not config.rescales and not classify(None, SPEC).rescales
+
+
+def test_classify_decides_the_flow() -> None:
+    """The one place that decides what a spec change takes (the reconciler starts it)."""
+    suspend = changed(state="suspended")
+    assert classify(None, SPEC).kind is OpKind.DEPLOY
+    assert classify(None, suspend).kind is None, "created suspended: nothing runs"
+    assert classify(SPEC, suspend).kind is OpKind.SUSPEND
+    assert classify(SPEC, suspend, suspended=True).kind is None
+    assert classify(SPEC, changed(replicas=4), suspended=True).kind is OpKind.RESUME
+    assert classify(SPEC, changed(replicas=4)).kind is OpKind.RESCALE
+    assert classify(SPEC, changed(replicas=4, image="stator-runtime:2")).kind is OpKind.UPGRADE
+    assert classify(SPEC, changed(upgradeMode="stateless")).kind is None
 
 
 def test_an_absent_replicas_is_the_runtime_default_not_a_rescale() -> None:
