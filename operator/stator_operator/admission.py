@@ -17,9 +17,9 @@ from stator.errors import ConfigError
 from .job_config import job_config
 from .naming import job_name
 from .owned import RESERVED_ENV, reserved_env, spark_conf_owner
+from .pipeline_spec import PipelineSpec, SpecError
 from .podsecurity import pod_violations, template_violations
 from .resources import driver_pod, driver_volumes
-from .spec import SpecError, checkpoint_root, checkpoint_storage, get, savepoint_dir
 from .storage import is_under
 
 # The longest suffix the operator appends to a pipeline's name for an object that must be a
@@ -60,13 +60,13 @@ def check_namespace(namespace: str, labels: dict[str, str]) -> None:
         )
 
 
-def check_storage_roots(spec: dict[str, Any], name: str, namespace: str) -> None:
+def check_storage_roots(spec: PipelineSpec, name: str, namespace: str) -> None:
     """Savepoints may not lie inside the job's checkpoint root, nor checkpoints inside its
     savepoints: a driver's recovery deletes what in its checkpoint root no retained
     checkpoint needs, and savepoint disposal deletes a savepoint's directory."""
     job = job_name(namespace, name)
-    checkpoints = f"{checkpoint_root(spec, name, namespace)}/"
-    savepoints = f"{savepoint_dir(spec).rstrip('/')}/{job}/"
+    checkpoints = f"{spec.checkpoint_root(name, namespace)}/"
+    savepoints = f"{spec.savepoint_dir.rstrip('/')}/{job}/"
     probe = f"{checkpoints}x"  # the same directory: a file of one is inside the other
     if (
         is_under(checkpoints, savepoints)
@@ -74,29 +74,31 @@ def check_storage_roots(spec: dict[str, Any], name: str, namespace: str) -> None
         or is_under(probe, savepoints)
     ):
         raise SpecError(
-            f"spec.savepoints.directory ({savepoint_dir(spec)}) and "
-            f"spec.checkpointing.storage ({checkpoint_storage(spec)}) overlap for job {job}: "
+            f"spec.savepoints.directory ({spec.savepoint_dir}) and "
+            f"spec.checkpointing.storage ({spec.checkpointing.storage}) overlap for job {job}: "
             f"its savepoints would go to {savepoints} and its checkpoints to {checkpoints}, "
             f"where recovery deletes what no checkpoint needs; give savepoints a directory "
             f"outside the checkpoint storage (e.g. <storage>/savepoints, the default)"
         )
 
 
-def env_violations(spec: dict[str, Any]) -> list[str]:
+def env_violations(spec: PipelineSpec) -> list[str]:
     """``spec.driver.env`` and ``spec.executor.env`` entries set by the operator or by Spark:
     theirs would override or be overridden, silently; and executor variables that look like
     credentials (their value would be stored in the pipeline's ConfigMap)."""
+    executor_env = spec.executor.env if spec.executor else ()
+    env = {"driver": spec.driver.env, "executor": executor_env}
     out = [
         f"spec.{kind}.env[{e['name']}]: set by {why}; remove it"
         for kind in RESERVED_ENV
-        for e in get(spec, kind, "env", default=None) or []
+        for e in env[kind]
         if (why := reserved_env(kind, str(e.get("name")))) is not None
     ]
     out += [
         f"spec.executor.env[{e['name']}]: looks like a credential, and executor variables are "
         f"stored in the pipeline's ConfigMap; put it in a Secret and give it with "
         f"spec.sparkConf spark.kubernetes.executor.secretKeyRef.{e['name']}=<secret>:<key>"
-        for e in get(spec, "executor", "env", default=None) or []
+        for e in executor_env
         if _plain_credential(str(e.get("name")).replace("_", "."))
     ]
     return out
@@ -106,21 +108,23 @@ def volume_violations(template: dict[str, Any], where: str) -> list[str]:
     """Volumes of a pod template named like one of the driver's own: they are added to the
     driver's volumes, and a name may be used once."""
     owned = [v["name"] for v in driver_volumes("-")]
+    pod = template.get("spec")
+    volumes = (pod.get("volumes") if isinstance(pod, dict) else None) or []
     return [
         f"{where}.spec.volumes[{v.get('name')}]: the name is one of the operator's volumes "
         f"({', '.join(owned)}); rename it"
-        for v in get(template, "spec", "volumes", default=None) or []
+        for v in volumes
         if v.get("name") in owned
     ]
 
 
-def check_pods(spec: dict[str, Any], name: str, namespace: str) -> None:
+def check_pods(spec: PipelineSpec, name: str, namespace: str) -> None:
     """The pods this spec gives: what the spec may not set (operator-owned template fields,
     volume names, driver and executor environment variables), then the driver pod, user
     template merged, against the restricted Pod Security Standard (podsecurity.py); every
     problem named with its field."""
     where = "spec.driver.podTemplate"
-    template = get(spec, "driver", "podTemplate", default=None) or {}
+    template = spec.driver.pod_template or {}
     try:
         problems = template_violations(template, where) + volume_violations(template, where)
         problems += env_violations(spec)
@@ -154,32 +158,32 @@ def _plain_credential(key: str) -> bool:
     return any(word in lowered for word in _CREDENTIAL_WORDS)
 
 
-def spark_conf_violations(spec: dict[str, Any]) -> list[str]:
+def spark_conf_violations(spec: PipelineSpec) -> list[str]:
     """``spec.sparkConf`` keys the operator, the driver or the runtime sets, and secrets in
     plain text."""
     out = [
         f"spec.sparkConf.{key}: set by {why}; remove it"
-        for key in spec.get("sparkConf") or {}
+        for key in spec.spark_conf
         if (why := spark_conf_owner(key)) is not None
     ]
     out += [
         f"spec.sparkConf.{key}: credentials are not accepted in plain text (they would be "
         f"stored in a ConfigMap); put them in a Secret and give them to executors with "
         f"spark.kubernetes.executor.secretKeyRef.<ENV_NAME>=<secret>:<key>"
-        for key in spec.get("sparkConf") or {}
+        for key in spec.spark_conf
         if _plain_credential(key) and spark_conf_owner(key) is None
     ]
     return out
 
 
-def check_job_config(spec: dict[str, Any], name: str, namespace: str) -> None:
+def check_job_config(spec: PipelineSpec, name: str, namespace: str) -> None:
     """The job config this spec gives, before a driver runs with it: spec.sparkConf keys that
     are not the spec's, then the runtime's own check (a Spark setting Stator cannot run with,
     an unknown or ill-typed spec.config key), each reported with its field, not found later
     in a crash-looping pod."""
     _refuse(spark_conf_violations(spec))
     try:
-        build(JobConfig, {"spark": {"conf": dict(spec.get("sparkConf") or {})}}, "")
+        build(JobConfig, {"spark": {"conf": dict(spec.spark_conf)}}, "")
     except ConfigError as exc:
         raise SpecError(f"spec.sparkConf: {exc}") from exc
     try:

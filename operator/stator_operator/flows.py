@@ -86,7 +86,10 @@ from .naming import (
     spark_app_id,
 )
 from .observer import Observation, PrestartedDriver
-from .operation import Operation, OpKind, Step
+from .operation import PERIODIC, Operation, OpKind, Step
+from .outcomes import ConditionType, DriverState, Phase, PodPhase, Restore, SavepointStatus
+from .pipeline_spec import Pinning, PipelineSpec
+from .pipeline_status import Deployment, SavepointRecord
 from .ports import DriverApi, EventSink, KubeApi
 from .resources import (
     config_map,
@@ -99,18 +102,7 @@ from .resources import (
     service,
     service_account,
 )
-from .spec import (
-    Pinning,
-    attempt_fingerprint,
-    checkpoint_storage,
-    executor_instances,
-    get,
-    pinning,
-    readiness_timeout,
-    replicas,
-    savepoint_dir,
-    savepoint_timeout,
-)
+from .spec import attempt_fingerprint
 from .status import StatusWriter, age_s, now
 from .storage import SavepointStorage, is_under
 
@@ -165,14 +157,13 @@ class Flows:
         running deployment's set: its executors come back to their volumes and restore
         locally, after the old driver's executors are gone."""
         p = self.pipeline
-        target = op.target or {}
-        if target.get("executor") is None or op.kind in (OpKind.SAVEPOINT, OpKind.DELETE):
+        if _target(op).executor is None or op.kind in (OpKind.SAVEPOINT, OpKind.DELETE):
             return op
-        running = p.status.get("lastReconciledSpec") or {}
+        running = self._last_reconciled()
         own = (
             op.kind in (OpKind.UPGRADE, OpKind.RESCALE)
             and op.step is Step.PRESTART
-            and (running.get("executor") is None or replicas(running) != replicas(target))
+            and (running is None or running.executor is None or op.changes_parallelism)
         )
         if own:
             return replace(
@@ -180,7 +171,9 @@ class Flows:
                 executor_set=new_executor_set(p.namespace, p.name, op.id),
                 new_executor_set=True,
             )
-        return replace(op, executor_set=running_executor_set(p.status, p.namespace, p.name))
+        deployment = p.status.deployment
+        recorded = deployment.executor_set if deployment else None
+        return replace(op, executor_set=running_executor_set(recorded, p.namespace, p.name))
 
     def advance(self, op: Operation, obs: Observation) -> float | DriverFailed:
         """Take the operation's current step; seconds until the next look, or DriverFailed."""
@@ -212,7 +205,7 @@ class Flows:
         p = self.pipeline
         pod = driver_pod_name(p.name, op.id)
         if nxt.pod is None:
-            spec = op.target or {}
+            spec = _target(op)
             body = self._ensure_objects(spec, op.executor_set)
             start = op.new_executor_set
             self.kube.ensure(
@@ -226,18 +219,18 @@ class Flows:
                 "the hand-over",
             )
             return 1.0
-        if nxt.state == "STANDBY":
+        if nxt.state == DriverState.STANDBY:
             self._goto(op, Step.SAVEPOINT, prestarted=True)
             return 0.0
         if nxt.ended and nxt.exit_code == JOB_FAILED_EXIT_CODE:
             # The new spec's driver refused to start (its configuration, its pipeline, its
             # storage): the running job is not stopped for a spec that cannot run.
             return self._abort(op, f"the new driver refused to start: {nxt.termination_message}")
-        timeout = readiness_timeout(op.target or {})
+        timeout = _target(op).failover.readiness_timeout_seconds
         problem = None
         if nxt.ended:
             problem = f"it ended: {nxt.termination_message or 'no message'}"
-        elif nxt.state not in (None, "CREATED"):  # CREATED: still starting
+        elif nxt.state not in (None, DriverState.CREATED):  # CREATED: still starting
             problem = f"it reports {nxt.state}, not STANDBY"
         elif age_s(op.step_started_at) > timeout:
             problem = f"it was not waiting for the hand-over within {timeout:.0f}s"
@@ -260,17 +253,11 @@ class Flows:
         stop = op.kind is not OpKind.SAVEPOINT
         # A rescale reads only the key-groups each new subtask owns from a canonical
         # savepoint, whole overlapping databases from a native one (docs/savepoints.md):
-        # also an upgrade that changes replicas with other fields.
-        running = self.pipeline.status.get("lastReconciledSpec")
-        rescales = op.kind is OpKind.RESCALE or (
-            op.target is not None
-            and running is not None
-            and replicas(op.target) != replicas(running)
-        )
+        # also an upgrade that changes replicas with other fields (``op.changes_parallelism``).
         # Named on every request: the running driver's default is the format of the spec it
         # was deployed with, and a change of formatType alone does not redeploy.
-        chosen = get(self.pipeline.spec, "savepoints", "formatType") or "canonical"
-        format_type = "canonical" if rescales else str(chosen)
+        chosen = self.pipeline.spec.savepoints.format_type or "canonical"
+        format_type = "canonical" if op.changes_parallelism else chosen
         try:
             request = obs.driver.trigger_savepoint(stop=stop, format_type=format_type)
         except ControlUnreachable as exc:
@@ -287,14 +274,14 @@ class Flows:
         request = obs.savepoint
         if request is not None:
             status = request.status
-            if status == "COMPLETED":
+            if status == SavepointStatus.COMPLETED:
                 # When the old driver's last epoch ended (a stop's).
                 stopped = request.started_ms if request.stop else None
                 path, epoch = str(request.location), request.epoch
                 return self._savepoint_completed(op, path, epoch, stopped)
-            if status == "FAILED":
+            if status == SavepointStatus.FAILED:
                 return self._fallback(op, f"savepoint failed: {request.error}")
-            timeout = savepoint_timeout(self.pipeline.spec)
+            timeout = self.pipeline.spec.savepoints.timeout_seconds
             if age_s(op.step_started_at) > timeout and not (
                 request.stop and self._storage_moved(op)
             ):
@@ -305,7 +292,7 @@ class Flows:
         if obs.found_savepoint is not None:
             return self._savepoint_completed(op, obs.found_savepoint, None)
         gone = obs.pod is None or obs.ended
-        if gone or age_s(op.step_started_at) > savepoint_timeout(self.pipeline.spec):
+        if gone or age_s(op.step_started_at) > self.pipeline.spec.savepoints.timeout_seconds:
             return self._fallback(op, f"the driver is unreachable: {obs.unreachable}")
         return 2.0  # the driver may be busy: ask again
 
@@ -315,19 +302,18 @@ class Flows:
         # A driver runs the user's code: what it reports is not recorded, restored from or
         # disposed of unless it is where the operator's savepoints go (the running spec's
         # directory, or the one an upgrade moves them to).
-        specs = (self.pipeline.status.get("lastReconciledSpec"), op.target, self.pipeline.spec)
-        roots = [savepoint_dir(s) for s in specs if s]
+        specs = (self.pipeline.status.last_reconciled_spec, op.target, self.pipeline.raw_spec)
+        roots = [PipelineSpec.read(s).savepoint_dir for s in specs if s]
         root = next((r for r in roots if is_under(path, r)), None)
         if root is None or len(path) > MAX_LOCATION:
             return self._fallback(
                 op, f"the driver reported a savepoint at {path[:200]!r}, outside {roots[-1]}"
             )
-        entry = {"path": path, "time": now(), "trigger": op.trigger or op.kind.value}
-        entry["root"] = root
-        history = [*self.pipeline.status.get("savepoints", []), {**entry, "epoch": epoch}]
+        taken = SavepointRecord(path, now(), op.trigger or op.kind.value, root, epoch)
+        history = (*self.pipeline.status.savepoints, taken)
         self.pipeline.write(savepoints=self.prune(history))
         self.event("Normal", "SavepointCompleted", f"savepoint at {path}")
-        self.pipeline.condition("SavepointSucceeded", True, "Completed", path)
+        self.pipeline.condition(ConditionType.SAVEPOINT_SUCCEEDED, True, "Completed", path)
         if op.kind is OpKind.SAVEPOINT:
             self._end_savepoint(op)
             return 5.0
@@ -340,23 +326,24 @@ class Flows:
         """An upgrade or rescale to another checkpoint storage: without its savepoint the new
         driver finds none of the job's checkpoints. (A stop asked for is waited out, past the
         timeout: given up, the stop would still land and end the running job.)"""
-        running = self.pipeline.status.get("lastReconciledSpec")
+        running = self._last_reconciled()
         return (
             op.kind in (OpKind.UPGRADE, OpKind.RESCALE)
             and running is not None
-            and checkpoint_storage(op.target or {}) != checkpoint_storage(running)
+            and _target(op).checkpointing.storage != running.checkpointing.storage
         )
 
     def _fallback(self, op: Operation, reason: str) -> float:
         """No savepoint: continue from the latest checkpoint instead of blocking; but not
         where the new spec's checkpoint storage is another (it holds none of the job's
         checkpoints: the new driver would start empty), then the upgrade is given up."""
-        running = self.pipeline.status.get("lastReconciledSpec") or {}
         if self._storage_moved(op):
+            running = self._last_reconciled()
+            old = running.checkpointing.storage if running else ""
             return self._abort(
                 op,
                 f"{reason}; the new spec's checkpoint storage holds none of the job's "
-                f"checkpoints (they are under {checkpoint_storage(running)}), so the upgrade "
+                f"checkpoints (they are under {old}), so the upgrade "
                 f"needs the savepoint",
             )
         self.event(
@@ -364,11 +351,13 @@ class Flows:
             "SavepointFailed",
             f"{reason}; continuing from the latest completed checkpoint",
         )
-        self.pipeline.condition("SavepointSucceeded", False, "FellBackToCheckpoint", reason)
+        self.pipeline.condition(
+            ConditionType.SAVEPOINT_SUCCEEDED, False, "FellBackToCheckpoint", reason
+        )
         if op.kind is OpKind.SAVEPOINT:  # a savepoint on its own: nothing to redeploy
             self._end_savepoint(op, lastError=reason)
             return 5.0
-        self._goto(op, Step.REMOVE_DRIVER, restore="latest")
+        self._goto(op, Step.REMOVE_DRIVER, restore=Restore.LATEST)
         return 0.0
 
     def _abort(self, op: Operation, reason: str) -> float:
@@ -382,14 +371,14 @@ class Flows:
             self.kube.delete_claims(p.namespace, op.executor_set, 0)
         self.event("Warning", "UpgradeFailed", f"{reason}; the running job is left as it is")
         p.condition(
-            "UpgradeSucceeded",
+            ConditionType.UPGRADE_SUCCEEDED,
             False,
             "NotStarted",
             f"{reason}; the running job was not changed. Change the spec to try again",
         )
         p.write(
             operation=None,
-            phase="Running",
+            phase=Phase.RUNNING,
             lastError=reason,
             failedSpec=attempt_fingerprint(op.target or {}),
         )
@@ -398,20 +387,20 @@ class Flows:
     def _end_savepoint(self, op: Operation, **fields: Any) -> None:
         if op.nonce is not None:  # answered, even if it failed: not retried
             fields["savepointNonce"] = op.nonce
-        self.pipeline.write(operation=None, phase="Running", **fields)
+        self.pipeline.write(operation=None, phase=Phase.RUNNING, **fields)
 
-    def prune(self, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def prune(self, history: tuple[SavepointRecord, ...]) -> tuple[SavepointRecord, ...]:
         """Keep ``historyMaxCount`` within ``historyMaxAgeSeconds``; dispose of the pruned
         savepoints this operator took on its own (those of upgrades belong to their owner).
         At each savepoint, and while the pipeline runs (a lowered limit, an entry growing
         past the age limit)."""
         spec = self.pipeline.spec
-        keep = int(get(spec, "savepoints", "historyMaxCount", default=5) or 5)
-        max_age = get(spec, "savepoints", "historyMaxAgeSeconds")
-        kept = [h for h in history if not max_age or age_s(h.get("time")) <= max_age][-keep:]
+        keep = spec.savepoints.history_max_count
+        max_age = spec.savepoints.history_max_age_seconds
+        kept = tuple(h for h in history if not max_age or age_s(h.time) <= max_age)[-keep:]
         for old in history:
-            if old not in kept and old.get("trigger") in ("savepoint", "periodic"):
-                self.storage.dispose(self.pipeline.namespace, spec, old["path"], old.get("root"))
+            if old not in kept and old.trigger in (OpKind.SAVEPOINT, PERIODIC):
+                self.storage.dispose(self.pipeline.namespace, spec, old.path, old.root)
         return kept
 
     # ------------------------------------------------------------------ 3: remove the driver
@@ -421,7 +410,7 @@ class Flows:
         if wait > 0:  # restart backoff
             return min(wait, 5.0)
         if self._hands_over_early(op):
-            allow = _allow_non_restored(op.target or {})
+            allow = _target(op).restore.allow_non_restored_state
             return self._hand_over(op, nxt or PrestartedDriver(), str(op.restore), allow)
         p = self.pipeline
         keep = op.id if op.prestarted else None
@@ -443,7 +432,7 @@ class Flows:
         if released:
             log.info("released the driver lease of %s, whose pod is gone", released)
         if op.kind is OpKind.SUSPEND:
-            self.pipeline.write(operation=None, phase="Suspended", suspendedWith=op.restore)
+            self.pipeline.write(operation=None, phase=Phase.SUSPENDED, suspendedWith=op.restore)
             self.event("Normal", "Suspended", f"suspended with {op.restore}")
             return 30.0
         if op.kind is OpKind.DELETE:
@@ -464,23 +453,30 @@ class Flows:
             and op.savepoint is not None
             and op.restore == op.savepoint
             and op.processing_stopped_ms is not None
-            and (get(op.target or {}, "executor") is None or op.new_executor_set)
+            and (_target(op).executor is None or op.new_executor_set)
         )
 
     # ------------------------------------------------------------------ 4, 5: deploy
 
-    def _ensure_objects(self, spec: dict[str, Any], executor_set: str | None) -> dict[str, Any]:
+    def _last_reconciled(self) -> PipelineSpec | None:
+        """The running deployment's spec (``lastReconciledSpec``), if any."""
+        raw = self.pipeline.status.last_reconciled_spec
+        return None if raw is None else PipelineSpec.read(raw)
+
+    def _ensure_objects(self, spec: PipelineSpec, executor_set: str | None) -> dict[str, Any]:
         """RBAC, Secret, Service, NetworkPolicy and config a driver of ``spec`` needs (running
         executor set ``executor_set``); the pipeline object with that spec."""
         # The spec a flow deploys was checked when the flow began; a stored one (a rollback's
         # lastStableSpec, a flow an older operator started) is checked again before any
         # object is made from it.
         check_pods(spec, self.pipeline.name, self.pipeline.namespace)
-        body = {**self.pipeline.body, "spec": spec}
+        body = {**self.pipeline.body, "spec": spec.raw}
         # Executor rules while the new or the running driver has executor pods (the running
         # one still works during a pre-start); cut to the Lease at the next flow after.
-        running = self.pipeline.status.get("lastReconciledSpec") or {}
-        executors = spec.get("executor") is not None or running.get("executor") is not None
+        running = self._last_reconciled()
+        executors = spec.executor is not None or (
+            running is not None and running.executor is not None
+        )
         self.kube.apply(role(body, executors))  # before its binding: binding needs the Role
         objects = (service_account(body), role_binding(body), service(body))
         policy = network_policy(body, os.environ.get("STATOR_OPERATOR_NAMESPACE"))
@@ -490,9 +486,9 @@ class Flows:
         return body
 
     def _deploy(self, op: Operation, nxt: PrestartedDriver | None) -> float:
-        spec = op.target or {}
-        restore = op.restore or "latest"
-        allow = _allow_non_restored(spec)
+        spec = _target(op)
+        restore = op.restore or Restore.LATEST
+        allow = spec.restore.allow_non_restored_state
         if op.handed_over_ms is not None:
             return self._deployed(op, restore, " (pre-started, handed over at step 3)")
         if op.prestarted:
@@ -541,10 +537,10 @@ class Flows:
         return 0.0
 
     def _await_ready(self, op: Operation, obs: Observation) -> float | DriverFailed:
-        if obs.ready or obs.phase == "Succeeded":  # Succeeded: a bounded job with nothing
+        if obs.ready or obs.phase == PodPhase.SUCCEEDED:  # Succeeded: a bounded job with nothing
             self._running(op)  # left to read ran to its end at once; the watch sees it
             return 2.0
-        timeout = readiness_timeout(op.target or {})
+        timeout = _target(op).failover.readiness_timeout_seconds
         failed = obs.pod is None or obs.ended
         if failed:
             return DriverFailed(f"driver pod {obs.phase or 'missing'}")
@@ -554,7 +550,7 @@ class Flows:
 
     def _running(self, op: Operation) -> None:
         """The new driver is ready: it is the running deployment now."""
-        spec = op.target or {}
+        spec = _target(op)
         p = self.pipeline
         steps = op.timings()
         p.write(
@@ -573,36 +569,36 @@ class Flows:
                 "downtimeSeconds": None,
             },
             operation=None,
-            phase="Running",
-            lastReconciledSpec=spec,
-            lastStableSpec=spec,
-            replicas=replicas(spec),
+            phase=Phase.RUNNING,
+            lastReconciledSpec=spec.raw,
+            lastStableSpec=spec.raw,
+            replicas=spec.parallelism,
             selector=f"stator.dev/pipeline={p.name}",
             # The generation this flow brings up, not one applied while it ran.
             observedGeneration=op.generation or p.body["metadata"].get("generation"),
-            deployment={
-                "id": op.id,
-                "restoredFrom": op.restore,
-                "lineage": op.lineage or op.id,
-                "driverPod": driver_pod_name(p.name, op.id),
-                "readyAt": now(),
-                "executorSet": op.executor_set,
-            },
+            deployment=Deployment(
+                id=op.id,
+                restored_from=op.restore,
+                lineage=op.lineage or op.id,
+                driver_pod=driver_pod_name(p.name, op.id),
+                ready_at=now(),
+                executor_set=op.executor_set,
+            ),
             # What the previous driver reported: the new one reports its own.
             restores=None,
             placement=None,
         )
         # The spec asked for runs (not a rollback's, nor a resume's of the last good one while
         # the spec still holds a failed one): its error and its failure are over.
-        if op.kind is not OpKind.ROLLBACK and attempt_fingerprint(spec) == attempt_fingerprint(
-            p.spec
+        if op.kind is not OpKind.ROLLBACK and attempt_fingerprint(spec.raw) == attempt_fingerprint(
+            p.raw_spec
         ):
             p.write(lastError=None, failedSpec=None)
-        if spec.get("executor") is None:  # the old driver's executor rules are not needed now
-            self.kube.apply(role({**p.body, "spec": spec}, executors=False))
+        if spec.executor is None:  # the old driver's executor rules are not needed now
+            self.kube.apply(role({**p.body, "spec": spec.raw}, executors=False))
         # The claims of executors the deployment no longer has: those of other sets (a
         # rescale's old one) and of ordinals past its executors (a rescale to fewer).
-        keep = executor_instances(spec) if pinning(spec) is not Pinning.OFF else 0
+        keep = spec.executor_instances if spec.pinning is not Pinning.OFF else 0
         surplus = []
         for executors in self.kube.executor_sets(p.namespace, spark_app_id(p.namespace, p.name)):
             kept = keep if executors == op.executor_set else 0
@@ -610,8 +606,8 @@ class Flows:
         if surplus:
             self.event("Normal", "ClaimsDeleted", f"state claims no executor uses: {surplus}")
         if op.kind in (OpKind.UPGRADE, OpKind.RESCALE):
-            p.condition("UpgradeSucceeded", True, "Completed", f"running {op.id}")
-        p.condition("Ready", True, "DriverReady", f"driver {op.id} is running")
+            p.condition(ConditionType.UPGRADE_SUCCEEDED, True, "Completed", f"running {op.id}")
+        p.condition(ConditionType.READY, True, "DriverReady", f"driver {op.id} is running")
         split = ", ".join(f"{label} {seconds:.1f} s" for label, seconds in steps.items())
         self.event(
             "Normal",
@@ -620,9 +616,9 @@ class Flows:
         )
 
 
-def _allow_non_restored(spec: dict[str, Any]) -> bool:
-    """Whether the new driver may drop state its code no longer has."""
-    return bool(get(spec, "restore", "allowNonRestoredState", default=False))
+def _target(op: Operation) -> PipelineSpec:
+    """The spec the flow brings up (or stops), as recorded when it began."""
+    return PipelineSpec.read(op.target or {})
 
 
 def _pending_stop(driver: DriverApi) -> SavepointRequest | None:

@@ -7,6 +7,7 @@ import logging
 import os
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
@@ -17,23 +18,44 @@ from .flows import QUICK_S
 from .k8s import GROUP, PLURAL, VERSION, Kube
 from .pipeline import Pipeline
 
-_kube: Kube | None = None
 MAX_STEPS_PER_CALL = 16
 MAX_WORKERS = 16
-# STATOR_REQUIRE_RESTRICTED=false (the chart's podSecurity.requireRestricted): pipelines run
-# in namespaces whose Pod Security admission is not "restricted" too.
-REQUIRE_RESTRICTED = os.environ.get("STATOR_REQUIRE_RESTRICTED", "true").lower() != "false"
 # A step that asks to look again within QUICK_S (flows.py) is looked at again within the
 # same call, for at most QUICK_BUDGET_S per call, not at the one-second timer's next tick.
 QUICK_BUDGET_S = 3.0
 DELETE_CALL_S = 20  # then kopf calls the finalizer again, with a fresh body
 
 
-def kube() -> Kube:
-    global _kube  # noqa: PLW0603 - one API client per operator process
-    if _kube is None:
-        _kube = Kube()
-    return _kube
+@dataclass
+class Shared:
+    """What every handler call shares, set up once at start (kopf's ``memo``): one API client
+    per operator process, one lock per pipeline, and the settings read from the environment."""
+
+    kube: Kube
+    # False (STATOR_REQUIRE_RESTRICTED=false, the chart's podSecurity.requireRestricted):
+    # pipelines run in namespaces whose Pod Security admission is not "restricted" too.
+    require_restricted: bool = True
+    locks: dict[str, threading.Lock] = field(default_factory=dict)
+    guard: threading.Lock = field(default_factory=threading.Lock)
+
+    def lock(self, body: Any) -> threading.Lock:
+        """kopf runs timers beside change handlers: one flow step at a time per pipeline."""
+        with self.guard:
+            return self.locks.setdefault(str(body["metadata"]["uid"]), threading.Lock())
+
+
+def shared(memo: kopf.Memo) -> Shared:
+    found = memo.get("shared")
+    assert isinstance(found, Shared), "set up by the startup handler (setup)"
+    return found
+
+
+@kopf.on.startup()
+def setup(memo: kopf.Memo, **_: Any) -> None:
+    """The handlers' shared state; kopf hands each handler a shallow copy of ``memo``, so all
+    of them see this one object."""
+    restricted = os.environ.get("STATOR_REQUIRE_RESTRICTED", "true").lower() != "false"
+    memo["shared"] = Shared(Kube(), require_restricted=restricted)
 
 
 @kopf.on.startup()
@@ -53,7 +75,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.scanning.disabled = True
 
 
-def _pipeline(body: Any) -> Pipeline:
+def _pipeline(state: Shared, body: Any) -> Pipeline:
     raw = {
         "metadata": dict(body["metadata"]),
         "spec": dict(body.get("spec") or {}),
@@ -61,45 +83,35 @@ def _pipeline(body: Any) -> Pipeline:
     }
 
     def event(etype: str, reason: str, message: str) -> None:
-        kube().post_event(resources.event(raw, etype, reason, message))
+        state.kube.post_event(resources.event(raw, etype, reason, message))
 
-    return Pipeline.build(kube(), raw, event, require_restricted=REQUIRE_RESTRICTED)
-
-
-_locks: dict[str, threading.Lock] = {}
-_locks_guard = threading.Lock()
+    return Pipeline.build(state.kube, raw, event, require_restricted=state.require_restricted)
 
 
-def _lock(body: Any) -> threading.Lock:
-    """kopf runs timers beside change handlers: one flow step at a time per pipeline."""
-    with _locks_guard:
-        return _locks.setdefault(str(body["metadata"]["uid"]), threading.Lock())
-
-
-def _advance(body: Any) -> float:
+def _advance(state: Shared, body: Any) -> float:
     """One call's steps of a pipeline. A pipeline whose previous call still runs (a slow
     endpoint, a slow API server) is skipped, not waited for: each pipeline holds at most one
     of kopf's workers, so one slow pipeline cannot starve the others; the timer comes back."""
-    lock = _lock(body)
+    lock = state.lock(body)
     if not lock.acquire(blocking=False):
         return 0.0
     try:
-        return _advance_locked(body)
+        return _advance_locked(state, body)
     finally:
         lock.release()
 
 
-def _advance_locked(body: Any) -> float:
+def _advance_locked(state: Shared, body: Any) -> float:
     meta = body["metadata"]
     try:  # the body kopf hands over may predate our own last status write
-        fresh = kube().get_pipeline(meta["namespace"], meta["name"])
+        fresh = state.kube.get_pipeline(meta["namespace"], meta["name"])
     except ApiException as exc:
         if exc.status == 404:
             return 0.0
         raise
     if fresh["metadata"].get("deletionTimestamp"):
         return 0.0
-    pipeline = _pipeline(fresh)
+    pipeline = _pipeline(state, fresh)
     delay = 0.0
     deadline = time.monotonic() + QUICK_BUDGET_S
     for _ in range(MAX_STEPS_PER_CALL):
@@ -113,23 +125,24 @@ def _advance_locked(body: Any) -> float:
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 @kopf.on.resume(GROUP, VERSION, PLURAL)
-def changed(body: Any, **_: Any) -> None:
+def changed(body: Any, memo: kopf.Memo, **_: Any) -> None:
     """React at once (the timer below would get there within a second anyway)."""
     if not body["metadata"].get("deletionTimestamp"):
-        _advance(body)
+        _advance(shared(memo), body)
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=1.0, sharp=False)
-def tick(body: Any, **_: Any) -> None:
+def tick(body: Any, memo: kopf.Memo, **_: Any) -> None:
     if not body["metadata"].get("deletionTimestamp"):
-        _advance(body)
+        _advance(shared(memo), body)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
-def deleted(body: Any, **_: Any) -> None:
+def deleted(body: Any, memo: kopf.Memo, **_: Any) -> None:
     """Finalizer: the reconciler's deletion flow, in calls of at most ``DELETE_CALL_S``."""
-    with _lock(body):
-        pipeline = _pipeline(body)
+    state = shared(memo)
+    with state.lock(body):
+        pipeline = _pipeline(state, body)
         started = time.monotonic()
         while (delay := pipeline.delete()) is not None:
             if time.monotonic() - started > DELETE_CALL_S:

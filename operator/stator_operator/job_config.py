@@ -11,6 +11,7 @@ import yaml
 from stator.config import JobConfig, RestartConfig, build
 
 from .naming import (
+    CONTROL_PORT,
     STATE_MOUNT,
     STATE_VOLUME,
     driver_lease_name,
@@ -19,15 +20,7 @@ from .naming import (
     spark_app_id,
 )
 from .owned import reserved_env
-from .spec import (
-    CONTROL_PORT,
-    Pinning,
-    SpecError,
-    executor_instances,
-    get,
-    pinning,
-    savepoint_dir,
-)
+from .pipeline_spec import Pinning, PipelineSpec, SpecError
 
 # Executors are lost once they miss heartbeats for this long (Spark's default is 120 s,
 # checked every 60 s), and a shuffle fetch from a vanished node gives up after 10 s without
@@ -62,16 +55,8 @@ EXECUTOR_DEFAULTS = {
 }
 
 
-# spec.checkpointing field -> checkpoint config key, and the factor between their units.
-UPLOAD_FIELDS = (
-    ("asyncUpload", "async_upload", 1),
-    ("maxConcurrent", "max_concurrent", 1),
-    ("timeoutSeconds", "timeout_ms", 1000),
-)
-
-
 def job_config(
-    spec: dict[str, Any],
+    spec: PipelineSpec,
     name: str,
     namespace: str,
     app_id: str | None = None,
@@ -79,48 +64,52 @@ def job_config(
 ) -> dict[str, Any]:
     """The Stator job configuration (stator config keys) for this spec. Only what the spec
     sets: the defaults are the runtime's (``JobConfig``), in one place. spec.config goes
-    last, so every key written before it is refused there (``spec.OPERATOR_CONFIG``).
+    last, so every key written before it is refused there (``OPERATOR_CONFIG``).
     ``app_id``: the executor set the driver runs (default: the pipeline's first);
     ``owner``: the pipeline's uid, which owns its checkpoint root (``checkpoint.owner``)."""
-    ck = spec.get("checkpointing", {})
+    ck = spec.checkpointing
     cfg: dict[str, Any] = {
         "name": job_name(namespace, name),
         "checkpoint": {
-            "storage": ck["storage"],
-            "retained": int(ck.get("retained", 3)),
-            "incremental": bool(ck.get("incremental", True)),
-            "every_epochs": int(ck.get("intervalEpochs", 1)),
-            "interval_ms": int(ck.get("intervalSeconds", 0)) * 1000,
+            "storage": ck.storage,
+            "retained": ck.retained,
+            "incremental": ck.incremental,
+            "every_epochs": ck.interval_epochs,
+            "interval_ms": ck.interval_seconds * 1000,
         },
         "state": {"local_dir": f"{STATE_MOUNT}/state"},
         "control": {"port": CONTROL_PORT},
         "restart": _restart(spec),
-        "failover": {"strategy": get(spec, "failover", "strategy", default="region")},
+        "failover": {"strategy": spec.failover.strategy},
         "spark": _spark(spec, name, namespace, app_id),
-        "savepoint": {"dir": savepoint_dir(spec)},
+        "savepoint": {"dir": spec.savepoint_dir},
         "lease": {"name": driver_lease_name(name)},
     }
     if owner:
         cfg["checkpoint"]["owner"] = owner
-    if ck.get("adopt"):
+    if ck.adopt:
         cfg["checkpoint"]["adopt"] = True
-    for field, key, scale in UPLOAD_FIELDS:
-        if field in ck:
-            cfg["checkpoint"][key] = ck[field] if scale == 1 else ck[field] * scale
-    if get(spec, "savepoints", "formatType"):
-        cfg["savepoint"]["format_type"] = get(spec, "savepoints", "formatType")
-    local = {"enabled": False} if get(spec, "localRecovery", "enabled") is False else {}
-    if get(spec, "localRecovery", "standby"):
-        local["standby"] = True
-    if local:
-        cfg["local_recovery"] = local
-    if "replicas" in spec:
-        cfg["parallelism"] = int(spec["replicas"])
-    if "maxParallelism" in spec:
-        cfg["max_parallelism"] = int(spec["maxParallelism"])
-    if ck.get("endpoint"):
-        cfg["s3"] = {"endpoint_url": ck["endpoint"]}
-    for key, value in (spec.get("config") or {}).items():  # dotted keys, YAML values
+    if ck.async_upload is not None:
+        cfg["checkpoint"]["async_upload"] = ck.async_upload
+    if ck.max_concurrent is not None:
+        cfg["checkpoint"]["max_concurrent"] = ck.max_concurrent
+    if ck.timeout_seconds is not None:
+        cfg["checkpoint"]["timeout_ms"] = ck.timeout_seconds * 1000
+    if spec.savepoints.format_type:
+        cfg["savepoint"]["format_type"] = spec.savepoints.format_type
+    local = spec.local_recovery
+    if local is not None and (not local.enabled or local.standby):
+        cfg["local_recovery"] = {
+            **({"enabled": False} if not local.enabled else {}),
+            **({"standby": True} if local.standby else {}),
+        }
+    if spec.replicas is not None:
+        cfg["parallelism"] = spec.replicas
+    if spec.max_parallelism is not None:
+        cfg["max_parallelism"] = spec.max_parallelism
+    if ck.endpoint:
+        cfg["s3"] = {"endpoint_url": ck.endpoint}
+    for key, value in spec.config.items():  # dotted keys, YAML values
         node = cfg
         parts = key.replace("-", "_").split(".")  # as the runtime reads it (spark.conf refused)
         for part in parts[:-1]:
@@ -155,7 +144,7 @@ def config_value(key: str, text: object) -> Any:
     return yaml.safe_load(text)
 
 
-def _spark(spec: dict[str, Any], name: str, namespace: str, app_id: str | None) -> dict[str, Any]:
+def _spark(spec: PipelineSpec, name: str, namespace: str, app_id: str | None) -> dict[str, Any]:
     """Spark in the driver pod (``local[*]``), or executors as pods when ``spec.executor`` is
     set: the settings known here; what only the running pod knows (API server, pod name
     and IP, token) the driver derives itself (``stator.cluster.kubernetes``).
@@ -165,19 +154,19 @@ def _spark(spec: dict[str, Any], name: str, namespace: str, app_id: str | None) 
     killed executor restarts in its pod, on its node, with its volume, and a new driver's
     executors get the same pods and claims back. Their state lives on ``/var/lib/stator``: a
     claim on a local volume (``localRecovery.volume``), or the pod's emptyDir."""
-    conf = dict(spec.get("sparkConf") or {})  # no key the operator or driver sets (checked)
-    executor = spec.get("executor")
+    conf = dict(spec.spark_conf)  # no key the operator or driver sets (checked)
+    executor = spec.executor
     if executor is None:
         return {"master": "local[*]", "conf": conf}
     app_id = app_id or spark_app_id(namespace, name)
     pods: dict[str, str] = {
         "spark.app.id": app_id,
         "spark.kubernetes.allocation.pods.allocator": "statefulset",
-        "spark.executor.instances": str(executor_instances(spec)),
-        "spark.executor.cores": str(int(executor.get("cores", 1))),
-        "spark.executor.memory": str(executor.get("memory", "1g")),
-        "spark.kubernetes.container.image": spec["image"],
-        "spark.kubernetes.container.image.pullPolicy": spec.get("imagePullPolicy", "IfNotPresent"),
+        "spark.executor.instances": str(spec.executor_instances),
+        "spark.executor.cores": str(executor.cores),
+        "spark.executor.memory": executor.memory,
+        "spark.kubernetes.container.image": spec.image,
+        "spark.kubernetes.container.image.pullPolicy": spec.image_pull_policy,
         "spark.executorEnv.STATOR_STATE_DIR": f"{STATE_MOUNT}/state",
         # The claims outlive every driver (the operator deletes them): a stopping driver
         # must not delete them by the application's label (Spark's default since 3.4), nor
@@ -187,12 +176,12 @@ def _spark(spec: dict[str, Any], name: str, namespace: str, app_id: str | None) 
         "spark.kubernetes.driver.service.deleteOnTermination": "false",
     }
     volume = f"spark.kubernetes.executor.volumes.%s.{STATE_VOLUME}"
-    claim = get(spec, "localRecovery", "volume")
-    if pinning(spec) is not Pinning.OFF and claim:
+    claim = spec.local_recovery.volume if spec.local_recovery else None
+    if spec.pinning is not Pinning.OFF and claim:
         pvc = volume % "persistentVolumeClaim"
         pods[f"{pvc}.options.claimName"] = "OnDemand"  # a volumeClaimTemplate of the set
-        pods[f"{pvc}.options.storageClass"] = str(claim["storageClassName"])
-        pods[f"{pvc}.options.sizeLimit"] = str(claim["size"])
+        pods[f"{pvc}.options.storageClass"] = claim.storage_class_name
+        pods[f"{pvc}.options.sizeLimit"] = claim.size
         pods[f"{pvc}.mount.path"] = STATE_MOUNT
         # ReadWriteOnce (Spark 4 asks for ReadWriteOncePod, which local volumes, as the
         # local static provisioner and most local provisioners create them, do not offer).
@@ -201,45 +190,38 @@ def _spark(spec: dict[str, Any], name: str, namespace: str, app_id: str | None) 
         pods[f"{volume % 'emptyDir'}.mount.path"] = STATE_MOUNT
     for key, value in labels(name, "executor").items():
         pods[f"spark.kubernetes.executor.label.{key}"] = value
-    secret = get(spec, "checkpointing", "credentialsSecret")
+    secret = spec.checkpointing.credentials_secret
     if secret:  # executors read and write checkpoints and sink output too
         for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
             pods[f"spark.kubernetes.executor.secretKeyRef.{key}"] = f"{secret}:{key}"
     # Reserved names are refused by check_pods; kept out here too for a spec accepted before.
-    for item in executor.get("env") or []:
+    for item in executor.env:
         if reserved_env("executor", item["name"]) is None:
             pods[f"spark.executorEnv.{item['name']}"] = str(item["value"])
     return {"master": "kubernetes", "conf": {**EXECUTOR_DEFAULTS, **conf, **pods}}
 
 
-# spec.failover field -> (restart.* key, factor to the runtime's unit)
-_RESTART_FIELDS = {
-    "restartDelaySeconds": ("delay_ms", 1000),
-    "maxRestartDelaySeconds": ("max_delay_ms", 1000),
-    "backoffMultiplier": ("multiplier", 1),
-    "backoffJitter": ("jitter", 1),
-    "resetAfterSeconds": ("reset_after_ms", 1000),
-    "failureRateIntervalSeconds": ("interval_ms", 1000),
-}
-
-
-def _restart(spec: dict[str, Any]) -> dict[str, Any]:
+def _restart(spec: PipelineSpec) -> dict[str, Any]:
     """spec.failover as the runtime's restart.* keys; what the spec leaves out keeps the
     runtime's defaults (config.RestartConfig)."""
-    failover = spec.get("failover") or {}
-    out: dict[str, Any] = {
-        "strategy": failover.get("restartStrategy", "exponential-backoff"),
-        "attempts": int(failover.get("maxRestarts", 10)),
-    }
-    for field_name, (key, factor) in _RESTART_FIELDS.items():
-        if field_name in failover:
-            value = failover[field_name] * factor
-            # round, not int: 1.005 s is 1004.999... ms in floating point
-            out[key] = round(value) if key.endswith("_ms") else float(value)
+    f = spec.failover
+    out: dict[str, Any] = {"strategy": f.restart_strategy, "attempts": f.max_restarts}
+    # round, not int: 1.005 s is 1004.999... ms in floating point
+    for key, seconds in (
+        ("delay_ms", f.restart_delay_seconds),
+        ("max_delay_ms", f.max_restart_delay_seconds),
+        ("reset_after_ms", f.reset_after_seconds),
+        ("interval_ms", f.failure_rate_interval_seconds),
+    ):
+        if seconds is not None:
+            out[key] = round(seconds * 1000)
+    for key, value in (("multiplier", f.backoff_multiplier), ("jitter", f.backoff_jitter)):
+        if value is not None:
+            out[key] = float(value)
     return out
 
 
-def restart_config(spec: dict[str, Any], name: str, namespace: str) -> RestartConfig:
+def restart_config(spec: PipelineSpec, name: str, namespace: str) -> RestartConfig:
     """The job's restart strategy: the driver restarts failed epochs by it, and the operator
     restarts a failed driver pod by it (one set of spec fields, one set of rules)."""
     config: JobConfig = build(JobConfig, job_config(spec, name, namespace), "")

@@ -5,7 +5,6 @@ points, and the driver's exit codes."""
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 RUNTIME_UID = 185
 STATE_MOUNT = "/var/lib/stator"
@@ -13,6 +12,7 @@ CONFIG_MOUNT = "/etc/stator"
 EXECUTOR_TEMPLATE = "executor-pod.yaml"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 CONTROL_MOUNT = "/etc/stator-control"
+CONTROL_PORT = 8081  # the driver's control API
 STOPPED_EXIT_CODE = 3  # the driver stopped with a savepoint (not: finished its input)
 JOB_FAILED_EXIT_CODE = 2  # `stator run`: refused, or ended by a failure no restart fixes
 CONTROL_TOKEN_KEY = "token"  # noqa: S105 - the key in the Secret, not a secret
@@ -50,11 +50,11 @@ def is_executor_set_of(app_id: str, base: str) -> bool:
     return app_id == base or app_id.startswith(f"{base}-")
 
 
-def running_executor_set(status: dict[str, Any], namespace: str, name: str) -> str:
-    """The executor set the running deployment runs (``status.deployment.executorSet``), or
-    the pipeline's first (a deployment recorded before executor sets)."""
-    recorded = (status.get("deployment") or {}).get("executorSet")
-    return str(recorded) if recorded else spark_app_id(namespace, name)
+def running_executor_set(recorded: str | None, namespace: str, name: str) -> str:
+    """The executor set the running deployment runs (``recorded``:
+    ``status.deployment.executorSet``), or the pipeline's first (a deployment recorded before
+    executor sets)."""
+    return recorded or spark_app_id(namespace, name)
 
 
 def executor_set(app_id: str) -> str:

@@ -23,14 +23,15 @@ from stator.control.client import (
 )
 from stator.control.schema import JobInfo, SavepointRequest
 
-from .naming import CONTROL_TOKEN_KEY, control_secret_name, driver_lease_name
+from .naming import CONTROL_PORT, CONTROL_TOKEN_KEY, control_secret_name, driver_lease_name
 from .operation import Operation, Step
+from .outcomes import PodPhase, Restore
+from .pipeline_spec import PipelineSpec
 from .ports import Connect, DriverApi, KubeApi
-from .spec import CONTROL_PORT, get
 from .status import StatusWriter
 from .storage import SavepointStorage
 
-ENDED = ("Succeeded", "Failed")
+ENDED = (PodPhase.SUCCEEDED, PodPhase.FAILED)
 
 # How long each driver's Lease has been silent, on this operator's clock. An operator that
 # restarts starts counting afresh, which only delays a verdict.
@@ -160,7 +161,8 @@ class Observer:
         if op is not None and op.step is Step.AWAIT_READY:
             deployment: str | None = op.id
         else:
-            deployment = (pipeline.status.get("deployment") or {}).get("id")
+            running = pipeline.status.deployment
+            deployment = running.id if running else None
         if not deployment:
             return None
         return self.kube.driver_pod(pipeline.namespace, pipeline.name, deployment)
@@ -177,10 +179,10 @@ class Observer:
             return PrestartedDriver(pod, driver, unreachable=str(exc))
 
     def _steady(self, pipeline: StatusWriter, base: Observation) -> Observation:
-        if pipeline.status.get("lastReconciledSpec") is None:  # nothing deployed yet
+        if pipeline.status.last_reconciled_spec is None:  # nothing deployed yet
             spec = pipeline.spec
-            initial = get(spec, "restore", "initialSavepoint")
-            if initial and initial != "latest":
+            initial = spec.restore.initial_savepoint
+            if initial and initial != Restore.LATEST:
                 problem = self.storage.restore_problem(pipeline.namespace, spec, initial)
                 return replace(base, restore_problem=problem)
             return base
@@ -207,7 +209,7 @@ class Observer:
         return LeaseSilence(holder, silence.observe(holder, renewed, clock()), duration)
 
     def _readiness(self, base: Observation) -> Observation:
-        if base.driver is None or base.phase != "Running":
+        if base.driver is None or base.phase != PodPhase.RUNNING:
             return base
         try:
             return replace(base, ready=base.driver.ready().ready)
@@ -228,6 +230,7 @@ class Observer:
                 unreachable = str(exc)
         # The driver may have stopped before it was asked: look in storage, where the
         # *running* spec's driver writes (an upgrade's target may name another directory).
-        spec = pipeline.status.get("lastReconciledSpec") or op.target or pipeline.spec
+        raw = pipeline.status.last_reconciled_spec or op.target
+        spec = PipelineSpec.read(raw) if raw else pipeline.spec
         found = self.storage.find(pipeline.namespace, spec, request_id)
         return replace(base, unreachable=unreachable, found_savepoint=found)

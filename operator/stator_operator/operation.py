@@ -13,7 +13,8 @@ from typing import Any
 
 from stator.control.wire import camel
 
-from .spec import UpgradeMode
+from .outcomes import Phase
+from .pipeline_spec import UpgradeMode
 
 
 class OpKind(StrEnum):
@@ -28,22 +29,25 @@ class OpKind(StrEnum):
     DELETE = "delete"
 
     @property
-    def phase(self) -> str:
+    def phase(self) -> Phase:
         """``status.phase`` while an operation of this kind runs."""
         return _PHASES[self]
 
 
 _PHASES = {
-    OpKind.DEPLOY: "Deploying",
-    OpKind.UPGRADE: "Upgrading",
-    OpKind.RESCALE: "Rescaling",
-    OpKind.SUSPEND: "Suspending",
-    OpKind.RESUME: "Deploying",
-    OpKind.RESTART: "Restarting",
-    OpKind.ROLLBACK: "RollingBack",
-    OpKind.SAVEPOINT: "Running",
-    OpKind.DELETE: "Deleting",
+    OpKind.DEPLOY: Phase.DEPLOYING,
+    OpKind.UPGRADE: Phase.UPGRADING,
+    OpKind.RESCALE: Phase.RESCALING,
+    OpKind.SUSPEND: Phase.SUSPENDING,
+    OpKind.RESUME: Phase.DEPLOYING,
+    OpKind.RESTART: Phase.RESTARTING,
+    OpKind.ROLLBACK: Phase.ROLLING_BACK,
+    OpKind.SAVEPOINT: Phase.RUNNING,
+    OpKind.DELETE: Phase.DELETING,
 }
+
+
+PERIODIC = "periodic"  # Operation.trigger of a savepoint taken every savepoints.periodicSeconds
 
 
 class Step(IntEnum):
@@ -78,8 +82,10 @@ class Operation:
     # it is up (a spec applied meanwhile is the next flow's).
     generation: int | None = None
     mode: UpgradeMode | None = None
+    # The change changes the parallelism (spec.Change.rescales, decided when it began).
+    rescales: bool = False
     nonce: int | None = None  # savepoints.triggerNonce answered by this savepoint
-    trigger: str | None = None  # "periodic"; else the kind is the trigger
+    trigger: str | None = None  # PERIODIC; else the kind is the trigger
     savepoint_request: str | None = None  # the driver's request id (step 2)
     savepoint: str | None = None  # taken at step 2, restored by a rollback
     not_before: float | None = None  # restart backoff (epoch seconds)
@@ -104,6 +110,12 @@ class Operation:
     # pre-started driver starts its executors while the old driver still processes).
     executor_set: str | None = None
     new_executor_set: bool = False
+
+    @property
+    def changes_parallelism(self) -> bool:
+        """The change's recorded decision; a rescale recorded before ``rescales`` was is
+        one by its kind."""
+        return self.rescales or self.kind is OpKind.RESCALE
 
     def at(self, step: Step, started_at: str, **changes: Any) -> Operation:
         """This operation moved on to ``step``."""

@@ -29,22 +29,17 @@ from .naming import (
     spark_app_id,
 )
 from .observer import Observation
-from .operation import OpKind, Step
+from .operation import PERIODIC, OpKind, Step
+from .outcomes import ConditionType, Phase, PodPhase, Restore
+from .pipeline_spec import Pinning, PipelineSpec, SpecError, UpgradeMode
+from .pipeline_status import PipelineStatus
 from .ports import EventSink, KubeApi, NotOwned
 from .spec import (
-    Pinning,
-    SpecDiff,
-    SpecError,
-    UpgradeMode,
+    Change,
     attempt_fingerprint,
     check_transition,
     classify,
     fingerprint,
-    get,
-    pinning,
-    prestart,
-    upgrade_mode,
-    validate,
 )
 from .status import StatusWriter, age_s, now, stamp_ms
 from .storage import SavepointStorage
@@ -78,14 +73,15 @@ class Reconciler:
         except SpecError as exc:  # a stored spec the checks of today refuse
             self._spec_invalid("InvalidSpec", f"the operation's spec: {exc}")
             return NOT_OWNED_WAIT_S
-        if self.pipeline.has_condition("SpecValid", False) and self._invalid_reason() == NAME_TAKEN:
+        valid = self.pipeline.has_condition(ConditionType.SPEC_VALID, False)
+        if valid and self._invalid_reason() == NAME_TAKEN:
             self._spec_accepted()
         if isinstance(result, DriverFailed):
-            target = op.target or self.pipeline.spec
+            target = PipelineSpec.read(op.target) if op.target else self.pipeline.spec
             # A restart continues the run this flow started (or continued).
-            run = (op.restore or "latest", op.lineage or op.id)
+            run = (op.restore or Restore.LATEST, op.lineage or op.id)
             savepoint = op.savepoint
-            if op.kind is OpKind.RESUME and op.restore not in (None, "latest", "none"):
+            if op.kind is OpKind.RESUME and op.restore not in (None, *Restore):
                 savepoint = op.restore  # what a rollback of the resumed spec restores
             return self._driver_failed(op.kind, target, savepoint, result.reason, run=run)
         return result
@@ -99,16 +95,16 @@ class Reconciler:
         spec = self.pipeline.spec
         op = self.pipeline.operation
         if op is None or op.kind is not OpKind.DELETE:
-            final = bool(get(spec, "deletion", "finalSavepoint", default=True))
+            final = spec.deletion.final_savepoint
             self.flows.start(
                 OpKind.DELETE,
                 Step.SAVEPOINT if final and obs.pod is not None else Step.REMOVE_DRIVER,
-                target=self.pipeline.status.get("lastReconciledSpec") or spec,
+                target=self.pipeline.status.last_reconciled_spec or spec.raw,
                 delete_started_at=now(),
             )
             return 0.0
         if not op.done:
-            timeout = float(get(spec, "deletion", "timeoutSeconds", default=300))
+            timeout = spec.deletion.timeout_seconds
             if age_s(op.delete_started_at) <= timeout:
                 result = self.flows.advance(op, obs)  # steps 1-3: no driver to await
                 return 0.0 if isinstance(result, DriverFailed) else result
@@ -124,19 +120,19 @@ class Reconciler:
             claims += self.kube.delete_claims(p.namespace, executors, 0)
         if claims:
             self.event("Normal", "ClaimsDeleted", f"executors' state claims: {claims}")
-        ran = op.target or spec
+        ran = PipelineSpec.read(op.target) if op.target else spec
         problem = self.storage.release_checkpoints(p.namespace, ran, p.name, p.uid)
         if problem:  # a pipeline created again under the name needs checkpointing.adopt
             self.event("Warning", "CheckpointsNotReleased", problem)
-        if get(spec, "savepoints", "disposeOnDelete", default=False):
+        if spec.savepoints.dispose_on_delete:
             # The final savepoint this deletion took is kept unless asked: it is the state.
-            final = bool(get(spec, "deletion", "disposeFinalSavepoint", default=False))
+            final = spec.deletion.dispose_final_savepoint
             kept = []
-            for sp in self.pipeline.status.get("savepoints", []):
-                if sp.get("trigger") == OpKind.DELETE.value and not final:
-                    kept.append(sp["path"])
+            for sp in self.pipeline.status.savepoints:
+                if sp.trigger == OpKind.DELETE and not final:
+                    kept.append(sp.path)
                     continue
-                self.storage.dispose(self.pipeline.namespace, spec, sp["path"], sp.get("root"))
+                self.storage.dispose(self.pipeline.namespace, spec, sp.path, sp.root)
             also = f"; kept the final savepoint {kept[-1]}" if kept else ""
             self.event("Normal", "SavepointsDisposed", f"disposed the savepoint history{also}")
         self.event("Normal", "Deleted", "pipeline deleted")
@@ -146,75 +142,78 @@ class Reconciler:
 
     def _plan(self, obs: Observation) -> float:
         """Start a flow if the spec asks for one, else watch the driver."""
-        spec, status = self.pipeline.spec, self.pipeline.status
-        running = status.get("lastReconciledSpec")
-        if not self._spec_valid():
-            if running is not None and status.get("phase") != "Suspended":
+        status = self.pipeline.status
+        ran = status.last_reconciled_spec
+        running = None if ran is None else PipelineSpec.read(ran)
+        spec = self._valid_spec()
+        if spec is None:
+            if running is not None and not status.suspended:
                 self._watch(obs, running)  # the last good spec keeps running meanwhile
             return 30.0
-        if running is None:
-            return self._first_deploy(spec, obs)
+        change = classify(ran, spec.raw, suspended=status.suspended)
+        if ran is None or running is None:
+            return self._first_deploy(spec, change, obs)
         self._spec_accepted()
-        suspended = status.get("phase") == "Suspended"
-        if spec.get("state") == "suspended" and not suspended:
-            return self._start(OpKind.SUSPEND, Step.SAVEPOINT, target=running)
-        if spec.get("state", "running") == "running" and suspended:
-            restore = status.get("suspendedWith") or "latest"
+        if change.kind is OpKind.SUSPEND:
+            return self._start(OpKind.SUSPEND, Step.SAVEPOINT, target=ran)
+        if change.kind is OpKind.RESUME:
+            restore = status.suspended_with or Restore.LATEST
             # A spec rolled back before is not tried again by a resume: the last good one
             # resumes (as it would have kept running), until the spec changes.
-            failed = status.get("failedSpec") == attempt_fingerprint(spec)
-            target = running if failed else spec
+            failed = status.failed_spec == attempt_fingerprint(spec.raw)
+            target = ran if failed else spec.raw
             return self._start(OpKind.RESUME, Step.DEPLOY, target=target, restore=restore)
-        if suspended:
+        if status.suspended:
             return 30.0
-        change = classify(running, spec)
-        if change.diff is SpecDiff.IGNORE and status.get("phase") in ("Finished", "Failed"):
+        if change.kind is None and status.phase in (Phase.FINISHED, Phase.FAILED):
             return 10.0  # the job ended (or gave up): nothing to do until the spec changes
-        if change.diff > SpecDiff.IGNORE:
-            if status.get("failedSpec") == attempt_fingerprint(spec):
+        if change.kind in (OpKind.UPGRADE, OpKind.RESCALE):
+            if status.failed_spec == attempt_fingerprint(spec.raw):
                 return self._watch(obs, running)  # this spec was rolled back: wait for another
-            return self._redeploy(spec, change.diff, change.fields)
-        nonce = get(spec, "savepoints", "triggerNonce")
-        if nonce is not None and nonce != status.get("savepointNonce"):
-            return self._start(OpKind.SAVEPOINT, Step.SAVEPOINT, target=running, nonce=nonce)
+            return self._redeploy(spec, change)
+        nonce = spec.savepoints.trigger_nonce
+        if nonce is not None and nonce != status.savepoint_nonce:
+            return self._start(OpKind.SAVEPOINT, Step.SAVEPOINT, target=ran, nonce=nonce)
         if self._periodic_due():
             self.pipeline.write(periodicSavepointAt=now())
-            return self._start(OpKind.SAVEPOINT, Step.SAVEPOINT, target=running, trigger="periodic")
+            return self._start(OpKind.SAVEPOINT, Step.SAVEPOINT, target=ran, trigger=PERIODIC)
         return self._watch(obs, running)
 
-    def _redeploy(self, spec: dict[str, Any], diff: SpecDiff, fields: tuple[str, ...]) -> float:
-        """A rescale always goes through a savepoint; an upgrade by ``upgradeMode``."""
-        mode = upgrade_mode(spec)
-        kind = OpKind.RESCALE if diff is SpecDiff.SCALE else OpKind.UPGRADE
-        self.event("Normal", "SpecChanged", f"{kind} ({mode}): {', '.join(fields)}")
+    def _redeploy(self, spec: PipelineSpec, change: Change) -> float:
+        """A rescale always goes through a savepoint; an upgrade by ``upgradeMode``. The
+        flow records the change's decision (``rescales``) for its steps to read."""
+        mode = spec.upgrade_mode
+        kind = change.kind or OpKind.UPGRADE
+        self.event("Normal", "SpecChanged", f"{kind} ({mode}): {', '.join(change.fields)}")
         self.pipeline.write(restartHistory=None)  # a new spec gets a fresh restart budget
+        fields: dict[str, Any] = {"target": spec.raw, "rescales": change.rescales}
         if kind is OpKind.RESCALE or mode is UpgradeMode.SAVEPOINT:
-            first = Step.PRESTART if prestart(spec) else Step.SAVEPOINT
-            return self._start(kind, first, target=spec, mode=UpgradeMode.SAVEPOINT)
-        restore = "latest" if mode is UpgradeMode.LAST_STATE else "none"
-        return self._start(kind, Step.REMOVE_DRIVER, target=spec, mode=mode, restore=restore)
+            first = Step.PRESTART if spec.driver.prestart else Step.SAVEPOINT
+            return self._start(kind, first, mode=UpgradeMode.SAVEPOINT, **fields)
+        restore = Restore.LATEST if mode is UpgradeMode.LAST_STATE else Restore.NONE
+        return self._start(kind, Step.REMOVE_DRIVER, mode=mode, restore=restore, **fields)
 
-    def _first_deploy(self, spec: dict[str, Any], obs: Observation) -> float:
+    def _first_deploy(self, spec: PipelineSpec, change: Change, obs: Observation) -> float:
         """Deploy, once the initial savepoint (if any) is known readable; a pipeline created
         suspended waits for ``state: running``."""
-        if spec.get("state") == "suspended":
-            if self.pipeline.status.get("phase") != "Suspended":
+        if change.kind is not OpKind.DEPLOY:  # created suspended
+            if not self.pipeline.status.suspended:
                 self._spec_accepted()
-                self.pipeline.write(phase="Suspended")
+                self.pipeline.write(phase=Phase.SUSPENDED)
                 self.event(
                     "Normal",
                     "Suspended",
                     "created suspended: nothing runs until spec.state is running",
                 )
             return 30.0
-        restore = get(spec, "restore", "initialSavepoint") or "latest"
-        if restore != "latest" and obs.restore_problem is not None:
+        restore = spec.restore.initial_savepoint or Restore.LATEST
+        if restore != Restore.LATEST and obs.restore_problem is not None:
             self._spec_invalid(
                 "UnreadableSavepoint", f"spec.restore.initialSavepoint: {obs.restore_problem}"
             )
             return 30.0
         self._spec_accepted()
-        return self._start(OpKind.DEPLOY, Step.DEPLOY, restore=restore, target=spec)
+        return self._start(OpKind.DEPLOY, Step.DEPLOY, restore=restore, target=spec.raw)
 
     def _start(self, kind: OpKind, step: Step, **fields: Any) -> float:
         self.flows.start(kind, step, **fields)
@@ -224,36 +223,36 @@ class Reconciler:
         """``savepoints.periodicSeconds`` since the last savepoint, periodic attempt or
         deployment, whichever is latest."""
         status = self.pipeline.status
-        every = int(get(self.pipeline.spec, "savepoints", "periodicSeconds", default=0) or 0)
-        if not every or status.get("phase") != "Running":
+        every = self.pipeline.spec.savepoints.periodic_seconds
+        if not every or status.phase is not Phase.RUNNING:
             return False
-        stamps = [h.get("time") or "" for h in status.get("savepoints", [])]
+        stamps = [h.time or "" for h in status.savepoints]
         stamps += [
-            (status.get("deployment") or {}).get("readyAt") or "",
-            status.get("periodicSavepointAt") or "",
+            (status.deployment.ready_at if status.deployment else None) or "",
+            status.periodic_savepoint_at or "",
         ]
         latest = max(stamps)
         return bool(latest) and age_s(latest) >= every
 
     # ------------------------------------------------------------------ the running driver
 
-    def _watch(self, obs: Observation, running: dict[str, Any]) -> float:
+    def _watch(self, obs: Observation, running: PipelineSpec) -> float:
         """Mirror the driver's progress into status; a failed, vanished or lost driver
         restarts."""
         status = self.pipeline.status
         ended = self._ended(obs, running)
         if ended is not None:
             return ended
-        if pinning(running) is Pinning.PREFERRED:
+        if running.pinning is Pinning.PREFERRED:
             self._release_lost_executors()
-        history = status.get("savepoints") or []
+        history = status.savepoints
         kept = self.flows.prune(history)
         if kept != history:
             self.pipeline.write(savepoints=kept)
         if obs.driver is None:
             return 2.0
-        if obs.phase == "Running" and status.get("phase") != "Running":
-            self.pipeline.write(phase="Running")  # the phase follows the driver that runs now
+        if obs.phase == PodPhase.RUNNING and status.phase is not Phase.RUNNING:
+            self.pipeline.write(phase=Phase.RUNNING)  # the phase follows the driver that runs now
         job = obs.job
         if obs.job_invalid is not None:  # a malformed answer: an error in status, no crash
             fields = {"lastError": f"the driver's status could not be read: {obs.job_invalid:.300}"}
@@ -261,16 +260,16 @@ class Reconciler:
             fields = bounded_fields(_job_fields(job))
         else:
             return 2.0
-        if any(status.get(k) != v for k, v in fields.items()):
+        if any(status.raw.get(k) != v for k, v in fields.items()):
             self.pipeline.write(**fields)
         if job is not None:
             self._report_processing_again(status, job)
         return 2.0
 
-    def _report_processing_again(self, status: dict[str, Any], job: JobInfo) -> None:
+    def _report_processing_again(self, status: PipelineStatus, job: JobInfo) -> None:
         """The new driver's first epoch ended: the flow's downtime and start-up split."""
         again = processing_again(status, job)
-        if not again:
+        if not again or status.deployment is None:
             return
         self.pipeline.write(lastOperation=again)
         split = ", ".join(f"{k} {v:.1f} s" for k, v in again["driverStartupSeconds"].items())
@@ -279,21 +278,21 @@ class Reconciler:
         self.event(
             "Normal",
             "ProcessingAgain",
-            f"driver {status['deployment']['id']} ran its first epoch{after} (start-up: {split})",
+            f"driver {status.deployment.id} ran its first epoch{after} (start-up: {split})",
         )
 
-    def _ended(self, obs: Observation, running: dict[str, Any]) -> float | None:
+    def _ended(self, obs: Observation, running: PipelineSpec) -> float | None:
         """The driver finished, stopped, failed, vanished or is lost: what follows."""
-        if obs.phase == "Succeeded":  # a bounded job read all its input
-            if self.pipeline.status.get("phase") != "Finished":
-                self.pipeline.write(phase="Finished")
+        if obs.phase == PodPhase.SUCCEEDED:  # a bounded job read all its input
+            if self.pipeline.status.phase is not Phase.FINISHED:
+                self.pipeline.write(phase=Phase.FINISHED)
                 self.event("Normal", "Finished", "the job finished its input")
             return 10.0
-        if obs.phase == "Failed" and obs.exit_code == STOPPED_EXIT_CODE:
+        if obs.phase == PodPhase.FAILED and obs.exit_code == STOPPED_EXIT_CODE:
             return self._stopped_outside(running)
-        if obs.phase == "Failed" and obs.exit_code == JOB_FAILED_EXIT_CODE:
+        if obs.phase == PodPhase.FAILED and obs.exit_code == JOB_FAILED_EXIT_CODE:
             return self._job_failed(obs)
-        if obs.pod is None or obs.phase == "Failed":
+        if obs.pod is None or obs.phase == PodPhase.FAILED:
             gone = "gone" if obs.pod is None else obs.phase
             reason = f"driver pod {gone} (exit {obs.exit_code})"
             return self._driver_failed(OpKind.RESTART, running, None, reason)
@@ -302,7 +301,7 @@ class Reconciler:
             return self._driver_lost(obs, running)
         return None
 
-    def _driver_lost(self, obs: Observation, running: dict[str, Any]) -> float:
+    def _driver_lost(self, obs: Observation, running: PipelineSpec) -> float:
         """The driver stopped renewing its Lease: its node is lost (powered off, or cut off)
         or it hangs. Kubernetes cannot tell whether it still runs, so its pod is removed at
         once (no kubelet may ever confirm it) and a new driver restarts from the latest
@@ -326,7 +325,9 @@ class Reconciler:
         up its volume there and starts on another node (its key-groups restore from the
         object store); ``required`` waits for the node instead."""
         p = self.pipeline
-        executors = running_executor_set(p.status, p.namespace, p.name)
+        deployment = p.status.deployment
+        recorded = deployment.executor_set if deployment else None
+        executors = running_executor_set(recorded, p.namespace, p.name)
         moved = self.kube.release_lost(p.namespace, executors, STATE_VOLUME)
         if moved:
             self.event(
@@ -342,13 +343,13 @@ class Reconciler:
         or its own restart strategy gave up. Restarting the pod would only repeat it: the
         pipeline is Failed, with the driver's cause, until its spec changes."""
         p = self.pipeline
-        cause = obs.termination_message or p.status.get("lastError") or "the job failed (exit 2)"
-        p.write(operation=None, phase="Failed", lastError=cause)
-        p.condition("Ready", False, "JobFailed", cause)
+        cause = obs.termination_message or p.status.last_error or "the job failed (exit 2)"
+        p.write(operation=None, phase=Phase.FAILED, lastError=cause)
+        p.condition(ConditionType.READY, False, "JobFailed", cause)
         self.event("Warning", "JobFailed", cause)
         return 60.0
 
-    def _stopped_outside(self, running: dict[str, Any]) -> float:
+    def _stopped_outside(self, running: PipelineSpec) -> float:
         """The job stopped with a savepoint that no flow of the operator asked for (another
         holder of the control token): not Finished; it runs again from its latest checkpoint
         (the stop took one with the savepoint), as the spec says it should be running."""
@@ -360,13 +361,13 @@ class Reconciler:
         self.pipeline.write(lastError=message)
         restore, lineage = self._running_run()
         return self._start(
-            OpKind.RESTART, Step.REMOVE_DRIVER, target=running, restore=restore, lineage=lineage
+            OpKind.RESTART, Step.REMOVE_DRIVER, target=running.raw, restore=restore, lineage=lineage
         )
 
     def _driver_failed(
         self,
         kind: OpKind,
-        target: dict[str, Any],
+        target: PipelineSpec,
         savepoint: str | None,
         reason: str,
         avoid_node: str | None = None,
@@ -377,39 +378,39 @@ class Reconciler:
         else restarts from the latest checkpoint when the job's restart strategy
         (``spec.failover``, the same rules as the driver's) says, or gives up."""
         p = self.pipeline
-        stable = p.status.get("lastStableSpec")
+        stable = p.status.last_stable_spec
         p.write(lastError=reason)
         # A resume that brings up a spec changed while suspended is an upgrade too.
         changed = (
             kind is OpKind.RESUME
             and stable is not None
-            and (fingerprint(target) != fingerprint(stable))
+            and (fingerprint(target.raw) != fingerprint(stable))
         )
         if (kind in (OpKind.UPGRADE, OpKind.RESCALE) or changed) and stable is not None:
             self.event("Warning", "UpgradeFailed", f"{reason}; rolling back")
             p.condition(
-                "UpgradeSucceeded",
+                ConditionType.UPGRADE_SUCCEEDED,
                 False,
                 "RolledBack",
                 f"{reason}; rolled back to the last stable spec. Change the spec to try again",
             )
-            p.write(failedSpec=attempt_fingerprint(target))
-            restore = savepoint or "latest"
+            p.write(failedSpec=attempt_fingerprint(target.raw))
+            restore = savepoint or Restore.LATEST
             return self._start(OpKind.ROLLBACK, Step.REMOVE_DRIVER, target=stable, restore=restore)
-        restarts = int(p.status.get("restarts", 0)) + 1
+        restarts = p.status.restarts + 1
         strategy = restart_config(target, p.name, p.namespace)
-        history = History.from_json(p.status.get("restartHistory"))
+        history = History.from_json(p.status.restart_history)
         decision = decide(strategy, history, time.time())
         if decision.delay_ms is None:
             gave_up = f"{reason}; gave up: {decision.why}"
             p.write(
                 operation=None,
-                phase="Failed",
+                phase=Phase.FAILED,
                 restarts=restarts,
                 restartHistory=decision.history.to_json(),
             )
             self.event("Warning", "Failed", gave_up)
-            p.condition("Ready", False, "RestartsExhausted", gave_up)
+            p.condition(ConditionType.READY, False, "RestartsExhausted", gave_up)
             return 60.0
         p.write(restarts=restarts, restartHistory=decision.history.to_json())
         delay_s = decision.delay_ms / 1000
@@ -418,7 +419,7 @@ class Reconciler:
         return self._start(
             OpKind.RESTART,
             Step.REMOVE_DRIVER,
-            target=target,
+            target=target.raw,
             restore=restore,
             lineage=lineage,
             not_before=time.time() + delay_s,
@@ -431,57 +432,56 @@ class Reconciler:
         ``latest`` alone: before the run's first checkpoint that is the storage's newest
         checkpoint of another run, or none at all, and the job would start empty. A
         deployment recorded before lineages were: ``latest``."""
-        deployment = self.pipeline.status.get("deployment") or {}
-        lineage = deployment.get("lineage")
-        if not lineage:
-            return "latest", None
-        return str(deployment.get("restoredFrom") or "latest"), str(lineage)
+        deployment = self.pipeline.status.deployment
+        if deployment is None or not deployment.lineage:
+            return Restore.LATEST, None
+        return deployment.restored_from or Restore.LATEST, deployment.lineage
 
     # ------------------------------------------------------------------ spec validity
 
-    def _spec_valid(self) -> bool:
-        """The checks the CRD schema cannot express, reported as the SpecValid condition."""
+    def _valid_spec(self) -> PipelineSpec | None:
+        """The spec, parsed with the checks the CRD schema cannot express; None if one
+        fails (reported as the SpecValid condition)."""
         p = self.pipeline
         try:
             check_name(p.name)
             if self.require_restricted:
                 check_namespace(p.namespace, self.kube.namespace_labels(p.namespace))
-            validate(p.spec)
-            check_storage_roots(p.spec, p.name, p.namespace)
-            check_job_config(p.spec, p.name, p.namespace)
-            check_pods(p.spec, p.name, p.namespace)
-            running = p.status.get("lastReconciledSpec")
+            spec = PipelineSpec.parse(p.raw_spec)
+            check_storage_roots(spec, p.name, p.namespace)
+            check_job_config(spec, p.name, p.namespace)
+            check_pods(spec, p.name, p.namespace)
+            running = p.status.last_reconciled_spec
             if running is not None:
-                suspended = p.status.get("phase") == "Suspended"
-                with_ = (p.status.get("suspendedWith") or "latest") if suspended else None
-                check_transition(running, p.spec, with_)
+                suspended = p.status.suspended
+                with_ = (p.status.suspended_with or Restore.LATEST) if suspended else None
+                check_transition(PipelineSpec.read(running), spec, with_)
         except ValueError as exc:
             self._spec_invalid("InvalidSpec", str(exc))
-            return False
-        return True
+            return None
+        return spec
 
     def _spec_invalid(self, reason: str, message: str) -> None:
         """Report a spec that cannot run: condition, lastError, one event per new message;
         ``phase: Failed`` only if nothing runs (a running job keeps its last good spec)."""
         p = self.pipeline
-        if p.status.get("lastError") != message:
+        if p.status.last_error != message:
             self.event("Warning", "InvalidSpec", message)
-        p.condition("SpecValid", False, reason, message)
-        if p.status.get("lastReconciledSpec") is None:
+        p.condition(ConditionType.SPEC_VALID, False, reason, message)
+        if p.status.last_reconciled_spec is None:
             # One patch: no reader sees the phase without its cause.
-            p.write(phase="Failed", lastError=message)
+            p.write(phase=Phase.FAILED, lastError=message)
         else:
             p.write(lastError=message)
 
     def _invalid_reason(self) -> str | None:
-        conditions = self.pipeline.status.get("conditions", [])
-        found = {c.get("type"): c for c in conditions}.get("SpecValid")
-        return None if found is None else found.get("reason")
+        found = self.pipeline.status.condition(ConditionType.SPEC_VALID)
+        return None if found is None else found.reason
 
     def _spec_accepted(self) -> None:
         """A spec that was reported invalid has been fixed: say so once."""
-        if self.pipeline.has_condition("SpecValid", False):
-            self.pipeline.condition("SpecValid", True, "Valid", "the spec is accepted")
+        if self.pipeline.has_condition(ConditionType.SPEC_VALID, False):
+            self.pipeline.condition(ConditionType.SPEC_VALID, True, "Valid", "the spec is accepted")
             self.pipeline.write(lastError=None)
 
 
@@ -576,18 +576,18 @@ STARTUP_STEPS = (
 DOWNTIME_KINDS = ("upgrade", "rescale")  # flows that stop the old driver when they begin
 
 
-def processing_again(status: dict[str, Any], job: JobInfo) -> dict[str, Any] | None:
+def processing_again(status: PipelineStatus, job: JobInfo) -> dict[str, Any] | None:
     """Once the driver a flow brought up has finished its first epoch: when, how its
     start-up split, and for an upgrade or rescale the downtime: from the moment the old
     driver stopped processing (its stop-with-savepoint's epoch began, after its last epoch
     of records) to the end of that first epoch; without that moment (no savepoint: a
     fallback to the latest checkpoint), from the savepoint step. Driver and operator clocks
     are compared: on one cluster they agree to well under these seconds."""
-    last = status.get("lastOperation") or {}
+    last = status.last_operation
     startup = job.startup
     first = startup.first_epoch_ms
     ready_at = last.get("readyAtMs")
-    deployment = (status.get("deployment") or {}).get("id")
+    deployment = status.deployment.id if status.deployment else None
     if not first or not ready_at or last.get("processingAgainAt") or last.get("id") != deployment:
         return None
     steps = last.get("stepSeconds") or {}

@@ -14,6 +14,7 @@ from .job_config import job_config
 from .naming import (
     CONFIG_MOUNT,
     CONTROL_MOUNT,
+    CONTROL_PORT,
     CONTROL_TOKEN_KEY,
     CREDENTIALS_ANNOTATION,
     EXECUTOR_TEMPLATE,
@@ -28,8 +29,8 @@ from .naming import (
     spark_app_id,
 )
 from .owned import reserved_env
+from .pipeline_spec import PipelineSpec
 from .podsecurity import OPERATOR_OWNED, TEMPLATE_METADATA, TEMPLATE_SPEC
-from .spec import CONTROL_PORT, get
 
 
 def owner(body: dict[str, Any]) -> dict[str, Any]:
@@ -245,7 +246,7 @@ def executor_pod_template(name: str, app_id: str) -> dict[str, Any]:
 
 
 def config_map(
-    body: dict[str, Any], spec: dict[str, Any], app_id: str | None = None
+    body: dict[str, Any], spec: PipelineSpec, app_id: str | None = None
 ) -> dict[str, Any]:
     """The job's configuration for the next driver of ``spec`` (``app_id``: its executor
     set; default the pipeline's first). Drivers read it when they start."""
@@ -267,11 +268,11 @@ def config_map(
     }
 
 
-def config_annotations(spec: dict[str, Any]) -> dict[str, str]:
+def config_annotations(spec: PipelineSpec) -> dict[str, str]:
     """What the chart's admission policy reads from the pipeline's ConfigMap: the one Secret
     its executors may take credentials from (none: they may take none)."""
-    secret = get(spec, "checkpointing", "credentialsSecret")
-    return {CREDENTIALS_ANNOTATION: str(secret)} if secret else {}
+    secret = spec.checkpointing.credentials_secret
+    return {CREDENTIALS_ANNOTATION: secret} if secret else {}
 
 
 def service(body: dict[str, Any]) -> dict[str, Any]:
@@ -290,7 +291,7 @@ def service(body: dict[str, Any]) -> dict[str, Any]:
 
 def driver_pod(
     body: dict[str, Any],
-    spec: dict[str, Any],
+    spec: PipelineSpec,
     deployment: str,
     restore: str | None,
     allow_non_restored: bool,
@@ -320,7 +321,7 @@ def driver_pod(
         },
         {"name": "STATOR_SERVICE_ACCOUNT_DIR", "value": SERVICE_ACCOUNT_DIR},
     ]
-    if spec.get("executor") is not None:
+    if spec.executor is not None:
         env += [
             {"name": "STATOR_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
             {
@@ -328,24 +329,20 @@ def driver_pod(
                 "value": f"{CONFIG_MOUNT}/{EXECUTOR_TEMPLATE}",
             },
         ]
-    secret = get(spec, "checkpointing", "credentialsSecret")
+    secret = spec.checkpointing.credentials_secret
     if secret:
         env += [
             {"name": k, "valueFrom": {"secretKeyRef": {"name": secret, "key": k}}}
             for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
         ]
     # Refused by check_pods; kept out here too for a spec accepted before that check.
-    env += [
-        e
-        for e in (get(spec, "driver", "env", default=None) or [])
-        if reserved_env("driver", str(e.get("name"))) is None
-    ]
+    env += [e for e in spec.driver.env if reserved_env("driver", str(e.get("name"))) is None]
     # No "command": the image's entrypoint (tini -> entrypoint.sh) stays PID 1, reaps Spark's
     # children and passes these arguments through.
     args = [
         "stator",
         "run",
-        spec["entrypoint"],
+        spec.entrypoint,
         "--config",
         f"{CONFIG_MOUNT}/job.yaml",
         *(["--await-handover"] if restore is None else ["--restore", restore]),
@@ -363,9 +360,7 @@ def driver_pod(
         args += ["--set", f"restore.lineage='{lineage}'"]
     if allow_non_restored:
         args += ["--set", "restore.allow_non_restored_state=true"]
-    resources = get(spec, "driver", "resources", default=None) or {
-        "requests": {"cpu": "500m", "memory": "1Gi"}
-    }
+    resources = spec.driver.resources or {"requests": {"cpu": "500m", "memory": "1Gi"}}
     pod_labels = {**labels(name, "driver"), "stator.dev/deployment": deployment}
     pod: dict[str, Any] = {
         "apiVersion": "v1",
@@ -387,8 +382,8 @@ def driver_pod(
             "containers": [
                 {
                     "name": "driver",
-                    "image": spec["image"],
-                    "imagePullPolicy": spec.get("imagePullPolicy", "IfNotPresent"),
+                    "image": spec.image,
+                    "imagePullPolicy": spec.image_pull_policy,
                     "args": args,
                     "env": env,
                     "ports": [{"name": "control", "containerPort": CONTROL_PORT}],
@@ -427,7 +422,7 @@ def driver_pod(
                 ]
             }
         }
-    template = get(spec, "driver", "podTemplate", default=None)
+    template = spec.driver.pod_template
     if template:
         _merge(pod, template)
     return pod

@@ -10,6 +10,9 @@ import datetime as dt
 from typing import Any
 
 from .operation import Operation
+from .outcomes import ConditionType
+from .pipeline_spec import PipelineSpec
+from .pipeline_status import Condition, Deployment, PipelineStatus, SavepointRecord
 from .ports import StatusApi
 
 STAMP = "%Y-%m-%dT%H:%M:%SZ"
@@ -52,43 +55,51 @@ class StatusWriter:
         return str(self.body["metadata"].get("uid") or "")
 
     @property
-    def spec(self) -> dict[str, Any]:
+    def raw_spec(self) -> dict[str, Any]:
+        """The spec as given: what is recorded in status and compared."""
         return dict(self.body.get("spec") or {})
 
     @property
-    def status(self) -> dict[str, Any]:
-        return dict(self.body.get("status") or {})
+    def spec(self) -> PipelineSpec:
+        """The spec's fields (its checks are the reconciler's: ``PipelineSpec.parse``)."""
+        return PipelineSpec.read(self.raw_spec)
+
+    @property
+    def status(self) -> PipelineStatus:
+        return PipelineStatus.from_dict(self.body.get("status") or {})
 
     @property
     def operation(self) -> Operation | None:
-        raw = self.status.get("operation")
-        return Operation.from_json(raw) if raw else None
+        return self.status.operation
 
     def write(self, **fields: Any) -> None:
-        """Patch status now. An :class:`Operation` value replaces the stored one whole."""
-        patch = {k: v.to_patch() if isinstance(v, Operation) else v for k, v in fields.items()}
+        """Patch status now: stored names, typed values (an :class:`Operation` replaces the
+        stored one whole; ``None`` removes a field)."""
+        patch = {key: _stored(value, patch=True) for key, value in fields.items()}
         self.kube.patch_status(self.namespace, self.name, patch)
-        status = self.status
+        status = dict(self.body.get("status") or {})
         for key, value in fields.items():
             if value is None:
                 status.pop(key, None)
             else:
-                status[key] = value.to_json() if isinstance(value, Operation) else value
+                status[key] = _stored(value, patch=False)
         self.body["status"] = status
 
-    def condition(self, ctype: str, ok: bool, reason: str, message: str) -> None:
-        conditions = [c for c in self.status.get("conditions", []) if c.get("type") != ctype]
-        conditions.append(
-            {
-                "type": ctype,
-                "status": "True" if ok else "False",
-                "reason": reason,
-                "message": message[:1000],
-                "lastTransitionTime": now(),
-            }
-        )
-        self.write(conditions=conditions)
+    def condition(self, ctype: ConditionType, ok: bool, reason: str, message: str) -> None:
+        kept = tuple(c for c in self.status.conditions if c.type != ctype)
+        self.write(conditions=(*kept, Condition(ctype, ok, reason, message[:1000], now())))
 
-    def has_condition(self, ctype: str, ok: bool) -> bool:
-        found = {c.get("type"): c for c in self.status.get("conditions", [])}.get(ctype)
-        return found is not None and found.get("status") == ("True" if ok else "False")
+    def has_condition(self, ctype: ConditionType, ok: bool) -> bool:
+        found = self.status.condition(ctype)
+        return found is not None and found.ok is ok
+
+
+def _stored(value: Any, patch: bool) -> Any:
+    """A typed status value in its stored form (as a merge patch, or as stored)."""
+    if isinstance(value, Operation):
+        return value.to_patch() if patch else value.to_json()
+    if isinstance(value, Deployment | SavepointRecord | Condition):
+        return value.to_dict()
+    if isinstance(value, tuple):
+        return [_stored(v, patch) for v in value]
+    return value

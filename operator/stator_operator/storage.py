@@ -16,8 +16,8 @@ from stator.lineage import check_restorable, dispose_savepoint, find_savepoint
 from stator.storage import S3Options, open_store
 
 from .job_config import config_value
+from .pipeline_spec import PipelineSpec
 from .ports import SecretApi
-from .spec import checkpoint_root, get, savepoint_dir
 
 _S3_KEYS = {f.name for f in dataclasses.fields(S3Options)}
 
@@ -28,12 +28,12 @@ _S3_KEYS = {f.name for f in dataclasses.fields(S3Options)}
 OPERATOR_S3_LIMITS = {"max_attempts": 3, "connect_timeout_s": 5.0, "read_timeout_s": 30.0}
 
 
-def s3_options(spec: dict[str, Any], **credentials: str | None) -> S3Options:
+def s3_options(spec: PipelineSpec, **credentials: str | None) -> S3Options:
     """``S3Options`` of the spec's job config (its ``s3`` section), plus ``credentials``,
     with the operator's own limits on retries and timeouts."""
-    endpoint = get(spec, "checkpointing", "endpoint")
+    endpoint = spec.checkpointing.endpoint
     section: dict[str, Any] = {"endpoint_url": endpoint} if endpoint else {}
-    for key, raw in (get(spec, "config", default=None) or {}).items():
+    for key, raw in spec.config.items():
         name = key.replace("-", "_")
         if name.startswith("s3.") and name[3:] in _S3_KEYS:
             section[name[3:]] = config_value(key, raw) if isinstance(raw, str) else raw
@@ -65,7 +65,7 @@ class SavepointStorage:
         self.kube = kube
         self.allow_file = allow_file
 
-    def options(self, namespace: str, spec: dict[str, Any], uri: str = "") -> S3Options:
+    def options(self, namespace: str, spec: PipelineSpec, uri: str = "") -> S3Options:
         """The driver's S3 settings (the endpoint from the spec, ``s3.*`` of ``spec.config``:
         region, path style, timeouts, within the operator's limits), credentials from
         ``checkpointing.credentialsSecret``: the operator reaches the savepoints where and as
@@ -79,7 +79,7 @@ class SavepointStorage:
                     f"own file system); keep checkpoints and savepoints on s3://"
                 )
             return s3_options(spec)
-        secret = get(spec, "checkpointing", "credentialsSecret")
+        secret = spec.checkpointing.credentials_secret
         if not secret:
             raise StatorError(
                 "spec.checkpointing.credentialsSecret is required for the operator to read "
@@ -98,7 +98,7 @@ class SavepointStorage:
             secret_access_key=creds["AWS_SECRET_ACCESS_KEY"],
         )
 
-    def restore_problem(self, namespace: str, spec: dict[str, Any], uri: str) -> str | None:
+    def restore_problem(self, namespace: str, spec: PipelineSpec, uri: str) -> str | None:
         """Why ``uri`` cannot be restored from (None if it can): read, never written."""
         try:
             check_restorable(uri, self.options(namespace, spec, uri))
@@ -106,9 +106,9 @@ class SavepointStorage:
             return str(exc)
         return None
 
-    def find(self, namespace: str, spec: dict[str, Any], request_id: str) -> str | None:
+    def find(self, namespace: str, spec: PipelineSpec, request_id: str) -> str | None:
         """The completed savepoint of request ``request_id``, for when the driver is gone."""
-        root = savepoint_dir(spec)
+        root = spec.savepoint_dir
         try:
             return find_savepoint(root, request_id, self.options(namespace, spec, root))
         except Exception as exc:
@@ -116,12 +116,12 @@ class SavepointStorage:
             return None
 
     def dispose(
-        self, namespace: str, spec: dict[str, Any], path: str, root: str | None = None
+        self, namespace: str, spec: PipelineSpec, path: str, root: str | None = None
     ) -> None:
         """Delete a savepoint inside ``root`` (the savepoint directory it was recorded in;
         default the spec's): a path anywhere else, as a driver may report one, is refused.
         Failures are logged, not raised: they never block a flow."""
-        root = root or savepoint_dir(spec)
+        root = root or spec.savepoint_dir
         if not is_under(path, root):
             log.warning("not disposing %s: it is not inside the savepoint directory %s", path, root)
             return
@@ -131,13 +131,13 @@ class SavepointStorage:
             log.warning("could not dispose savepoint %s: %s", path, exc)
 
     def release_checkpoints(
-        self, namespace: str, spec: dict[str, Any], name: str, owner: str
+        self, namespace: str, spec: PipelineSpec, name: str, owner: str
     ) -> str | None:
         """Remove the owner marker of the pipeline's checkpoint root if ``owner`` (its uid)
         holds it, when the pipeline is deleted: one created again under the name continues
         from the checkpoints without ``checkpointing.adopt``. The problem, if any (then it
         needs ``adopt``); never raises: a deletion is not blocked by storage."""
-        root = checkpoint_root(spec, name, namespace)
+        root = spec.checkpoint_root(name, namespace)
         try:
             release(open_store(root, self.options(namespace, spec, root)), owner)
         except Exception as exc:

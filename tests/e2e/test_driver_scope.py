@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from stator_operator.naming import labels
+from stator_operator.pipeline_spec import PipelineSpec
 from stator_operator.resources import config_annotations, role, role_binding, service_account
 from tests.e2e.conftest import Space
 
@@ -257,7 +258,7 @@ def set_up(space: Space) -> dict[str, str]:
                 "metadata": {
                     "name": f"{name}-config",
                     "labels": labels(name, "config"),
-                    "annotations": config_annotations(spec),
+                    "annotations": config_annotations(PipelineSpec.read(spec)),
                 },
                 "data": {},
             }

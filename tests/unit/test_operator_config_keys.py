@@ -18,7 +18,7 @@ import yaml
 
 from stator.config import JobConfig
 from stator_operator.job_config import job_config
-from stator_operator.spec import SpecError, get, validate
+from stator_operator.pipeline_spec import PipelineSpec, SpecError
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "statefulpipelines.stator.dev.yaml"
 VOLUME = {"storageClassName": "local-ssd", "size": "10Gi"}
@@ -97,6 +97,16 @@ BASE: dict[str, Any] = {
 OPERATOR_OWN = {"name", "control.port", "state.local_dir", "lease.name"}
 
 
+def get(spec: dict[str, Any], *path: str) -> Any:
+    """The value at ``path`` (None if absent)."""
+    node: Any = spec
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
 def _crd_paths(schema: dict[str, Any], prefix: str = "") -> Iterator[str]:
     """Every field of a CRD schema, dotted (sections and the fields under them)."""
     for name, sub in (schema.get("properties") or {}).items():
@@ -121,7 +131,7 @@ def _written(spec: dict[str, Any]) -> dict[str, Any] | None:
     """The keys job_config writes for ``spec``; None if it cannot write them (a required
     field missing)."""
     try:
-        return _config_keys(job_config(spec, "counts", "team"))
+        return _config_keys(job_config(PipelineSpec.read(spec), "counts", "team"))
     except KeyError:
         return None
 
@@ -152,7 +162,7 @@ def test_spec_config_may_not_set_a_key_job_config_writes(key: str) -> None:
     remove it where the operator sets the key without a field."""
     for spelled in (key, key.replace("_", "-")):  # the runtime reads both
         with pytest.raises(SpecError) as info:
-            validate({**BASE, "config": {spelled: json.dumps(WRITTEN[key])}})
+            PipelineSpec.parse({**BASE, "config": {spelled: json.dumps(WRITTEN[key])}})
         assert str(info.value).startswith(f"spec.config.{spelled} is set by the operator; ")
     fix = str(info.value).split("; ", 1)[1]
     fields = re.findall(r"\bspec\.([A-Za-z.]*[A-Za-z])", fix)
@@ -170,7 +180,7 @@ def test_spec_config_may_not_set_a_key_job_config_writes(key: str) -> None:
 )
 def test_a_section_holding_such_keys_is_refused(section: str, owned: str) -> None:
     with pytest.raises(SpecError) as info:
-        validate({**BASE, "config": {section: "{}"}})
+        PipelineSpec.parse({**BASE, "config": {section: "{}"}})
     assert f"spec.config.{section}: a whole section would replace {owned}" in str(info.value)
 
 
@@ -185,7 +195,7 @@ def test_keys_without_a_spec_field_stay_allowed() -> None:
         "lease.duration_ms": "20000",
     }
     assert not set(allowed) & set(WRITTEN)
-    validate({**BASE, "config": allowed})
+    PipelineSpec.parse({**BASE, "config": allowed})
 
 
 def test_a_key_spelled_with_dashes_joins_the_section_the_operator_writes() -> None:
@@ -196,6 +206,6 @@ def test_a_key_spelled_with_dashes_joins_the_section_the_operator_writes() -> No
         "localRecovery": {"enabled": False},
         "config": {"local-recovery.executor-wait-ms": "5000"},
     }
-    validate(spec)
-    written = job_config(spec, "counts", "team")["local_recovery"]
+    PipelineSpec.parse(spec)
+    written = job_config(PipelineSpec.read(spec), "counts", "team")["local_recovery"]
     assert written == {"enabled": False, "executor_wait_ms": 5000}

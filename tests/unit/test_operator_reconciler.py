@@ -22,7 +22,8 @@ from stator_operator import flows, observer
 from stator_operator.admission import ENFORCE_LABEL
 from stator_operator.naming import spark_app_id
 from stator_operator.operation import Operation, OpKind, Step
-from stator_operator.spec import UpgradeMode, attempt_fingerprint
+from stator_operator.pipeline_spec import UpgradeMode
+from stator_operator.spec import attempt_fingerprint
 from tests.unit.operator_fakes import Bed, FakeDriver
 from tests.unit.savepoints import write_savepoint
 
@@ -1684,9 +1685,21 @@ def test_an_upgrade_that_also_changes_replicas_takes_a_canonical_savepoint(
     driver = bed.deploy()
     bed.edit_spec(image="stator-runtime:2", replicas=3)
     bed.step()
+    assert bed.status["operation"]["rescales"] is True, "decided once, recorded write-ahead"
     bed.step()
     assert bed.op is not None and bed.op.kind is OpKind.UPGRADE
     assert [r["format_type"] for r in driver.requests.values()] == ["canonical"]
+
+    # The flow reads the recorded decision; it does not compare the specs again.
+    bed = Bed(
+        tmp_path / "3", savepoints={"directory": f"file://{tmp_path}/sp", "formatType": "native"}
+    )
+    driver = bed.deploy()
+    bed.edit_spec(image="stator-runtime:2", replicas=3)
+    bed.step()
+    del bed.kube.pipeline["status"]["operation"]["rescales"]
+    bed.step()
+    assert [r["format_type"] for r in driver.requests.values()] == ["native"]
 
 
 def test_a_stopped_driver_s_savepoint_is_looked_for_where_it_wrote_it(tmp_path: Path) -> None:

@@ -30,9 +30,11 @@ from stator_operator.job_config import (
     restart_config,
 )
 from stator_operator.naming import executor_claim, spark_app_id
+from stator_operator.operation import OpKind
 from stator_operator.owned import RESERVED_ENV
+from stator_operator.pipeline_spec import PipelineSpec, SpecError
 from stator_operator.resources import config_map, driver_pod, event, executor_pod_template
-from stator_operator.spec import SpecDiff, SpecError, classify, fingerprint, replicas, validate
+from stator_operator.spec import SpecDiff, classify, fingerprint
 from stator_operator.storage import SavepointStorage
 
 SPEC: dict[str, Any] = {
@@ -96,12 +98,29 @@ def test_classify_rescale_and_upgrade() -> None:
     config = classify(SPEC, changed(config={"epoch.max_records": "10"}))
     assert (config.diff, config.fields) == (SpecDiff.UPGRADE, ("config.epoch.max_records",))
     assert classify(None, SPEC).diff is SpecDiff.UPGRADE
+    # Decided here once: the flow reads it from its operation (canonical savepoint, own
+    # executor set), also an upgrade that changes replicas with other fields.
+    assert classify(SPEC, changed(replicas=4)).rescales and both.rescales
+    assert not config.rescales and not classify(None, SPEC).rescales
+
+
+def test_classify_decides_the_flow() -> None:
+    """The one place that decides what a spec change takes (the reconciler starts it)."""
+    suspend = changed(state="suspended")
+    assert classify(None, SPEC).kind is OpKind.DEPLOY
+    assert classify(None, suspend).kind is None, "created suspended: nothing runs"
+    assert classify(SPEC, suspend).kind is OpKind.SUSPEND
+    assert classify(SPEC, suspend, suspended=True).kind is None
+    assert classify(SPEC, changed(replicas=4), suspended=True).kind is OpKind.RESUME
+    assert classify(SPEC, changed(replicas=4)).kind is OpKind.RESCALE
+    assert classify(SPEC, changed(replicas=4, image="stator-runtime:2")).kind is OpKind.UPGRADE
+    assert classify(SPEC, changed(upgradeMode="stateless")).kind is None
 
 
 def test_an_absent_replicas_is_the_runtime_default_not_a_rescale() -> None:
     default = JobConfig().parallelism
     absent = {k: v for k, v in SPEC.items() if k != "replicas"}
-    assert replicas(absent) == default
+    assert PipelineSpec.read(absent).parallelism == default
     assert classify(changed(replicas=default), absent).diff is SpecDiff.IGNORE
     assert classify(absent, changed(replicas=default)).diff is SpecDiff.IGNORE
     assert classify(absent, changed(replicas=default + 1)).diff is SpecDiff.SCALE
@@ -109,7 +128,7 @@ def test_an_absent_replicas_is_the_runtime_default_not_a_rescale() -> None:
 
 
 def test_job_config_passes_only_what_the_spec_sets() -> None:
-    cfg = job_config(SPEC, "counts", "team")
+    cfg = job_config(PipelineSpec.read(SPEC), "counts", "team")
     assert (cfg["parallelism"], cfg["max_parallelism"]) == (2, 64)
     tuned = changed(
         checkpointing={
@@ -119,21 +138,28 @@ def test_job_config_passes_only_what_the_spec_sets() -> None:
             "timeoutSeconds": 30,
         }
     )
-    ck = job_config(tuned, "counts", "team")["checkpoint"]
+    ck = job_config(PipelineSpec.read(tuned), "counts", "team")["checkpoint"]
     assert (ck["async_upload"], ck["max_concurrent"], ck["timeout_ms"]) == (False, 1, 30_000)
-    assert "max_concurrent" not in job_config(SPEC, "counts", "team")["checkpoint"]
-    check_job_config(tuned, "counts", "team")
+    assert (
+        "max_concurrent" not in job_config(PipelineSpec.read(SPEC), "counts", "team")["checkpoint"]
+    )
+    check_job_config(PipelineSpec.read(tuned), "counts", "team")
     bare = {k: v for k, v in SPEC.items() if k not in ("replicas", "maxParallelism")}
-    cfg = job_config(bare, "counts", "team")
+    cfg = job_config(PipelineSpec.read(bare), "counts", "team")
     assert "parallelism" not in cfg and "max_parallelism" not in cfg
-    check_job_config(bare, "counts", "team")
+    check_job_config(PipelineSpec.read(bare), "counts", "team")
     unnamed = {k: v for k, v in bare.items() if k != "savepoints"}
-    assert job_config(unnamed, "counts", "team")["savepoint"]["dir"] == "s3://bucket/ck/savepoints"
+    assert (
+        job_config(PipelineSpec.read(unnamed), "counts", "team")["savepoint"]["dir"]
+        == "s3://bucket/ck/savepoints"
+    )
 
 
 def test_restart_fields_in_seconds_become_the_milliseconds_they_say() -> None:
     """Rounded, not truncated: 1.005 s is 1004.999... ms in floating point."""
-    restart = restart_config(changed(failover={"restartDelaySeconds": 1.005}), "counts", "team")
+    restart = restart_config(
+        PipelineSpec.read(changed(failover={"restartDelaySeconds": 1.005})), "counts", "team"
+    )
     assert (restart.strategy, restart.attempts, restart.delay_ms) == (
         "exponential-backoff",
         10,
@@ -145,22 +171,22 @@ def test_spark_settings_come_from_spec_spark_conf_alone(tmp_path: Path) -> None:
     """spec.sparkConf is the job's spark.conf, keys with their dots and values as written;
     spec.config may not set it (spark.conf.<key>, or the whole spark section): one way."""
     spec = changed(sparkConf={"spark.sql.shuffle.partitions": "4", "spark.ui.port": "4050"})
-    validate(spec)
-    check_job_config(spec, "counts", "team")
+    PipelineSpec.parse(spec)
+    check_job_config(PipelineSpec.read(spec), "counts", "team")
     job = tmp_path / "job.yaml"
-    job.write_text(config_map(BODY, spec)["data"]["job.yaml"])
+    job.write_text(config_map(BODY, PipelineSpec.read(spec))["data"]["job.yaml"])
     assert load_config(job).spark.conf == spec["sparkConf"]
     for key, value in (
         ("spark.conf.spark.sql.shuffle.partitions", "8"),
         ("spark.conf", "{spark.sql.shuffle.partitions: '8'}"),
     ):
         with pytest.raises(SpecError) as info:
-            validate(changed(config={key: value}))
+            PipelineSpec.parse(changed(config={key: value}))
         assert f"spec.config.{key} is set by the operator; use spec.sparkConf" in str(info.value)
     with pytest.raises(SpecError) as info:
-        validate(changed(config={"spark": "{conf: {spark.sql.shuffle.partitions: '8'}}"}))
+        PipelineSpec.parse(changed(config={"spark": "{conf: {spark.sql.shuffle.partitions: '8'}}"}))
     assert "spec.config.spark: a whole section would replace spark.master" in str(info.value)
-    validate(changed(config={"spark.ui": "true", "spark.task_attempts": "2"}))
+    PipelineSpec.parse(changed(config={"spark.ui": "true", "spark.task_attempts": "2"}))
 
 
 def _in_cluster_keys() -> set[str]:
@@ -179,10 +205,10 @@ def test_spark_conf_may_not_set_what_the_operator_or_the_driver_sets() -> None:
     )
     written: set[str] = set()
     for spec in (full, changed(executor={})):  # a claim, an emptyDir
-        written |= set(job_config(spec, "counts", "team")["spark"]["conf"])
+        written |= set(job_config(PipelineSpec.read(spec), "counts", "team")["spark"]["conf"])
     for key in sorted((written - set(EXECUTOR_DEFAULTS)) | _in_cluster_keys()):
         with pytest.raises(SpecError) as info:
-            check_job_config(changed(sparkConf={key: "x"}), "counts", "team")
+            check_job_config(PipelineSpec.read(changed(sparkConf={key: "x"})), "counts", "team")
         assert f"spec.sparkConf.{key}: set by the " in str(info.value), key
     for key, by in (
         ("spark.executor.memory", "set by the operator from spec.executor.memory"),
@@ -192,7 +218,7 @@ def test_spark_conf_may_not_set_what_the_operator_or_the_driver_sets() -> None:
         ("spark.master", "set by the operator (executors as pods with spec.executor"),
     ):
         with pytest.raises(SpecError) as info:
-            check_job_config(changed(sparkConf={key: "x"}), "counts", "team")
+            check_job_config(PipelineSpec.read(changed(sparkConf={key: "x"})), "counts", "team")
         assert f"spec.sparkConf.{key}: {by}" in str(info.value)
     for key, by in (
         ("spark.kubernetes.executor.volumes.hostPath.host.mount.path", "executors may not mount"),
@@ -203,28 +229,43 @@ def test_spark_conf_may_not_set_what_the_operator_or_the_driver_sets() -> None:
         ("spark.hadoop.fs.s3a.access.key", "credentials are not accepted in plain text"),
     ):
         with pytest.raises(SpecError, match=re.escape(f"spec.sparkConf.{key}: ")) as info:
-            check_job_config(changed(executor={}, sparkConf={key: "x"}), "counts", "team")
+            check_job_config(
+                PipelineSpec.read(changed(executor={}, sparkConf={key: "x"})), "counts", "team"
+            )
         assert by in str(info.value), key
     with pytest.raises(SpecError, match=r"spec.executor.env\[AWS_SESSION_TOKEN\]: looks like a"):
         check_pods(
-            changed(executor={"env": [{"name": "AWS_SESSION_TOKEN", "value": "t"}]}), "c", "n"
+            PipelineSpec.read(
+                changed(executor={"env": [{"name": "AWS_SESSION_TOKEN", "value": "t"}]})
+            ),
+            "c",
+            "n",
         )
     refs = {
         "spark.kubernetes.executor.secretKeyRef.KAFKA_PASSWORD": "kafka:password",
         "spark.kubernetes.executor.secrets.kafka": "/etc/kafka",
     }
-    check_job_config(changed(executor={}, sparkConf=refs), "counts", "team")  # references
+    check_job_config(
+        PipelineSpec.read(changed(executor={}, sparkConf=refs)), "counts", "team"
+    )  # references
     tuned = {
         "spark.executor.heartbeatInterval": "5s",
         "spark.kubernetes.executor.node.selector.disk": "ssd",
         "spark.kubernetes.executor.label.team": "a",
     }
-    check_job_config(changed(executor={}, sparkConf=tuned), "counts", "team")
-    conf = job_config(changed(executor={}, sparkConf=tuned), "counts", "team")["spark"]["conf"]
+    check_job_config(PipelineSpec.read(changed(executor={}, sparkConf=tuned)), "counts", "team")
+    conf = job_config(PipelineSpec.read(changed(executor={}, sparkConf=tuned)), "counts", "team")[
+        "spark"
+    ]["conf"]
     assert {k: conf[k] for k in tuned} == tuned, "the operator's timings are defaults"
     # A spec accepted before the check: the operator's settings win.
     old = changed(executor={"memory": "2g"}, sparkConf={"spark.executor.memory": "8g"})
-    assert job_config(old, "counts", "team")["spark"]["conf"]["spark.executor.memory"] == "2g"
+    assert (
+        job_config(PipelineSpec.read(old), "counts", "team")["spark"]["conf"][
+            "spark.executor.memory"
+        ]
+        == "2g"
+    )
 
 
 def test_spark_settings_stator_cannot_run_with_are_refused_at_apply_time() -> None:
@@ -232,9 +273,11 @@ def test_spark_settings_stator_cannot_run_with_are_refused_at_apply_time() -> No
     and reported against spec.sparkConf before a driver exists."""
     for key, value in (("spark.speculation", "true"), ("spark.python.worker.reuse", "false")):
         with pytest.raises(SpecError) as info:
-            check_job_config(changed(sparkConf={key: value}), "counts", "team")
+            check_job_config(PipelineSpec.read(changed(sparkConf={key: value})), "counts", "team")
         assert f"spec.sparkConf: spark.conf.{key}: Stator runs with" in str(info.value)
-    check_job_config(changed(sparkConf={"spark.speculation": "false"}), "counts", "team")
+    check_job_config(
+        PipelineSpec.read(changed(sparkConf={"spark.speculation": "false"})), "counts", "team"
+    )
 
 
 def test_fingerprint_recognises_a_spec_but_not_its_flow_fields() -> None:
@@ -343,7 +386,7 @@ def test_fingerprint_recognises_a_spec_but_not_its_flow_fields() -> None:
 )
 def test_validate_names_the_field_and_the_fix(spec: dict[str, Any], message: str) -> None:
     with pytest.raises(SpecError) as info:
-        validate(spec)
+        PipelineSpec.parse(spec)
     assert message in str(info.value)
 
 
@@ -353,7 +396,9 @@ def test_executors_run_in_a_statefulset_with_their_state_on_a_local_volume() -> 
     as a claim on local volumes (pinning) or an emptyDir (off), executors told where their
     state is, and failure detection within seconds."""
     pinned = job_config(
-        changed(executor={"cores": 2}, replicas=4, localRecovery={"volume": VOLUME}),
+        PipelineSpec.read(
+            changed(executor={"cores": 2}, replicas=4, localRecovery={"volume": VOLUME})
+        ),
         "counts",
         "team",
     )
@@ -372,33 +417,45 @@ def test_executors_run_in_a_statefulset_with_their_state_on_a_local_volume() -> 
     assert int(conf["spark.storage.blockManagerHeartbeatTimeoutMs"]) <= 20_000
     assert "local_recovery" not in pinned  # the runtime's default: on
 
-    loose = job_config(changed(executor={}, localRecovery={"enabled": False}), "counts", "team")
+    loose = job_config(
+        PipelineSpec.read(changed(executor={}, localRecovery={"enabled": False})), "counts", "team"
+    )
     conf = loose["spark"]["conf"]
     assert conf["spark.kubernetes.executor.volumes.emptyDir.stator-state.mount.path"] == (
         "/var/lib/stator"
     )
     assert not any("persistentVolumeClaim" in k for k in conf)
     assert loose["local_recovery"] == {"enabled": False}
-    check_job_config(changed(executor={}, localRecovery={"volume": VOLUME}), "counts", "team")
+    check_job_config(
+        PipelineSpec.read(changed(executor={}, localRecovery={"volume": VOLUME})), "counts", "team"
+    )
     standby = changed(executor={}, replicas=2, localRecovery={"volume": VOLUME, "standby": True})
-    assert job_config(standby, "counts", "team")["local_recovery"] == {"standby": True}
-    check_job_config(standby, "counts", "team")
+    assert job_config(PipelineSpec.read(standby), "counts", "team")["local_recovery"] == {
+        "standby": True
+    }
+    check_job_config(PipelineSpec.read(standby), "counts", "team")
     assert executor_claim(spark_app_id("team", "counts"), 1).endswith("-0-1")
 
 
 def test_job_config_is_checked_by_the_runtime_rules() -> None:
-    check_job_config(SPEC, "counts", "team")
+    check_job_config(PipelineSpec.read(SPEC), "counts", "team")
     with pytest.raises(SpecError) as info:
-        check_job_config(changed(config={"epoch.max_recods": "5"}), "counts", "team")
+        check_job_config(
+            PipelineSpec.read(changed(config={"epoch.max_recods": "5"})), "counts", "team"
+        )
     assert "unknown config key 'epoch.max_recods'" in str(info.value)
     assert "did you mean 'epoch.max_records'" in str(info.value)
     with pytest.raises(SpecError) as info:
-        check_job_config(changed(config={"epoch.max_records": "many"}), "counts", "team")
+        check_job_config(
+            PipelineSpec.read(changed(config={"epoch.max_records": "many"})), "counts", "team"
+        )
     assert "epoch.max_records" in str(info.value)
     with pytest.raises(SpecError) as info:
-        check_job_config(changed(config={"epoch.max_records": "0"}), "counts", "team")
+        check_job_config(
+            PipelineSpec.read(changed(config={"epoch.max_records": "0"})), "counts", "team"
+        )
     assert "epoch.max_records must be >= 1" in str(info.value)
-    cfg = job_config(SPEC, "counts", "team")
+    cfg = job_config(PipelineSpec.read(SPEC), "counts", "team")
     assert (cfg["name"], cfg["parallelism"], cfg["epoch"]) == (
         "team.counts",
         2,
@@ -427,7 +484,7 @@ def test_driver_pod_is_non_root_with_argument_lists_and_secret_references() -> N
         },
     )
     with pytest.raises(SpecError) as info:
-        check_pods(hostile, "counts", "team")
+        check_pods(PipelineSpec.read(hostile), "counts", "team")
     assert "spec.driver.podTemplate.spec.containers: not allowed" in str(info.value)
     assert "spec.driver.env[AWS_ACCESS_KEY_ID]: set by the operator" in str(info.value)
     # What the operator finds its driver by and learns its end from is its own too.
@@ -440,8 +497,10 @@ def test_driver_pod_is_non_root_with_argument_lists_and_secret_references() -> N
         ("spec.automountServiceAccountToken", {"spec": {"automountServiceAccountToken": False}}),
     ):
         with pytest.raises(SpecError, match=re.escape(f"spec.driver.podTemplate.{where}: not")):
-            check_pods(changed(driver={"podTemplate": template}), "counts", "team")
-    pod = driver_pod(BODY, hostile, "d1", "latest", allow_non_restored=False)
+            check_pods(
+                PipelineSpec.read(changed(driver={"podTemplate": template})), "counts", "team"
+            )
+    pod = driver_pod(BODY, PipelineSpec.read(hostile), "d1", "latest", allow_non_restored=False)
     spec = pod["spec"]
     (container,) = spec["containers"]
     assert "command" not in container, "the image's entrypoint (tini) stays PID 1"
@@ -464,14 +523,14 @@ def test_driver_pod_is_non_root_with_argument_lists_and_secret_references() -> N
 def test_a_template_adds_volumes_to_the_drivers_own() -> None:
     scratch = {"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}}
     spec = changed(driver={"podTemplate": {"spec": {"volumes": [scratch]}}})
-    check_pods(spec, "counts", "team")
-    volumes = driver_pod(BODY, spec, "d1", "latest", False)["spec"]["volumes"]
+    check_pods(PipelineSpec.read(spec), "counts", "team")
+    volumes = driver_pod(BODY, PipelineSpec.read(spec), "d1", "latest", False)["spec"]["volumes"]
     assert [v["name"] for v in volumes] == ["config", "control", "state", "tmp", "scratch"]
     clash = changed(
         driver={"podTemplate": {"spec": {"volumes": [{"name": "tmp", "emptyDir": {}}]}}}
     )
     with pytest.raises(SpecError) as info:
-        check_pods(clash, "counts", "team")
+        check_pods(PipelineSpec.read(clash), "counts", "team")
     assert "spec.driver.podTemplate.spec.volumes[tmp]: the name is one of the operator's" in str(
         info.value
     )
@@ -481,7 +540,9 @@ def test_the_operators_driver_env_is_reserved_and_refused_by_name() -> None:
     """Every variable the operator sets on the driver (with executors and a Secret: all of
     them) is reserved, and a spec that sets one is refused with the name and the reason."""
     spec = changed(executor={})
-    env = driver_pod(BODY, spec, "d1", "latest", False)["spec"]["containers"][0]["env"]
+    env = driver_pod(BODY, PipelineSpec.read(spec), "d1", "latest", False)["spec"]["containers"][0][
+        "env"
+    ]
     assert {e["name"] for e in env} == set(RESERVED_ENV["driver"])
     for name, why in (
         ("HOME", "the runtime's home is on the state volume"),
@@ -489,9 +550,15 @@ def test_the_operators_driver_env_is_reserved_and_refused_by_name() -> None:
         ("AWS_SECRET_ACCESS_KEY", "credentials come from the Secret named in spec.checkpointing"),
     ):
         with pytest.raises(SpecError) as info:
-            check_pods(changed(driver={"env": [{"name": name, "value": "x"}]}), "c", "t")
+            check_pods(
+                PipelineSpec.read(changed(driver={"env": [{"name": name, "value": "x"}]})), "c", "t"
+            )
         assert f"spec.driver.env[{name}]: set by the operator ({why}" in str(info.value)
-    check_pods(changed(driver={"env": [{"name": "COUNT", "value": "5"}]}), "counts", "team")
+    check_pods(
+        PipelineSpec.read(changed(driver={"env": [{"name": "COUNT", "value": "5"}]})),
+        "counts",
+        "team",
+    )
 
 
 def test_the_executor_env_the_operator_or_spark_sets_is_refused_by_name() -> None:
@@ -499,7 +566,7 @@ def test_the_executor_env_the_operator_or_spark_sets_is_refused_by_name() -> Non
     node name, credentials) or from Spark's backend (driver URL, executor id, ...): it would
     silently override theirs, or be overridden. Reserved the way the driver's env is."""
     full = changed(executor={})
-    conf = job_config(full, "counts", "team")["spark"]["conf"]
+    conf = job_config(PipelineSpec.read(full), "counts", "team")["spark"]["conf"]
     given = {k.split(".")[-1] for k in conf if k.startswith("spark.executorEnv.")}
     given |= {k.split(".")[-1] for k in conf if "executor.secretKeyRef." in k}
     (container,) = executor_pod_template("counts", spark_app_id("team", "counts"))["spec"][
@@ -521,14 +588,19 @@ def test_the_executor_env_the_operator_or_spark_sets_is_refused_by_name() -> Non
     ):
         spec = changed(executor={"env": [{"name": name, "value": "x"}]})
         with pytest.raises(SpecError) as info:
-            check_pods(spec, "counts", "team")
+            check_pods(PipelineSpec.read(spec), "counts", "team")
         assert f"spec.executor.env[{name}]: set by {by}" in str(info.value)
         # A spec accepted before the check: the operator's value (or Spark's) stays.
-        executor_env = job_config(spec, "counts", "team")["spark"]["conf"]
+        executor_env = job_config(PipelineSpec.read(spec), "counts", "team")["spark"]["conf"]
         assert executor_env.get(f"spark.executorEnv.{name}") != "x"
     fine = changed(executor={"env": [{"name": "COUNT", "value": "5"}]})
-    check_pods(fine, "counts", "team")
-    assert job_config(fine, "counts", "team")["spark"]["conf"]["spark.executorEnv.COUNT"] == "5"
+    check_pods(PipelineSpec.read(fine), "counts", "team")
+    assert (
+        job_config(PipelineSpec.read(fine), "counts", "team")["spark"]["conf"][
+            "spark.executorEnv.COUNT"
+        ]
+        == "5"
+    )
 
 
 def test_an_event_names_the_pipeline_it_is_about() -> None:
@@ -554,7 +626,7 @@ def test_the_operator_reaches_storage_with_the_drivers_s3_settings() -> None:
         checkpointing={"storage": "s3://b/ck", "credentialsSecret": "s3", "endpoint": "http://m"},
         config={"s3.region": "eu-west-1", "s3.path-style": "false", "s3.read_timeout_s": "30"},
     )
-    options = s3_options(spec, access_key_id="AK", secret_access_key="SK")
+    options = s3_options(PipelineSpec.read(spec), access_key_id="AK", secret_access_key="SK")
     assert (options.endpoint_url, options.region, options.path_style) == (
         "http://m",
         "eu-west-1",
@@ -588,9 +660,9 @@ def test_the_drivers_role_has_executor_rules_only_with_executor_pods() -> None:
 def test_a_run_id_of_digits_reaches_the_driver_as_text() -> None:
     # --set values are YAML: 12345678 unquoted would be a number, and the driver would refuse
     # restore.lineage (about 2% of flow ids are digits alone).
-    args = driver_pod(BODY, SPEC, "12345678", "latest", False, lineage="01234567")["spec"][
-        "containers"
-    ][0]["args"]
+    args = driver_pod(
+        BODY, PipelineSpec.read(SPEC), "12345678", "latest", False, lineage="01234567"
+    )["spec"]["containers"][0]["args"]
     sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
     cfg = load_config(None, [s for s in sets if s.startswith("restore.")])
     assert cfg.restore.lineage == "01234567"
@@ -646,13 +718,15 @@ def test_overlapping_checkpoint_and_savepoint_roots_are_refused(
     """Issue 38: recovery deletes what no checkpoint needs under the checkpoint root."""
     spec = {"checkpointing": {"storage": storage}, "savepoints": {"directory": savepoints}}
     with pytest.raises(SpecError, match=r"overlap for job team\.counts"):
-        check_storage_roots(spec, "counts", "team")
+        check_storage_roots(PipelineSpec.read(spec), "counts", "team")
 
 
 def test_separate_roots_and_the_default_are_accepted() -> None:
-    check_storage_roots({"checkpointing": {"storage": "s3://b/ck"}}, "counts", "team")
+    check_storage_roots(
+        PipelineSpec.read({"checkpointing": {"storage": "s3://b/ck"}}), "counts", "team"
+    )
     spec = {"checkpointing": {"storage": "s3://b/ck"}, "savepoints": {"directory": "s3://b/sp"}}
-    check_storage_roots(spec, "counts", "team")
+    check_storage_roots(PipelineSpec.read(spec), "counts", "team")
 
 
 class Secrets:
@@ -671,17 +745,21 @@ def test_the_operator_reads_storage_only_as_the_pipeline_and_within_its_limits()
         "config": {"s3.read_timeout_s": "3600", "s3.max_attempts": "50", "s3.region": "eu"},
     }
     full = Secrets({"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"})
-    options = SavepointStorage(full).options("team", spec, "s3://b/sp")
+    options = SavepointStorage(full).options("team", PipelineSpec.read(spec), "s3://b/sp")
     assert (options.read_timeout_s, options.max_attempts, options.region) == (30.0, 3, "eu")
     assert options.access_key_id == "a"
     with pytest.raises(StatorError, match="lacks AWS_SECRET_ACCESS_KEY"):
-        SavepointStorage(Secrets({"AWS_ACCESS_KEY_ID": "a"})).options("team", spec, "s3://b/x")
+        SavepointStorage(Secrets({"AWS_ACCESS_KEY_ID": "a"})).options(
+            "team", PipelineSpec.read(spec), "s3://b/x"
+        )
     no_secret = {"checkpointing": {"storage": "s3://b/ck"}}
     with pytest.raises(StatorError, match="credentialsSecret is required"):
-        SavepointStorage(full).options("team", no_secret, "s3://b/x")
+        SavepointStorage(full).options("team", PipelineSpec.read(no_secret), "s3://b/x")
     with pytest.raises(StatorError, match="does not read file:// locations"):
-        SavepointStorage(full).options("team", spec, "file:///etc")
-    assert SavepointStorage(full).restore_problem("team", spec, "FILE:///etc/passwd")
+        SavepointStorage(full).options("team", PipelineSpec.read(spec), "file:///etc")
+    assert SavepointStorage(full).restore_problem(
+        "team", PipelineSpec.read(spec), "FILE:///etc/passwd"
+    )
 
 
 def test_a_savepoint_is_disposed_of_only_inside_its_directory(tmp_path: Path) -> None:
@@ -690,8 +768,10 @@ def test_a_savepoint_is_disposed_of_only_inside_its_directory(tmp_path: Path) ->
     (outside / "_savepoint.json").write_text("{}")
     spec = {"checkpointing": {"storage": f"file://{tmp_path}/ck"}}
     storage = SavepointStorage(Secrets({}), allow_file=True)
-    storage.dispose("team", spec, f"file://{outside}")
-    storage.dispose("team", spec, f"file://{tmp_path}/ck/savepoints/../../precious")
+    storage.dispose("team", PipelineSpec.read(spec), f"file://{outside}")
+    storage.dispose(
+        "team", PipelineSpec.read(spec), f"file://{tmp_path}/ck/savepoints/../../precious"
+    )
     assert (outside / "_savepoint.json").exists()
 
 
@@ -726,25 +806,28 @@ def test_the_config_map_names_the_one_secret_executors_may_read() -> None:
 
     with_secret = {**SPEC, "checkpointing": {**SPEC["checkpointing"], "credentialsSecret": "s3"}}
     with_secret["executor"] = {"instances": 2}
-    cm = config_map(BODY, with_secret)
+    cm = config_map(BODY, PipelineSpec.read(with_secret))
     assert cm["metadata"]["annotations"] == {CREDENTIALS_ANNOTATION: "s3"}
     assert cm["metadata"]["labels"]["stator.dev/component"] == "config"
     template = yaml.safe_load(cm["data"][EXECUTOR_TEMPLATE])
     assert template["spec"]["automountServiceAccountToken"] is False
     without = {**SPEC, "checkpointing": {"storage": "s3://b/ck"}}
-    assert config_map(BODY, without)["metadata"]["annotations"] == {}
+    assert config_map(BODY, PipelineSpec.read(without))["metadata"]["annotations"] == {}
 
 
 def test_the_pipeline_uid_owns_its_checkpoint_root_and_adopt_is_a_spec_field() -> None:
     """checkpoint.owner is the pipeline's uid (the operator's to set, never spec.config's);
     spec.checkpointing.adopt takes over another owner's root (checkpoint/ownership.py)."""
     from stator_operator.job_config import job_config
-    from stator_operator.spec import SpecError, validate
+    from stator_operator.pipeline_spec import PipelineSpec, SpecError
 
-    assert job_config(SPEC, "counts", "team", owner="u-1")["checkpoint"]["owner"] == "u-1"
-    assert "adopt" not in job_config(SPEC, "counts", "team")["checkpoint"]
+    assert (
+        job_config(PipelineSpec.read(SPEC), "counts", "team", owner="u-1")["checkpoint"]["owner"]
+        == "u-1"
+    )
+    assert "adopt" not in job_config(PipelineSpec.read(SPEC), "counts", "team")["checkpoint"]
     adopting = {**SPEC, "checkpointing": {**SPEC["checkpointing"], "adopt": True}}
-    assert job_config(adopting, "counts", "team")["checkpoint"]["adopt"] is True
+    assert job_config(PipelineSpec.read(adopting), "counts", "team")["checkpoint"]["adopt"] is True
     for key, fix in (("checkpoint.owner", "uid"), ("checkpoint.adopt", "spec.checkpointing.adopt")):
         with pytest.raises(SpecError, match=fix):
-            validate({**SPEC, "config": {key: "x"}})
+            PipelineSpec.parse({**SPEC, "config": {key: "x"}})

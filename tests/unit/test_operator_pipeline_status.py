@@ -1,0 +1,110 @@
+"""The typed status: read from what any operator version stored (a corrupt field reads as
+absent, as before), written back in the same stored form."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stator.driver.status import JobState
+from stator_operator.operation import OpKind, Step
+from stator_operator.outcomes import ConditionType, DriverState, Phase
+from stator_operator.pipeline_status import Condition, Deployment, PipelineStatus, SavepointRecord
+
+STORED: dict[str, Any] = {
+    "phase": "Running",
+    "deployment": {
+        "id": "ab12cd34",
+        "restoredFrom": "latest",
+        "lineage": "ab12cd34",
+        "driverPod": "counts-driver-ab12cd34",
+        "readyAt": "2026-01-01T00:00:00Z",
+        "executorSet": None,
+    },
+    "savepoints": [
+        {
+            "path": "s3://b/sp/1",
+            "time": "2026-01-01T00:00:00Z",
+            "trigger": "upgrade",
+            "root": "s3://b/sp",
+            "epoch": 7,
+        },
+        {
+            "path": "s3://b/sp/2",
+            "time": "2026-01-01T00:01:00Z",
+            "trigger": "periodic",
+            "epoch": None,
+        },
+    ],
+    "conditions": [
+        {
+            "type": "Ready",
+            "status": "True",
+            "reason": "DriverReady",
+            "message": "m",
+            "lastTransitionTime": "t",
+        },
+    ],
+    "restarts": 2,
+    "savepointNonce": 3,
+    "lastReconciledSpec": {"image": "i"},
+    "operation": {
+        "kind": "savepoint",
+        "id": "ef56",
+        "step": 2,
+        "stepName": "await-savepoint",
+        "startedAt": "t",
+        "stepStartedAt": "t",
+    },
+}
+
+
+def test_the_stored_status_reads_typed_and_writes_back_the_same() -> None:
+    status = PipelineStatus.from_dict(STORED)
+    assert status.phase is Phase.RUNNING and not status.suspended
+    assert status.deployment == Deployment(
+        "ab12cd34", "latest", "ab12cd34", "counts-driver-ab12cd34", "2026-01-01T00:00:00Z", None
+    )
+    assert status.deployment.to_dict() == STORED["deployment"]
+    assert [s.to_dict() for s in status.savepoints] == STORED["savepoints"]
+    assert [c.to_dict() for c in status.conditions] == STORED["conditions"]
+    ready = status.condition(ConditionType.READY)
+    assert ready is not None and ready.ok and ready.reason == "DriverReady"
+    assert (status.restarts, status.savepoint_nonce) == (2, 3)
+    assert status.last_reconciled_spec == {"image": "i"}
+    assert status.operation is not None
+    assert (status.operation.kind, status.operation.step) == (
+        OpKind.SAVEPOINT,
+        Step.AWAIT_SAVEPOINT,
+    )
+
+
+def test_corrupt_fields_read_as_absent() -> None:
+    status = PipelineStatus.from_dict(
+        {
+            "phase": "Sideways",
+            "deployment": "x",
+            "savepoints": ["x", {"time": "no path"}, {"path": "s3://b/sp/1", "epoch": "7"}],
+            "conditions": {"type": "Ready"},
+            "restarts": "many",
+            "lastReconciledSpec": "x",
+        }
+    )
+    assert status.phase is None and status.deployment is None
+    assert status.savepoints == (SavepointRecord("s3://b/sp/1", None, None, None, None),)
+    assert status.conditions == () and status.restarts == 0
+    assert status.last_reconciled_spec is None and status.operation is None
+
+
+def test_an_empty_status_is_nothing_deployed() -> None:
+    status = PipelineStatus.from_dict({})
+    assert (status.phase, status.deployment, status.savepoints, status.last_error) == (
+        None,
+        None,
+        (),
+        None,
+    )
+    assert Condition("SpecValid", False, "r", "m", None).to_dict()["status"] == "False"
+
+
+def test_the_driver_states_the_operator_reads_are_the_drivers() -> None:
+    assert {str(s) for s in DriverState} <= {str(s) for s in JobState}
