@@ -1,5 +1,5 @@
 """The driver's lease fences a replaced driver (stator.cluster.fencing): against the in-memory
-Lease API of test_lease, with real threads and short durations."""
+Lease API of lease_fakes, with real threads and short durations."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from stator.config import LeaseConfig, load_config
 from stator.driver.completion import PendingOutput
 from stator.errors import ConfigError
 from stator.storage import open_store
-from tests.unit.test_lease import FakeLeases
+from tests.unit.lease_fakes import FakeLeases
 
 ENV = {"STATOR_POD_NAME": "driver-a", "STATOR_POD_NAMESPACE": "team"}
 CONFIG = LeaseConfig(name="lead", duration_ms=1000, renew_ms=200)
