@@ -23,14 +23,14 @@ import pytest
 from stator.checkpoint.coordinator import load_checkpoint
 from stator.checkpoint.metadata import checkpoint_dir
 from stator.storage import S3Options, open_store
-from tests.e2e.conftest import (
+from tests.e2e.cluster import (
     EXTERNAL,
     LOCAL_STORAGE_CLASS,
     NodeControl,
     Space,
     wait_running_again,
 )
-from tests.e2e.test_operator import assert_exact, committed
+from tests.e2e.counts_output import assert_exact, committed
 
 STORAGE_CLASS = os.environ.get("STATOR_E2E_LOCAL_STORAGE_CLASS", LOCAL_STORAGE_CLASS)
 # What a keyed task's retry away from the executor holding its state says (local_state.py).
