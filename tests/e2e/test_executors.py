@@ -401,7 +401,14 @@ def test_an_executor_lost_with_its_checkpoint_in_flight_rewinds_before_its_stand
         lambda s: s.get("epoch", 0) > s.get("latestCheckpoint", {}).get("epoch", 0),
         timeout=120,
     )
-    time.sleep(3)
+    # Every checkpoint slot fills with one the suspended uploader never confirms: the job runs
+    # checkpoint.max_concurrent (2) epochs past its latest completed checkpoint, then waits.
+    space.wait(
+        name,
+        "every checkpoint slot holding an unconfirmed checkpoint",
+        lambda s: s.get("epoch", 0) >= s.get("latestCheckpoint", {}).get("epoch", 0) + 2,
+        timeout=120,
+    )
     assert space.status(name)["latestCheckpoint"]["id"] == behind["latestCheckpoint"]["id"]
     space.kube.kubectl("delete", "pod", victim, "-n", space.name, "--grace-period=0", "--force")
     status = space.wait(

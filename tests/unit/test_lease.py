@@ -12,6 +12,7 @@ import pytest
 from urllib3.exceptions import MaxRetryError
 
 from stator.cluster.lease import LeaseHolder
+from tests.helpers import wait_until
 from tests.unit.lease_fakes import FakeLeases
 
 
@@ -139,7 +140,8 @@ def test_every_lease_call_has_a_request_timeout() -> None:
     api = FakeLeases()
     holder = LeaseHolder("ops", "lead", duration_s=3, renew_s=1, api=api)
     assert holder.acquire()
+    acquired = api.version
     holder.keep_renewing(lambda reason: None)
-    time.sleep(1.5)
+    wait_until("a renewal", lambda: api.version > acquired, timeout=10)
     holder.release()
     assert getattr(api, "untimed", 0) == 0
