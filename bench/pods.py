@@ -158,12 +158,12 @@ class _Bed:
     def __enter__(self) -> Any:
         from contextlib import ExitStack
 
-        from tests.e2e.conftest import (
+        from tests.e2e.cluster import (
             LOCAL_STORAGE_CLASS,
             Space,
-            _render_and_apply,
             create_credentials,
             launch_operator,
+            render_and_apply,
             wait_for_crd,
         )
         from tests.testbed.bed import running
@@ -185,7 +185,7 @@ class _Bed:
             LOCAL_STORAGE_CLASS, per_node=4, capacity=f"{2 * self.volume_gi}Gi"
         )
         ns = f"bench-{uuid.uuid4().hex[:6]}"
-        _render_and_apply(kube, [ns])
+        render_and_apply(kube, [ns])
         wait_for_crd(kube)
         (work / "operator").mkdir(parents=True)
         op = launch_operator(kube, work / "operator", [ns])
@@ -567,7 +567,7 @@ RESCALE_RATE = 400  # events/s per pipeline while it is rescaled
 def rescale(space: Any, args: argparse.Namespace, executors: bool = False) -> Comparison:
     """``executors``: the pipelines' executors are pods (one core each, on local volumes),
     not ``local[*]`` in the driver pod."""
-    from tests.e2e.test_operator import assert_exact, committed
+    from tests.e2e.counts_output import assert_exact, committed
 
     # Enough input for every rescale of both pipelines, which share the machine (with
     # executor pods a pre-started driver's executors took 4-5 minutes to start here, on two

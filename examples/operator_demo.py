@@ -42,15 +42,15 @@ COUNT, RATE = 200_000, 800
 def main() -> int:
     from stator.sinks import read_committed
     from stator.storage import S3Options
-    from tests.e2e.conftest import (
+    from tests.e2e.cluster import (
         LOCAL_STORAGE_CLASS,
         Space,
-        _render_and_apply,
         create_credentials,
         launch_operator,
+        render_and_apply,
         wait_for_crd,
     )
-    from tests.e2e.test_operator import expected_counts
+    from tests.e2e.counts_output import expected_counts
     from tests.testbed.bed import running
     from tests.testbed.nodeagent import NodeAgent
 
@@ -82,7 +82,7 @@ def main() -> int:
             ns, name = "demo", "clicks"
             # CRD and RBAC from the Helm chart, as the tests do: namespaced mode, a Role in
             # the one namespace the operator watches.
-            _render_and_apply(kube, [ns])
+            render_and_apply(kube, [ns])
             wait_for_crd(kube)
             (work / "operator").mkdir(parents=True, exist_ok=True)
             op = launch_operator(kube, work / "operator", [ns])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any
 
 import psutil
@@ -99,3 +100,15 @@ def executor_process(app_id: str, executor: str) -> psutil.Process:
         if args.get("--app-id") == app_id and args.get("--executor-id") == executor:
             return proc
     raise AssertionError(f"no executor {executor} of {app_id}")
+
+
+def wait_until(what: str, check: Any, timeout: float = 120) -> Any:
+    """Poll ``check`` every 0.2 s until it returns something truthy, and return that; raise
+    ``TimeoutError(what)`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise TimeoutError(what)

@@ -19,7 +19,7 @@ import pytest
 from stator_operator.naming import labels
 from stator_operator.pipeline_spec import PipelineSpec
 from stator_operator.resources import config_annotations, role, role_binding, service_account
-from tests.e2e.conftest import Space
+from tests.e2e.cluster import Space
 
 pytestmark = pytest.mark.testbed
 

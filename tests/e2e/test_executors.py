@@ -23,14 +23,14 @@ import pytest
 from stator.checkpoint.coordinator import load_checkpoint
 from stator.checkpoint.metadata import checkpoint_dir
 from stator.storage import S3Options, open_store
-from tests.e2e.conftest import (
+from tests.e2e.cluster import (
     EXTERNAL,
     LOCAL_STORAGE_CLASS,
     NodeControl,
     Space,
     wait_running_again,
 )
-from tests.e2e.test_operator import assert_exact, committed
+from tests.e2e.counts_output import assert_exact, committed
 
 STORAGE_CLASS = os.environ.get("STATOR_E2E_LOCAL_STORAGE_CLASS", LOCAL_STORAGE_CLASS)
 # What a keyed task's retry away from the executor holding its state says (local_state.py).
@@ -401,7 +401,14 @@ def test_an_executor_lost_with_its_checkpoint_in_flight_rewinds_before_its_stand
         lambda s: s.get("epoch", 0) > s.get("latestCheckpoint", {}).get("epoch", 0),
         timeout=120,
     )
-    time.sleep(3)
+    # Every checkpoint slot fills with one the suspended uploader never confirms: the job runs
+    # checkpoint.max_concurrent (2) epochs past its latest completed checkpoint, then waits.
+    space.wait(
+        name,
+        "every checkpoint slot holding an unconfirmed checkpoint",
+        lambda s: s.get("epoch", 0) >= s.get("latestCheckpoint", {}).get("epoch", 0) + 2,
+        timeout=120,
+    )
     assert space.status(name)["latestCheckpoint"]["id"] == behind["latestCheckpoint"]["id"]
     space.kube.kubectl("delete", "pod", victim, "-n", space.name, "--grace-period=0", "--force")
     status = space.wait(

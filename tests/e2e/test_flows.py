@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from stator.cluster.fencing import LEASE_LOST_EXIT, TAKEOVER_ID_GAP
-from tests.e2e.conftest import (
+from tests.e2e.cluster import (
     EXTERNAL,
     LEASE_SECONDS,
     OperatorControl,
@@ -19,7 +19,7 @@ from tests.e2e.conftest import (
     launch_operator,
     wait_running_again,
 )
-from tests.e2e.test_operator import assert_exact, committed
+from tests.e2e.counts_output import assert_exact, committed
 
 COUNT = 30_000
 COUNT_LOST = 60_000  # two minutes at 500 events/s: the loss lands mid-stream

@@ -8,37 +8,11 @@ from typing import Any
 
 from stator.sinks import read_committed
 from stator.storage import S3Options
-from tests.e2e.conftest import Space, restrict
+from tests.e2e.cluster import Space, restrict
+from tests.e2e.counts_output import assert_exact, committed
 from tests.hostile_specs import HOSTILE
 
 COUNT = 24_000
-
-
-def expected_counts(count: int) -> dict[str, int]:
-    totals: dict[str, int] = {}
-    for i in range(count):
-        key = f"k{((i * 2654435761 + 9) & 0xFFFFFFFF) % 200}"
-        totals[key] = totals.get(key, 0) + 1
-    return totals
-
-
-def committed(space: Space, name: str) -> list[Any]:
-    opts = S3Options(
-        endpoint_url=space.s3.endpoint_url,
-        access_key_id=space.s3.access_key,
-        secret_access_key=space.s3.secret_key,
-    )
-    return read_committed(f"s3://{space.bucket}/{name}/out", opts)
-
-
-def assert_exact(records: list[Any], count: int) -> None:
-    """Every key's running count rises by whole epochs and ends at its exact total: nothing
-    lost, nothing counted twice across restarts and rescales."""
-    per_key: dict[str, list[int]] = {}
-    for key, value in records:
-        per_key.setdefault(key, []).append(value)
-    assert all(v == sorted(set(v)) for v in per_key.values()), "a count repeated or went back"
-    assert {k: v[-1] for k, v in per_key.items()} == expected_counts(count)
 
 
 # Input for 100 s: the rescale starts after two checkpoints and pre-starts the new driver first,

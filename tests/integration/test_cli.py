@@ -295,7 +295,7 @@ def test_user_function_that_raises_ends_the_job_with_its_cause(tmp_path: Path) -
 
 def standby(url: str) -> bool:
     """A pre-started driver waits for its hand-over (False while it is not serving yet)."""
-    from tests.integration.test_control_api import call
+    from tests.integration.control_calls import call
 
     try:
         return call(url, "/readyz") == (503, {"ready": False, "state": "STANDBY"})
@@ -310,7 +310,7 @@ def test_a_two_region_job_from_the_command_line(tmp_path: Path) -> None:
     it and finishes the input; ``stator checkpoints list`` lists each region's checkpoints;
     each sink's committed running counts are exact across both processes."""
     from stator.sources import KeyedEvents
-    from tests.integration.test_control_api import call
+    from tests.integration.control_calls import call
 
     ports = [free_port(), free_port()]
     out = {name: f"file://{tmp_path}/out-{name}" for name in ("a", "b")}

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import threading
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,45 +22,8 @@ from stator.savepoint.metadata import SavepointMetadata
 from stator.sinks import CollectSink
 from stator.sources import GeneratorSource, KeyedEvents
 from stator.storage import open_store
-from tests.helpers import with_overrides
-
-
-def call(
-    base: str,
-    path: str,
-    method: str = "GET",
-    body: Any = None,
-    raw: bytes | None = None,
-    headers: dict[str, str] | None = None,
-) -> tuple[int, Any]:
-    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    req = urllib.request.Request(
-        base + path,
-        data=data,
-        method=method,
-        headers={"Content-Type": "application/json", **(headers or {})},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            text = resp.read().decode()
-            status = resp.status
-    except urllib.error.HTTPError as err:
-        text, status = err.read().decode(), err.code
-    try:
-        return status, json.loads(text)
-    except json.JSONDecodeError:
-        return status, text
-
-
-def wait_until(what: str, check: Any, timeout: float = 120) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise TimeoutError(what)
-
+from tests.helpers import wait_until, with_overrides
+from tests.integration.control_calls import call
 
 ROUTES = (("/v1/job", "GET"), ("/metrics", "GET"), ("/v1/savepoints", "POST"))
 

@@ -19,9 +19,9 @@ from stator.driver.handover import Handover, HandoverRequest
 from stator.driver.preflight import preflight
 from stator.savepoint.metadata import SavepointMetadata
 from stator.storage import open_store
-from tests.helpers import with_overrides
-from tests.integration.test_control_api import call, wait_until
-from tests.integration.test_rescale import EPOCH, EVENTS, output, pipeline, run_phase
+from tests.helpers import wait_until, with_overrides
+from tests.integration.control_calls import call
+from tests.integration.rescale_job import EPOCH, EVENTS, output, pipeline, run_phase
 
 
 def test_a_prestarted_driver_takes_over_at_the_savepoint(

@@ -4,72 +4,21 @@ input, exact expected output)."""
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from stator import BoundedOutOfOrderness, Pipeline
+from stator import Pipeline
 from stator.config import JobConfig
 from stator.driver.epoch_loop import JobDriver
 from stator.errors import ConfigError
 from stator.savepoint.metadata import METADATA_NAME, SavepointMetadata
-from stator.sinks import FileSink, read_committed
+from stator.sinks import FileSink
 from stator.sources import GeneratorSource, KeyedEvents
 from stator.storage import open_store
-from stator.windows import Count, Tumbling
-from tests.helpers import stop_with_savepoint_after, with_overrides
-
-EVENTS, KEYS, EPOCH = 24_000, 150, 2_000  # 12 epochs of input
-
-
-def pipeline(out: str) -> Pipeline:
-    p = Pipeline("rescale", max_parallelism=64)
-    src = p.source(
-        GeneratorSource(KeyedEvents(KEYS, seed=5, ms_per_record=3), count=EVENTS, splits=3),
-        uid="events",
-        timestamps=lambda e: e[2],
-        watermarks=BoundedOutOfOrderness(500),
-    )
-    src.key_by(lambda e: e[0]).count(uid="count").map(list).sink(
-        FileSink(f"{out}/counts"), uid="counts"
-    )
-    (
-        src.key_by(lambda e: e[0])
-        .window(Tumbling(1_000), Count(), uid="per-second")
-        .map(lambda w: [w.key, w.start, w.value])
-        .sink(FileSink(f"{out}/windows"), uid="windows")
-    )
-    return p
-
-
-def run_phase(
-    spark: Any,
-    cfg: JobConfig,
-    out: str,
-    parallelism: int,
-    restore: str,
-    stop_after_epoch: int | None,
-) -> Any:
-    """Run until ``stop_after_epoch``, then stop with a savepoint (or run to the end)."""
-    driver = JobDriver(
-        pipeline(out),
-        with_overrides(cfg, parallelism=parallelism, restore={"source": restore}),
-        spark,
-    )
-    if stop_after_epoch is not None:
-        stop_with_savepoint_after(driver, stop_after_epoch)
-    return driver.run()
-
-
-def output(out: str) -> dict[str, Any]:
-    counts = [tuple(r) for r in read_committed(f"{out}/counts")]
-    windows = [tuple(r) for r in read_committed(f"{out}/windows")]
-    per_key: dict[str, list[int]] = {}
-    for key, count in counts:
-        per_key.setdefault(key, []).append(count)
-    return {"counts": Counter(counts), "count_order": per_key, "windows": Counter(windows)}
+from tests.helpers import with_overrides
+from tests.integration.rescale_job import EPOCH, EVENTS, KEYS, output, pipeline, run_phase
 
 
 def test_rescale_2_5_1_3_equals_constant_parallelism(

@@ -14,8 +14,7 @@ from stator.checkpoint.metadata import CheckpointMetadata
 from stator.checkpoint.transfer import TruncatedFile, download_snapshot, plan_upload, send_files
 from stator.errors import CheckpointNotFoundError
 from stator.storage import FileStore
-from tests.unit.test_checkpoint_registry import make_meta
-from tests.unit.test_checkpoint_transfer import FILES, snapshot_dir
+from tests.unit.checkpoint_fixtures import FILES, make_meta, snapshot_dir
 
 
 def uploaded(tmp_path: Path) -> tuple[FileStore, tuple]:

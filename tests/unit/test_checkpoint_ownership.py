@@ -14,7 +14,7 @@ from stator.checkpoint.metadata import RemoteFile
 from stator.checkpoint.ownership import OWNER_KEY, NotOwner, Ownership, read_owner, release
 from stator.errors import StorageError
 from stator.storage import FileStore
-from tests.unit.test_checkpoint_registry import make_meta
+from tests.unit.checkpoint_fixtures import make_meta
 
 
 def run_checkpoints(coord: CheckpointCoordinator, store: FileStore, count: int) -> None:

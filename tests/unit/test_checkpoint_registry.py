@@ -14,22 +14,13 @@ from hypothesis import strategies as st
 from stator.checkpoint.coordinator import CheckpointCoordinator
 from stator.checkpoint.metadata import (
     CheckpointMetadata,
-    OperatorSnapshot,
     RemoteFile,
-    SubtaskSnapshot,
     metadata_key,
 )
 from stator.checkpoint.registry import SharedStateRegistry
 from stator.errors import StorageError
 from stator.storage import FileStore
-
-
-def make_meta(cid: int, files: list[RemoteFile]) -> CheckpointMetadata:
-    snap = SubtaskSnapshot(0, 1, (0, 128), cid, tuple(files))
-    return CheckpointMetadata(
-        cid, cid, "job", 0, 128, True, {"op": OperatorSnapshot("op", 1, (snap,))}, {}, {}, 0
-    )
-
+from tests.unit.checkpoint_fixtures import make_meta
 
 # Each step: which of the previous checkpoint's shared files to keep (by index), how many new
 # shared files to add, and whether the checkpoint fails instead of completing.

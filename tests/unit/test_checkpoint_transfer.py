@@ -9,21 +9,7 @@ from pathlib import Path
 from stator.checkpoint.transfer import download_snapshot, plan_upload, send_files
 from stator.state.backend import LocalFile
 from stator.storage import FileStore
-
-FILES = {
-    "CURRENT": b"MANIFEST-000005\n",
-    "MANIFEST-000005": b"m" * 900,
-    "000007.sst": b"s" * 50_000,
-    "000008.sst": b"t" * 300,  # a tiny SST: shared (incremental), so an object all the same
-}
-
-
-def snapshot_dir(tmp_path: Path) -> tuple[Path, list[LocalFile]]:
-    local = tmp_path / "chk-1"
-    local.mkdir()
-    for name, data in FILES.items():
-        (local / name).write_bytes(data)
-    return local, [LocalFile(n, len(d), n.endswith(".sst")) for n, d in FILES.items()]
+from tests.unit.checkpoint_fixtures import FILES, snapshot_dir
 
 
 def test_small_files_go_into_the_metadata_and_restore_byte_for_byte(tmp_path: Path) -> None:

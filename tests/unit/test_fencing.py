@@ -1,5 +1,5 @@
 """The driver's lease fences a replaced driver (stator.cluster.fencing): against the in-memory
-Lease API of test_lease, with real threads and short durations."""
+Lease API of lease_fakes, with real threads and short durations."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from stator.config import LeaseConfig, load_config
 from stator.driver.completion import PendingOutput
 from stator.errors import ConfigError
 from stator.storage import open_store
-from tests.unit.test_lease import FakeLeases
+from tests.helpers import wait_until
+from tests.unit.lease_fakes import FakeLeases
 
 ENV = {"STATOR_POD_NAME": "driver-a", "STATOR_POD_NAMESPACE": "team"}
 CONFIG = LeaseConfig(name="lead", duration_ms=1000, renew_ms=200)
@@ -78,7 +79,9 @@ def test_an_unsure_holder_waits_for_a_renewal_instead_of_writing(exits: list[int
     api.create_namespaced_lease("team", {"metadata": {"name": "lead"}, "spec": {}})
     assert fencing.hold(CONFIG, ENV, api=api)
     api.down = True  # the API server is away: renewals fail, the lease is not sure
-    time.sleep(1.0)
+    holder = fencing._holder
+    assert holder is not None
+    wait_until("the lease unsure", lambda: not holder.valid(), timeout=10)
     done = threading.Event()
 
     def write() -> None:

@@ -9,45 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from stator.api.pipeline import Pipeline
 from stator.checkpoint.metadata import SubtaskSnapshot
-from stator.epoch.spec import CheckpointTask, EpochSpec, RestoreTask
+from stator.epoch.spec import CheckpointTask, RestoreTask
 from stator.errors import StateMismatchError, StorageError
-from stator.keygroups import range_for_subtask
 from stator.state.backend import KeyedBackend
 from stator.state.options import RocksDBOptions
 from stator.storage import FileStore, ObjectStore
 from stator.tasks.local_state import RESTORE_ERROR_MARKER, RestoreError, open_state, take_snapshot
-
-UID, MP = "count", 16
-KG = range_for_subtask(0, 1, MP)
-# What the driver knows from its tasks' reports: the commit each executor's subtask made last.
-LAST_COMMIT: dict[Path, str] = {}
-
-
-def commit(local: Path, backend: KeyedBackend, epoch: int) -> None:
-    backend.commit(epoch, 0)
-    LAST_COMMIT[local] = backend.commit_token
-
-
-def spec(local: Path, epoch: int, **extra: object) -> EpochSpec:
-    """Epoch ``epoch`` on the executor whose disk is ``local``, expecting its last commit."""
-    base = EpochSpec(
-        job="job",
-        epoch=epoch,
-        base_epoch=epoch - 1,
-        processing_time_ms=0,
-        pipeline=Pipeline("job"),
-        parallelism={UID: 1},
-        max_parallelism=MP,
-        local_dir=str(local),
-        rocksdb=RocksDBOptions(),
-        warm_entries=0,
-        ranges={},
-        split_max_ts={},
-        commits={(UID, 0): LAST_COMMIT.get(local, "")},
-    )
-    return dataclasses.replace(base, **extra)  # type: ignore[arg-type]
+from tests.unit.subtask_epochs import KG, LAST_COMMIT, MP, UID, commit, spec
 
 
 def checkpointed(tmp_path: Path, store: ObjectStore, epoch: int = 1) -> SubtaskSnapshot:

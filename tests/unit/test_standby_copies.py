@@ -29,7 +29,7 @@ from stator.errors import StorageError
 from stator.storage import FileStore, ObjectStore
 from stator.tasks import local_copy, standby_copy
 from stator.tasks.local_state import open_state, take_snapshot
-from tests.unit.test_local_state_restore import KG, UID, commit, spec
+from tests.unit.subtask_epochs import KG, UID, commit, spec
 
 # ---------------------------------------------------------------- keeping and restoring
 

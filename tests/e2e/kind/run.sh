@@ -50,7 +50,7 @@ for _ in $(seq 60); do
   sleep 1
 done
 
-echo "== operator (Helm chart, namespaced mode: the namespaces the suite uses, tests/e2e/conftest.py)"
+echo "== operator (Helm chart, namespaced mode: the namespaces the suite uses, tests/e2e/cluster.py)"
 watched=$(seq -f 'e2e-%02g' 0 31 | paste -sd, -)
 for ns in ${watched//,/ }; do kubectl create namespace "$ns" >/dev/null; done
 helm install stator charts/stator-operator --namespace stator-system --create-namespace \
