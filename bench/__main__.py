@@ -32,7 +32,7 @@ Groups (``--only``):
   and two executor JVMs) with Stator's class-data archives vs the JDK's own.
 
 ``--quick`` runs a reduced ``count`` and ``tws`` once each without MinIO, in under three
-minutes, for development: its numbers are not the README's.
+minutes, for development: its numbers are not those of docs/benchmarks.md.
 """
 
 from __future__ import annotations
