@@ -314,7 +314,7 @@ def test_a_two_region_job_from_the_command_line(tmp_path: Path) -> None:
 
     ports = [free_port(), free_port()]
     out = {name: f"file://{tmp_path}/out-{name}" for name in ("a", "b")}
-    env = {"OUT_A": out["a"], "OUT_B": out["b"], "COUNT": "12000", "RATE": "600"}
+    env = {"OUT_A": out["a"], "OUT_B": out["b"], "COUNT": "24000", "RATE": "600"}
     common = [
         "--set",
         f"checkpoint.storage=file://{tmp_path}/ck",
