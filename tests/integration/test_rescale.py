@@ -12,7 +12,7 @@ import pytest
 
 from stator import BoundedOutOfOrderness, Pipeline
 from stator.config import JobConfig
-from stator.driver.epoch_loop import JobDriver
+from stator.driver.job import Job
 from stator.errors import ConfigError
 from stator.savepoint.metadata import METADATA_NAME, SavepointMetadata
 from stator.sinks import FileSink, read_committed
@@ -53,7 +53,7 @@ def run_phase(
     stop_after_epoch: int | None,
 ) -> Any:
     """Run until ``stop_after_epoch``, then stop with a savepoint (or run to the end)."""
-    driver = JobDriver(
+    driver = Job(
         pipeline(out),
         with_overrides(cfg, parallelism=parallelism, restore={"source": restore}),
         spark,
@@ -82,7 +82,7 @@ def test_rescale_2_5_1_3_equals_constant_parallelism(
     ref_cfg = with_overrides(
         base, name="reference", checkpoint={"storage": f"file://{tmp_path}/ref-checkpoints"}
     )
-    status = JobDriver(pipeline(reference), with_overrides(ref_cfg, parallelism=2), spark).run()
+    status = Job(pipeline(reference), with_overrides(ref_cfg, parallelism=2), spark).run()
     assert status.finished
 
     out = f"file://{tmp_path}/rescaled"
@@ -118,9 +118,7 @@ def test_max_parallelism_change_is_refused(
         lambda e: e[0]
     ).count(uid="count").sink(FileSink(out + "2"), uid="counts")
     with pytest.raises(ConfigError, match=r"maxParallelism=64.*declares 32.*fixed for the life"):
-        JobDriver(
-            other, with_overrides(cfg, restore={"source": s1.stopped_with_savepoint}), spark
-        ).run()
+        Job(other, with_overrides(cfg, restore={"source": s1.stopped_with_savepoint}), spark).run()
 
 
 def test_native_savepoints_restore_at_same_and_another_parallelism(
@@ -138,7 +136,7 @@ def test_native_savepoints_restore_at_same_and_another_parallelism(
     ref_cfg = with_overrides(
         base, name="reference", checkpoint={"storage": f"file://{tmp_path}/ref-checkpoints"}
     )
-    reference_job = JobDriver(pipeline(reference), with_overrides(ref_cfg, parallelism=2), spark)
+    reference_job = Job(pipeline(reference), with_overrides(ref_cfg, parallelism=2), spark)
     assert reference_job.run().finished
 
     out = f"file://{tmp_path}/native"
