@@ -39,29 +39,22 @@ from ..api.pipeline import KeyedNode, Pipeline, SinkNode, SourceNode
 from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.metadata import CheckpointMetadata
 from ..checkpoint.ownership import Ownership
+from ..checkpoint.pending import Verdict
 from ..cluster.fencing import guard
 from ..cluster.jvm import fail_futile_retries, live_executors, load_helper, watch_lost_pods
 from ..cluster.placement import PlacementTracker, Placer, uses_placement
 from ..cluster.standby import StandbyAssigner
 from ..config import JobConfig
 from ..epoch.reports import Report, SinkReport, SplitFailure, SplitReport, StateReport
-from ..epoch.spec import CheckpointTask, EpochSpec, SavepointTask
+from ..epoch.spec import EpochSpec, SavepointTask
 from ..errors import JobFailed
 from ..lineage import Target
 from ..storage import ObjectStore
-from .checkpoint_base import incremental_base
-from .completion import (
-    CheckpointRequest,
-    PendingOutput,
-    assemble_checkpoint,
-    commit_completed,
-    finish_checkpoint,
-    uploaded_files,
-)
-from .in_flight import InFlightCheckpoints, Outcome
+from .checkpointing import RegionCheckpoints
+from .completion import PendingOutput
 from .parallelism import Parallelism
 from .placing import Placing
-from .planning import CheckpointSchedule, EpochPlanner, Plan
+from .planning import EpochPlanner, Plan
 from .recovery import Recovery
 from .restore import restore_task
 from .savepoints import (
@@ -73,7 +66,7 @@ from .savepoints import (
 )
 from .sparkjob import run_epoch_job
 from .split_failover import SplitFailover
-from .status import CheckpointHistory, JobState, JobStatus
+from .status import JobState, JobStatus
 
 log = logging.getLogger("stator.driver")
 
@@ -92,7 +85,7 @@ class EpochResult:
     duration_s: float
     states: list[StateReport]
     checkpoint_id: int  # the checkpoint this epoch took (0: none)
-    outcomes: list[Outcome]  # checkpoints (of this or earlier epochs) completed or failed
+    outcomes: list[Verdict]  # checkpoints (of this or earlier epochs) completed or failed
     region: str | None = None  # the failover region's id (a job of several regions)
 
 
@@ -129,14 +122,12 @@ class RegionLoop:
         self.listeners, self.region = listeners, region
         self.job = status.job
         self.spark: Any = None  # the job's SparkSession, set before :meth:`run`
-        self.history = CheckpointHistory()
         ck = config.checkpoint
         self.coordinator = CheckpointCoordinator(store, ck.retained, Ownership(ck.owner, ck.adopt))
         self.planner = EpochPlanner(
             {n.uid: n for n in pipeline.nodes if isinstance(n, SourceNode)}, config.epoch
         )
         self.output = PendingOutput({n.uid: n for n in pipeline.nodes if isinstance(n, SinkNode)})
-        self.schedule = CheckpointSchedule(ck)
         self.recovery = Recovery(
             self.job,
             config,
@@ -157,7 +148,17 @@ class RegionLoop:
             else None
         )
         self._task_attempts = 0  # Spark's attempts of a task, once Spark is known
-        self.in_flight = InFlightCheckpoints(store, self.coordinator, ck.timeout_ms)
+        self.checkpoints = RegionCheckpoints(
+            self.coordinator,
+            config,
+            parallelism,
+            self.planner,
+            self.output,
+            self.recovery,
+            status,
+            listeners.checkpoint,
+        )
+        self.in_flight, self.history = self.checkpoints.in_flight, self.checkpoints.history
         self._stop = False
         self.placing: Placing | None = None  # several executors (set when Spark is known)
         self.placement: PlacementTracker | None = None
@@ -237,7 +238,7 @@ class RegionLoop:
                     self._take_savepoint(request)
                     continue
                 if self.planner.finished():
-                    self._settle(self.in_flight.wait(0))
+                    self.checkpoints.drain()
                     uncommitted = sorted({e for es in self.output.pending.values() for e in es})
                     if uncommitted:
                         # The last epoch's checkpoint failed: its output (and maybe earlier
@@ -257,20 +258,20 @@ class RegionLoop:
                 paused = self.split_failover.paused() if self.split_failover else set()
                 plan = self.planner.plan(frozenset(paused))
                 if plan is None:
-                    self._settle(self.in_flight.poll())
+                    self.checkpoints.poll()
                     time.sleep(self.config.epoch.idle_wait_ms / 1000)
                     continue
                 guard(f"epoch {self.next_epoch()}")
                 self._run_epoch(plan)
                 self.recovery.epoch_completed()
             except JobFailed:  # a split's failover gave up (split_failover.py)
-                self._settle(self.in_flight.abort_all("the job failed"))
+                self.checkpoints.abort_all("the job failed")
                 self.recovery.discard_staged()
                 raise
             except Exception as exc:
-                self._settle(self.in_flight.abort_all(f"the job fails over: {exc}"[:500]))
+                self.checkpoints.abort_all(f"the job fails over: {exc}"[:500])
                 self.recovery.failover(exc)
-        self._settle(self.in_flight.wait(0))
+        self.checkpoints.drain()
 
     def _take_savepoint(self, request: SavepointRequest) -> None:
         cfg = self.config
@@ -296,7 +297,7 @@ class RegionLoop:
     def run_savepoint_epoch(self, task: SavepointTask) -> SavepointEpoch:
         paused = self.split_failover.paused() if self.split_failover else set()
         result = self._run_epoch(self.planner.empty_plan(frozenset(paused)), savepoint=task)
-        outcomes = result.outcomes + self._settle(self.in_flight.wait(0))
+        outcomes = result.outcomes + self.checkpoints.drain()
         completed = {o.checkpoint_id for o in outcomes if o.meta is not None}
         return SavepointEpoch(
             result.epoch,
@@ -327,30 +328,8 @@ class RegionLoop:
 
     def _spec(self, plan: Plan, savepoint: SavepointTask | None) -> EpochSpec:
         position = self.recovery.position
-        checkpoint = None
-        ck = self.config.checkpoint
-        due = self.schedule.due(self.planner.is_last(plan), len(self.in_flight.ids()))
-        if due or (savepoint is not None and ck.enabled):
-            self._settle(self.in_flight.wait(ck.max_concurrent - 1))
-            self.schedule.triggered()
-            base, previous = incremental_base(
-                self.in_flight.newest(),
-                position.target,
-                self.store,
-                self.parallelism.operators,
-                ck.incremental,
-            )
-            checkpoint = CheckpointTask(
-                self.coordinator.new_checkpoint_id(),
-                self.store,
-                ck.incremental,
-                previous,
-                keep_local=self.config.local_recovery.enabled,
-                async_upload=ck.async_upload,
-                deadline_ms=now_ms() + ck.timeout_ms,
-                base_in_flight=base,
-                inline_max_bytes=ck.inline_max_bytes,
-            )
+        last = self.planner.is_last(plan)
+        checkpoint = self.checkpoints.trigger(position.epoch + 1, last, savepoint is not None)
         verify = self.recovery.take_verify_states()
         target = position.target
         latest = self.coordinator.latest
@@ -415,34 +394,7 @@ class RegionLoop:
             else None
         )
         self.status.keyed_tasks_done(spec.epoch, states, placed)
-        self.schedule.epoch_done()
-        outcomes: list[Outcome] = []
-        if spec.checkpoint is not None:
-            cid = spec.checkpoint.checkpoint_id
-            draft = assemble_checkpoint(
-                self.job,
-                CheckpointRequest(
-                    cid, spec.epoch, spec.checkpoint.incremental, self.recovery.lineage
-                ),
-                self.parallelism.operators,
-                self.parallelism.max_parallelism,
-                states,
-                self.planner.to_json(),
-                self.output,
-                self.coordinator,
-            )
-            if isinstance(draft, str):
-                outcomes.append(Outcome(cid, spec.epoch, None, draft))
-            elif spec.checkpoint.async_upload:
-                self.in_flight.add(draft, states, started, spec.checkpoint.base_in_flight)
-            else:
-                done = finish_checkpoint(draft, uploaded_files(states), self.coordinator, started)
-                meta = done if isinstance(done, CheckpointMetadata) else None
-                outcomes.append(Outcome(cid, spec.epoch, meta, None if meta else str(done)))
-        elif not self.config.checkpoint.enabled:
-            self.output.commit_upto(spec.epoch)  # no checkpoints: output is at-least-once
-        outcomes += self.in_flight.poll()
-        self._settle(outcomes)
+        outcomes = self.checkpoints.after_epoch(self.job, spec, states, started)
         return EpochResult(
             spec.epoch,
             spec.savepoint is not None,
@@ -454,23 +406,3 @@ class RegionLoop:
             outcomes,
             self.region,
         )
-
-    def _settle(self, outcomes: list[Outcome]) -> list[Outcome]:
-        """Record checkpoints that completed or failed, in order; for each completed one,
-        sinks commit what it covers (``completion.commit_completed``)."""
-        for o in outcomes:
-            if o.meta is None:
-                self.history.failed(o.checkpoint_id, o.epoch, o.error or "")
-                self.status.failed_checkpoints += 1
-                self.schedule.checkpoint_failed()
-                continue
-            self.recovery.checkpoint_completed(o.meta)
-            self.history.completed(o.meta)
-            self.status.checkpoints += 1
-            self.status.last_checkpoint = o.meta
-            self.schedule.checkpoint_done()
-            commit_completed(o.meta, self.output, self.coordinator)
-            for listener in self.listeners.checkpoint:
-                listener(o.meta)
-        self.status.in_flight_checkpoints = tuple(sorted(self.in_flight.ids()))
-        return outcomes

@@ -56,7 +56,14 @@ from .layout import check_covers, check_regions, newest_checkpoint
 from .parallelism import Parallelism
 from .preflight import check_files
 from .restore import check_compatible
-from .savepoints import PartVerdict, SavepointRequest, discard_failed, empty_target, merge_parts
+from .savepoints import (
+    PartVerdict,
+    SavepointRequest,
+    SavepointStatus,
+    discard_failed,
+    empty_target,
+    merge_parts,
+)
 from .status import CheckpointOutcome, JobState, JobStatus, RestoreCounts, StartupTimes
 
 log = logging.getLogger("stator.driver")
@@ -205,7 +212,7 @@ def take_savepoint(
 ) -> bool:
     """Step 7 of the module docstring; True if the job stops with the savepoint."""
     started = time.monotonic()
-    request.status, request.started_ms = "IN_PROGRESS", now_ms()
+    request.status, request.started_ms = SavepointStatus.IN_PROGRESS, now_ms()
     epoch = max(loop.next_epoch() for loop in loops.values())
     location = request.target or savepoint_location(config.savepoint.dir, job, epoch, request.id)
     request.location = location
@@ -219,9 +226,9 @@ def take_savepoint(
         ours = empty_target(target)
         for rid, part in parts.items():
             loops[rid].savepoints.enqueue_part(part)
-        while any(p.status not in ("COMPLETED", "FAILED") for p in parts.values()):
+        while any(not p.status.finished for p in parts.values()):
             time.sleep(POLL_S)
-        failed = [(rid, p) for rid, p in parts.items() if p.status == "FAILED"]
+        failed = [(rid, p) for rid, p in parts.items() if p.status is SavepointStatus.FAILED]
         region = failed_region()
         if region is not None:
             raise RuntimeError(f"region '{region}' failed meanwhile")
@@ -237,12 +244,12 @@ def take_savepoint(
                 p.part.give(False)
         if not isinstance(exc, Exception):
             raise
-        request.status, request.error = "FAILED", str(exc)[:2000]
+        request.status, request.error = SavepointStatus.FAILED, str(exc)[:2000]
         request.completed_ms = now_ms()
         log.warning("savepoint %s failed: %s", request.id, request.error)
         discard_failed(ours, parallelism.operators)
         return False
-    request.status, request.epoch = "COMPLETED", merged.epoch
+    request.status, request.epoch = SavepointStatus.COMPLETED, merged.epoch
     request.state_bytes, request.completed_ms = merged.state_bytes, now_ms()
     for p in parts.values():
         if p.part is not None:
