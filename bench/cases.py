@@ -25,12 +25,10 @@ from typing import Any
 import numpy as np
 
 from bench.harness import WrongOutput
-from stator import INT64, KeyedProcessFunction, Pipeline, ValueStateDescriptor
+from stator import INT64, EpochResult, Job, KeyedProcessFunction, Pipeline, ValueStateDescriptor
 from stator.checkpoint.metadata import CheckpointMetadata
 from stator.cluster.session import create_session
 from stator.config import SparkConfig, load_config
-from stator.driver.epoch_loop import EpochResult
-from stator.driver.job import Job
 from stator.keygroups import range_for_subtask
 from stator.sinks.base import Sink, SinkWriter
 from stator.sources import GeneratorSource, KeyedEvents, SweepEvents

@@ -34,10 +34,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from stator import Pipeline
+from stator import EpochResult, Job, Pipeline
 from stator.config import JobConfig, SparkConfig, load_config
-from stator.driver.epoch_loop import EpochResult
-from stator.driver.job import Job
 from stator.sinks import CollectSink
 from stator.sources.base import SplitRange
 from stator.sources.generator import GeneratorSource, KeyedEvents

@@ -7,11 +7,9 @@ from typing import Any
 
 import psutil
 
+from stator import EpochResult, Job, JobStatus
 from stator.api.pipeline import Pipeline
 from stator.config import JobConfig, build
-from stator.driver.epoch_loop import EpochResult
-from stator.driver.job import Job
-from stator.driver.status import JobStatus
 
 
 def with_overrides(config: JobConfig, **sections: dict[str, Any] | Any) -> JobConfig:
@@ -29,7 +27,7 @@ def with_overrides(config: JobConfig, **sections: dict[str, Any] | Any) -> JobCo
 
 
 def run_job(pipeline: Pipeline, config: JobConfig, spark: Any) -> JobStatus:
-    return Job(pipeline, config, spark).run()
+    return pipeline.run(config, spark)
 
 
 def stop_with_savepoint_after(driver: Job, epoch: int) -> Job:

@@ -23,12 +23,10 @@ from urllib.parse import urlparse
 
 import pytest
 
-from stator import BYTES, KeyedProcessFunction, Pipeline, ValueStateDescriptor
+from stator import BYTES, EpochResult, Job, KeyedProcessFunction, Pipeline, ValueStateDescriptor
 from stator.checkpoint.uploads import CONFIRMED, confirmation_key
 from stator.cluster.jvm import live_executors
 from stator.config import JobConfig, SparkConfig, load_config
-from stator.driver.epoch_loop import EpochResult
-from stator.driver.job import Job
 from stator.sinks import CollectSink
 from stator.sources import GeneratorSource, SweepEvents
 from tests.helpers import SparkSessions, executor_process

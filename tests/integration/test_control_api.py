@@ -14,12 +14,11 @@ from typing import Any
 
 import pytest
 
-from stator import Pipeline
+from stator import Job, Pipeline
 from stator.config import JobConfig
 from stator.control.client import ControlClient, ControlHTTPError
 from stator.control.server import serving
 from stator.control.token import read_token
-from stator.driver.job import Job
 from stator.errors import ConfigError
 from stator.savepoint.metadata import SavepointMetadata
 from stator.sinks import CollectSink

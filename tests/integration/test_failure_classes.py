@@ -10,10 +10,9 @@ from typing import Any
 
 import pytest
 
-from stator import INT64, Context, KeyedProcessFunction, Pipeline, RuntimeContext
+from stator import INT64, Context, Job, KeyedProcessFunction, Pipeline, RuntimeContext
 from stator import ValueStateDescriptor as Value
 from stator.config import JobConfig
-from stator.driver.job import Job
 from stator.errors import JobFailed
 from stator.sinks import CollectSink, FileSink
 from stator.sources import list_source

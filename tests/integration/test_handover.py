@@ -11,11 +11,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from stator import Job
 from stator.cluster.session import warm_python_workers
 from stator.config import JobConfig
 from stator.control.server import serving
 from stator.driver.handover import Handover, HandoverRequest
-from stator.driver.job import Job
 from stator.driver.preflight import preflight
 from stator.savepoint.metadata import SavepointMetadata
 from stator.storage import open_store
@@ -34,7 +34,7 @@ def test_a_prestarted_driver_takes_over_at_the_savepoint(
     ref_cfg = with_overrides(
         base, name="reference", checkpoint={"storage": f"file://{tmp_path}/ref-checkpoints"}
     )
-    ref = Job(pipeline(reference), with_overrides(ref_cfg, parallelism=2), spark).run()
+    ref = pipeline(reference).run(with_overrides(ref_cfg, parallelism=2), spark)
     assert ref.finished
 
     out = f"file://{tmp_path}/handed-over"

@@ -12,11 +12,9 @@ from typing import Any
 
 import pytest
 
-from stator import Pipeline
+from stator import EpochResult, Job, Pipeline
 from stator.config import JobConfig, SparkConfig
 from stator.control.metrics import render_metrics
-from stator.driver.epoch_loop import EpochResult
-from stator.driver.job import Job
 from stator.sinks import CollectSink
 from stator.sources import GeneratorSource, KeyedEvents
 from tests.helpers import SparkSessions, stop_with_savepoint_after, with_overrides

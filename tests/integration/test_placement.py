@@ -20,12 +20,10 @@ from typing import Any
 
 import pytest
 
-from stator import Pipeline
+from stator import EpochResult, Job, Pipeline
 from stator.cluster.jvm import ensure_jar, live_executors
 from stator.config import SparkConfig, load_config
 from stator.control.metrics import render_metrics
-from stator.driver.epoch_loop import EpochResult
-from stator.driver.job import Job
 from stator.sinks import CollectSink
 from stator.sources import GeneratorSource, KeyedEvents
 from tests.helpers import SparkSessions, executor_process
@@ -63,7 +61,7 @@ def run_reference(root: str) -> None:
 
     spark = create_session(SparkConfig(master="local[2]"), "placement-reference")
     sink = CollectSink()
-    Job(pipeline(sink), job_config(Path(root)), spark).run()
+    pipeline(sink).run(job_config(Path(root)), spark)
     print("OUTPUT " + json.dumps({str(k): v for k, v in sorted(sink.by_epoch.items())}))
     spark.stop()
 

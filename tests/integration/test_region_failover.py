@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 
-from stator import Pipeline
+from stator import EpochResult, Job, Pipeline
 from stator.config import JobConfig
-from stator.driver.epoch_loop import EpochResult
-from stator.driver.job import Job, region_view
+from stator.driver.job import region_view
 from stator.errors import JobFailed
 from stator.savepoint.metadata import METADATA_NAME, SavepointMetadata
 from stator.sinks import CollectSink

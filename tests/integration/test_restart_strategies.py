@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from stator import Pipeline
+from stator import Job, Pipeline
 from stator.config import JobConfig
-from stator.driver.job import Job
 from stator.errors import JobFailed
 from stator.sinks import CollectSink
 from stator.sources.base import SplitRange

@@ -9,11 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from stator import Job
 from stator.api.pipeline import Pipeline
 from stator.checkpoint.metadata import RemoteFile, SubtaskSnapshot
 from stator.config import load_config
 from stator.driver import epoch_loop
-from stator.driver.job import Job
 from stator.epoch.reports import SinkReport, SplitReport, StateReport
 from stator.sinks.base import Sink
 from stator.sources.generator import list_source

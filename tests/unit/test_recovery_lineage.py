@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from stator import Pipeline
+from stator import Job, Pipeline
 from stator.checkpoint.metadata import CheckpointMetadata, OperatorSnapshot, metadata_key
 from stator.config import load_config
 from stator.driver.epoch_loop import RegionLoop
-from stator.driver.job import Job
 from stator.errors import JobFailed, StatorError
 from stator.sinks import CollectSink
 from stator.sources.generator import list_source

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from stator import Pipeline
+from stator import Job, JobState, Pipeline
 from stator.checkpoint.metadata import (
     CheckpointMetadata,
     OperatorSnapshot,
@@ -18,9 +18,7 @@ from stator.checkpoint.metadata import (
     metadata_key,
 )
 from stator.config import JobConfig, load_config
-from stator.driver.job import Job
 from stator.driver.savepoints import merge_parts
-from stator.driver.status import JobState
 from stator.errors import ConfigError
 from stator.lineage import Target
 from stator.savepoint.metadata import OperatorSavepoint, SavepointMetadata

@@ -32,12 +32,11 @@ import pytest
 from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
+from stator import EpochResult, Job
 from stator.api.pipeline import Pipeline
 from stator.api.time import BoundedOutOfOrderness
 from stator.config import load_config
 from stator.driver import epoch_loop
-from stator.driver.epoch_loop import EpochResult
-from stator.driver.job import Job
 from stator.driver.savepoints import SavepointRequest
 from stator.sinks.collect import CollectSink
 from stator.sources.generator import list_source

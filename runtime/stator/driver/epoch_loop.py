@@ -32,18 +32,14 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..api.pipeline import KeyedNode, Pipeline, SinkNode, SourceNode
 from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
-from ..checkpoint.metadata import CheckpointMetadata
 from ..checkpoint.ownership import Ownership
-from ..checkpoint.pending import Verdict
 from ..cluster.fencing import guard
-from ..cluster.jvm import fail_futile_retries, live_executors, load_helper, watch_lost_pods
-from ..cluster.placement import PlacementTracker, Placer, uses_placement
-from ..cluster.standby import StandbyAssigner
+from ..cluster.jvm import live_executors, load_helper
+from ..cluster.placement import PlacementTracker, uses_placement
 from ..config import JobConfig
 from ..epoch.reports import Report, SinkReport, SplitFailure, SplitReport, StateReport
 from ..epoch.spec import EpochSpec, SavepointTask
@@ -52,6 +48,7 @@ from ..lineage import Target
 from ..storage import ObjectStore
 from .checkpointing import RegionCheckpoints
 from .completion import PendingOutput
+from .listeners import EpochResult, Listeners
 from .parallelism import Parallelism
 from .placing import Placing
 from .planning import EpochPlanner, Plan
@@ -72,33 +69,6 @@ log = logging.getLogger("stator.driver")
 
 # How long a job that ends waits for standby orders still being handed to idle executors.
 STANDBY_ORDERS_WAIT_S = 10.0
-
-
-@dataclass(frozen=True)
-class EpochResult:
-    """What one epoch did, as :meth:`Job.on_epoch` listeners see it."""
-
-    epoch: int
-    savepoint: bool  # the epoch of a savepoint (it reads nothing)
-    records_in: int
-    records_out: int
-    duration_s: float
-    states: list[StateReport]
-    checkpoint_id: int  # the checkpoint this epoch took (0: none)
-    outcomes: list[Verdict]  # checkpoints (of this or earlier epochs) completed or failed
-    region: str | None = None  # the failover region's id (a job of several regions)
-
-
-EpochListener = Callable[[EpochResult], None]
-CheckpointListener = Callable[[CheckpointMetadata], None]
-
-
-@dataclass
-class Listeners:
-    """The job's listeners, called by every region's loop (in that loop's thread)."""
-
-    epoch: list[EpochListener] = field(default_factory=list)
-    checkpoint: list[CheckpointListener] = field(default_factory=list)
 
 
 class RegionLoop:
@@ -186,23 +156,10 @@ class RegionLoop:
         self._task_attempts = int(sc.getConf().get("spark.task.maxFailures", "4"))
         if not (uses_placement(str(sc.master)) and load_helper(sc)):
             return
-        fail_futile_retries(sc)
-        watch_lost_pods(sc)
-        cfg = self.config
-        placer = Placer(
-            sc,
-            self.job,
-            cfg.state.local_dir,
-            cfg.local_recovery.executor_wait_ms,
-            cfg.local_recovery.standby,
+        self.placing = Placing.start(
+            spark, self.job, self.config, self.store, self.parallelism.operators, self.status
         )
-        self.placement = placer.tracker
-        standby = None
-        if cfg.local_recovery.standby:
-            standby = StandbyAssigner(self.store, self.status.standby_copies.note)
-        self.placing = Placing(
-            spark, self.job, cfg, self.store, self.parallelism.operators, placer, standby
-        )
+        self.placement = self.placing.placer.tracker
         self.in_flight.alive = lambda: live_executors(sc)
 
     def run(self, restore_target: Target | None) -> JobStatus:

@@ -28,8 +28,9 @@ from ..cluster.session import share_python_path, starts_executor_pods, warm_pyth
 from ..config import JobConfig
 from ..lineage import Target
 from ..storage import ObjectStore, open_store
-from .epoch_loop import CheckpointListener, EpochListener, Listeners, RegionLoop
+from .epoch_loop import RegionLoop
 from .handover import Handover, HandoverRequest
+from .listeners import CheckpointListener, EpochListener, Listeners
 from .parallelism import Parallelism, resolve_parallelism
 from .preflight import check_storage, restore_target
 from .regions import (

@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..checkpoint.metadata import CheckpointMetadata
+from ..cluster.jvm import fail_futile_retries, watch_lost_pods
 from ..cluster.placement import EpochLocations, Placer
 from ..cluster.session import starts_executor_pods
 from ..cluster.standby import StandbyAssigner
@@ -17,6 +18,7 @@ from ..errors import StateMismatchError
 from ..storage import ObjectStore
 from .checkpoint_base import local_restore
 from .recovery import Position
+from .status import JobStatus
 
 
 class Placing:
@@ -34,6 +36,32 @@ class Placing:
     ) -> None:
         self.spark, self.job, self.config, self.store = spark, job, config, store
         self.parallelism, self.placer, self.standby = parallelism, placer, standby
+
+    @classmethod
+    def start(
+        cls,
+        spark: Any,
+        job: str,
+        config: JobConfig,
+        store: ObjectStore,
+        parallelism: dict[str, int],
+        status: JobStatus,
+    ) -> Placing:
+        """Placement for a region, once Spark has several executors and the JVM helper."""
+        sc = spark.sparkContext
+        fail_futile_retries(sc)
+        watch_lost_pods(sc)
+        placer = Placer(
+            sc,
+            job,
+            config.state.local_dir,
+            config.local_recovery.executor_wait_ms,
+            config.local_recovery.standby,
+        )
+        standby = None
+        if config.local_recovery.standby:
+            standby = StandbyAssigner(store, status.standby_copies.note)
+        return cls(spark, job, config, store, parallelism, placer, standby)
 
     def place(
         self, spec: EpochSpec, position: Position, latest: CheckpointMetadata | None
