@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from ..checkpoint.coordinator import CheckpointCoordinator
 from ..checkpoint.metadata import CheckpointMetadata, checkpoint_dir
@@ -42,6 +43,22 @@ log = logging.getLogger("stator.checkpoint")
 POLL_S = 0.05  # between listings while the driver waits for a checkpoint
 # After a checkpoint's deadline, how long an upload may still be writing a file it started.
 LATE_WRITES_S = 60.0
+
+
+@dataclass(frozen=True)
+class Look:
+    """What one look at the store says about a checkpoint's uploads: all confirmed, failed
+    (``failure``: why), or neither yet."""
+
+    confirmed: bool = False
+    failure: str | None = None
+
+    @property
+    def decided(self) -> bool:
+        return self.confirmed or self.failure is not None
+
+
+WAITING, CONFIRMED_ALL = Look(), Look(confirmed=True)
 
 
 class InFlightCheckpoints:
@@ -91,15 +108,15 @@ class InFlightCheckpoints:
         outcomes: list[Verdict] = []
         while self._queue:
             head = self._queue[0]
-            verdict = (
-                f"checkpoint {head.base}, whose files it re-references, failed"
+            look = (
+                Look(failure=f"checkpoint {head.base}, whose files it re-references, failed")
                 if head.base in self._failed_ids
-                else self._verdict(head)
+                else self._look(head)
             )
-            if verdict is None:
+            if not look.decided:
                 break
             self._queue.pop(0)
-            outcomes.append(self._settle(head, verdict))
+            outcomes.append(self._settle(head, look))
         self.coordinator.sweep()
         return outcomes
 
@@ -123,10 +140,9 @@ class InFlightCheckpoints:
 
     # ------------------------------------------------------------------ internals
 
-    def _verdict(self, c: PendingCheckpoint) -> str | None:
-        """An empty string if every upload is confirmed, the reason if the checkpoint
-        failed, None if it is still in flight. An unreachable store is waited for, up to
-        the deadline."""
+    def _look(self, c: PendingCheckpoint) -> Look:
+        """One listing of ``chk-N/``. An unreachable store is waited for, up to the
+        deadline."""
         late = time.monotonic() > c.deadline
         try:
             listed = self.store.listing(checkpoint_dir(c.checkpoint_id) + "/")
@@ -134,20 +150,21 @@ class InFlightCheckpoints:
             failed = self._failed(c, present)
         except StorageError as exc:
             if late:
-                return f"checkpoint.timeout_ms ({self.timeout_ms}) passed: {exc}"
+                return Look(failure=f"checkpoint.timeout_ms ({self.timeout_ms}) passed: {exc}")
             log.warning("checkpoint %d: cannot ask the store: %s", c.checkpoint_id, exc)
-            return None
+            return WAITING
         if failed:
-            return failed
+            return Look(failure=failed)
         missing = [up for key, up in c.confirmations.items() if key not in present]
         if not missing:
-            return ""
+            return CONFIRMED_ALL
         if late:
-            return (
-                f"checkpoint.timeout_ms ({self.timeout_ms}) passed before {len(missing)} "
-                f"upload(s) were confirmed, e.g. {missing[0].who}'s"
+            return Look(
+                failure=f"checkpoint.timeout_ms ({self.timeout_ms}) passed before "
+                f"{len(missing)} upload(s) were confirmed, e.g. {missing[0].who}'s"
             )
-        return self._lost(missing)
+        lost = self._lost(missing)
+        return WAITING if lost is None else Look(failure=lost)
 
     def _failed(self, c: PendingCheckpoint, present: set[str]) -> str | None:
         """The reason an uploader wrote, if one failed."""
@@ -167,10 +184,11 @@ class InFlightCheckpoints:
             return None
         return f"executor {lost[0].executor} was lost while it uploaded {lost[0].who}'s files"
 
-    def _settle(self, c: PendingCheckpoint, verdict: str) -> Verdict:
-        if verdict:
+    def _settle(self, c: PendingCheckpoint, look: Look) -> Verdict:
+        if look.failure is not None:
             self._failed_ids.add(c.checkpoint_id)
-            return self.coordinator.fail(c, verdict, c.deadline + LATE_WRITES_S, files=c.cleanup)
+            until = c.deadline + LATE_WRITES_S
+            return self.coordinator.fail(c, look.failure, until, files=c.cleanup)
         done = self.coordinator.finish(c)
         if done.meta is None:
             self._failed_ids.add(c.checkpoint_id)
