@@ -212,7 +212,7 @@ def run_job(
         except TaskFailed as failed:  # an Exception, so that hypothesis shrinks the case
             raise AssertionError(f"user code raised: {failed.__cause__}") from failed
         finally:
-            loop.in_flight.abort_all("the driver is gone")
+            loop.checkpoints.in_flight.abort_all("the driver is gone")
         request = injector.savepoint
         if request is None:
             break

@@ -128,7 +128,6 @@ class RegionLoop:
             status,
             listeners.checkpoint,
         )
-        self.in_flight, self.history = self.checkpoints.in_flight, self.checkpoints.history
         self._stop = False
         self.placing: Placing | None = None  # several executors (set when Spark is known)
         self.placement: PlacementTracker | None = None
@@ -160,7 +159,7 @@ class RegionLoop:
             spark, self.job, self.config, self.store, self.parallelism.operators, self.status
         )
         self.placement = self.placing.placer.tracker
-        self.in_flight.alive = lambda: live_executors(sc)
+        self.checkpoints.in_flight.alive = lambda: live_executors(sc)
 
     def run(self, restore_target: Target | None) -> JobStatus:
         """Run until the region stops, ends or fails, from ``restore_target`` (what the job's
@@ -317,7 +316,7 @@ class RegionLoop:
             verify_states=verify,
             allow_non_restored_state=self.config.restore.allow_non_restored_state,
             completed_checkpoint=latest.checkpoint_id if latest else 0,
-            in_flight=self.in_flight.ids(),
+            in_flight=self.checkpoints.in_flight.ids(),
             split_failover_attempts=self._task_attempts if self.split_failover else 0,
             commits=dict(position.commits),
             warm_key=self.warm_key,

@@ -181,7 +181,7 @@ class Job:
 
     @property
     def history(self) -> CheckpointHistory | MergedHistory:
-        return MergedHistory(self.regions) if self.regional else self.loops[0].history
+        return MergedHistory(self.regions) if self.regional else self.loops[0].checkpoints.history
 
     def retained_checkpoints(self) -> list[CheckpointMetadata]:
         metas = [m for loop in self.loops for m in loop.coordinator.completed]

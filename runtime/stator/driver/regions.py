@@ -293,6 +293,8 @@ class MergedHistory:
 
     def items(self) -> list[CheckpointOutcome]:
         items = [
-            replace(o, region=rid) for rid, loop in self.loops.items() for o in loop.history.items()
+            replace(o, region=rid)
+            for rid, loop in self.loops.items()
+            for o in loop.checkpoints.history.items()
         ]
         return sorted(items, key=lambda o: o.at_ms)
