@@ -25,11 +25,10 @@ from typing import Any
 import numpy as np
 
 from bench.harness import WrongOutput
-from stator import INT64, KeyedProcessFunction, Pipeline, ValueStateDescriptor
+from stator import INT64, EpochResult, Job, KeyedProcessFunction, Pipeline, ValueStateDescriptor
 from stator.checkpoint.metadata import CheckpointMetadata
 from stator.cluster.session import create_session
 from stator.config import SparkConfig, load_config
-from stator.driver.epoch_loop import EpochResult, JobDriver
 from stator.keygroups import range_for_subtask
 from stator.sinks.base import Sink, SinkWriter
 from stator.sources import GeneratorSource, KeyedEvents, SweepEvents
@@ -173,7 +172,7 @@ def stator_count(
             ),
         ],
     )
-    driver = JobDriver(p, cfg, spark)
+    driver = Job(p, cfg, spark)
     warm: list[tuple[float, int]] = []  # when the first epoch ended, and its records
     driver.on_epoch(
         lambda r: warm.append((time.time(), r.records_in)) if not warm and r.records_in else None
@@ -359,7 +358,7 @@ def incremental_bytes(
     spark = _spark()
     step = max(1, int(keys * churn))
 
-    def job(count: int, epoch: int) -> JobDriver:
+    def job(count: int, epoch: int) -> Job:
         p = Pipeline("bench-churn")
         (
             p.source(GeneratorSource(SweepEvents(keys), count=count, splits=2), uid="events")
@@ -377,7 +376,7 @@ def incremental_bytes(
                 f"checkpoint.retained={checkpoints + 2}",
             ],
         )
-        return JobDriver(p, cfg, spark)
+        return Job(p, cfg, spark)
 
     job(keys, keys).run()  # the initial state: every key once, one checkpoint
     churn_job = job(keys + checkpoints * step, step)
@@ -482,7 +481,7 @@ def savepoint_rescale(
         checkpoint_every: int = 1,
         epoch: int = 50_000,
         local_dir: Path | None = None,
-    ) -> JobDriver:
+    ) -> Job:
         p = Pipeline("bench-savepoint")
         (
             p.source(GeneratorSource(_Payloads(value_bytes), count=count, splits=2), uid="gen")
@@ -505,14 +504,14 @@ def savepoint_rescale(
                 "state.warm_cache_entries=0",
             ],
         )
-        return JobDriver(p, cfg, spark)
+        return Job(p, cfg, spark)
 
     # Twice as many records as keys: the job is stopped with a savepoint when half the input
     # (every key once) is read, so the savepoint epoch itself reads nothing.
     build = job(p_from, "latest", 2 * keys)
 
     def stop_at_half(result: EpochResult) -> None:
-        positions = build.planner.positions["gen"].values()
+        positions = build.loops[0].planner.positions["gen"].values()
         if not result.savepoint and all(st.position >= keys // 2 for st in positions):
             build.request_savepoint(stop=True)
 
@@ -754,7 +753,7 @@ def standby_recovery(
         ],
     )
     root = Path(__file__).resolve().parent.parent
-    job = JobDriver(p, cfg, spark, python_path=[str(root)])
+    job = Job(p, cfg, spark, python_path=[str(root)])
     marks: dict[str, Any] = {}
     killing = threading.Event()
 

@@ -34,10 +34,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from stator import Pipeline
+from stator import EpochResult, Job, Pipeline
 from stator.config import JobConfig, SparkConfig, load_config
-from stator.driver.epoch_loop import EpochResult
-from stator.driver.regions import build_job
 from stator.sinks import CollectSink
 from stator.sources.base import SplitRange
 from stator.sources.generator import GeneratorSource, KeyedEvents
@@ -155,7 +153,7 @@ class Bench:
             marks = Path(root) / "marks"
             p, a_sink, b_sink = _pipeline(marks, self.args, 6 if failing else 0)
             strategy = "full" if contender == "full" else "region"
-            job = build_job(p, self._config(root, strategy), self.spark)
+            job = Job(p, self._config(root, strategy), self.spark)
             a_epochs: list[float] = []
 
             def note(result: EpochResult) -> None:

@@ -8,10 +8,9 @@ from typing import Any
 
 import psutil
 
+from stator import EpochResult, Job, JobStatus
 from stator.api.pipeline import Pipeline
 from stator.config import JobConfig, build
-from stator.driver.epoch_loop import EpochResult, JobDriver
-from stator.driver.status import JobStatus
 
 
 def with_overrides(config: JobConfig, **sections: dict[str, Any] | Any) -> JobConfig:
@@ -29,10 +28,10 @@ def with_overrides(config: JobConfig, **sections: dict[str, Any] | Any) -> JobCo
 
 
 def run_job(pipeline: Pipeline, config: JobConfig, spark: Any) -> JobStatus:
-    return JobDriver(pipeline, config, spark).run()
+    return pipeline.run(config, spark)
 
 
-def stop_with_savepoint_after(driver: JobDriver, epoch: int) -> JobDriver:
+def stop_with_savepoint_after(driver: Job, epoch: int) -> Job:
     """Make ``driver`` request a stop-with-savepoint right after ``epoch`` completes."""
 
     def stop_after(result: EpochResult) -> None:

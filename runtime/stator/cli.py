@@ -133,7 +133,7 @@ def _run(args: argparse.Namespace) -> int:
     from .cluster.session import starts_executor_pods  # noqa: PLC0415
     from .config import load_config  # noqa: PLC0415
     from .control.server import serving  # noqa: PLC0415 - aiohttp only when running a job
-    from .driver.regions import build_job  # noqa: PLC0415
+    from .driver.job import Job  # noqa: PLC0415
     from .loader import load  # noqa: PLC0415
 
     config = load_config(args.config, args.set)
@@ -158,7 +158,7 @@ def _run(args: argparse.Namespace) -> int:
     logging.getLogger().setLevel(config.log_level)
     loaded = load(args.pipeline)
     # Everything below up to driver.run() runs before Spark starts (driver/preflight.py).
-    driver = build_job(
+    driver = Job(
         loaded.pipeline,
         config,
         python_path=[loaded.import_root] if loaded.import_root else [],

@@ -6,9 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from stator import BoundedOutOfOrderness, Pipeline
+from stator import BoundedOutOfOrderness, Job, Pipeline
 from stator.config import JobConfig
-from stator.driver.epoch_loop import JobDriver
 from stator.sinks import FileSink, read_committed
 from stator.sources import GeneratorSource, KeyedEvents
 from stator.windows import Count, Tumbling
@@ -47,7 +46,7 @@ def run_phase(
     stop_after_epoch: int | None,
 ) -> Any:
     """Run until ``stop_after_epoch``, then stop with a savepoint (or run to the end)."""
-    driver = JobDriver(
+    driver = Job(
         pipeline(out),
         with_overrides(cfg, parallelism=parallelism, restore={"source": restore}),
         spark,

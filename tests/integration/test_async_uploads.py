@@ -23,11 +23,10 @@ from urllib.parse import urlparse
 
 import pytest
 
-from stator import BYTES, KeyedProcessFunction, Pipeline, ValueStateDescriptor
+from stator import BYTES, EpochResult, Job, KeyedProcessFunction, Pipeline, ValueStateDescriptor
 from stator.checkpoint.uploads import CONFIRMED, confirmation_key
 from stator.cluster.jvm import live_executors
 from stator.config import JobConfig, SparkConfig, load_config
-from stator.driver.epoch_loop import EpochResult, JobDriver
 from stator.sinks import CollectSink
 from stator.sources import GeneratorSource, SweepEvents
 from tests.helpers import SparkSessions, executor_process
@@ -104,7 +103,7 @@ def test_an_executor_killed_mid_upload_fails_only_that_checkpoint(
 ) -> None:
     # The failure-free reference: synchronous uploads to a file store.
     expected = CollectSink()
-    JobDriver(
+    Job(
         pipeline(expected),
         config(
             tmp_path / "ref",
@@ -120,7 +119,7 @@ def test_an_executor_killed_mid_upload_fails_only_that_checkpoint(
     target = urlparse(s3.endpoint_url)
     link = ThrottledPort(target.hostname or "127.0.0.1", target.port or 80)
     sink = CollectSink()
-    job = JobDriver(
+    job = Job(
         pipeline(sink),
         config(
             tmp_path / "run",

@@ -10,13 +10,12 @@ from typing import Any
 
 import pytest
 
-from stator import Pipeline
+from stator import Job, Pipeline
 from stator.config import JobConfig
 from stator.control.client import ControlClient, ControlHTTPError
 from stator.control.schema import CheckpointsInfo, JobInfo
 from stator.control.server import serving
 from stator.control.token import read_token
-from stator.driver.epoch_loop import JobDriver
 from stator.errors import ConfigError
 from stator.savepoint.metadata import SavepointMetadata
 from stator.sinks import CollectSink
@@ -43,7 +42,7 @@ def _running(spark: Any, job_config: JobConfig, tmp_path: Path, **control: Any) 
         control={"port": 0, **control},
         savepoint={"dir": f"file://{tmp_path}/savepoints"},
     )
-    driver = JobDriver(p, cfg, spark)
+    driver = Job(p, cfg, spark)
     result: dict[str, Any] = {}
 
     def run() -> None:  # as `stator run` does

@@ -10,10 +10,9 @@ from typing import Any
 
 import pytest
 
-from stator import INT64, Context, KeyedProcessFunction, Pipeline, RuntimeContext
+from stator import INT64, Context, Job, KeyedProcessFunction, Pipeline, RuntimeContext
 from stator import ValueStateDescriptor as Value
 from stator.config import JobConfig
-from stator.driver.epoch_loop import JobDriver
 from stator.errors import JobFailed
 from stator.sinks import CollectSink, FileSink
 from stator.sources import list_source
@@ -50,7 +49,7 @@ def test_corrupt_savepoint_ends_the_job_at_once(
         savepoint={"dir": f"file://{tmp_path}/sp"},
         restart={"attempts": 5, "delay_ms": 2000},
     )
-    status = stop_with_savepoint_after(JobDriver(pipeline(), cfg, spark), 2).run()
+    status = stop_with_savepoint_after(Job(pipeline(), cfg, spark), 2).run()
     location = str(status.stopped_with_savepoint)
     files = sorted(Path(location.removeprefix("file://")).rglob("kg-*.bin"))
     assert files
@@ -58,7 +57,7 @@ def test_corrupt_savepoint_ends_the_job_at_once(
         f.write_bytes(b"\x00" * f.stat().st_size)
 
     restored = with_overrides(cfg, name="corrupt-restored", restore={"source": location})
-    driver = JobDriver(pipeline(f"file://{tmp_path}/raw"), restored, spark)
+    driver = Job(pipeline(f"file://{tmp_path}/raw"), restored, spark)
     started = time.monotonic()
     with pytest.raises(JobFailed) as err:
         driver.run()

@@ -10,9 +10,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from stator import Pipeline
+from stator import Job, Pipeline
 from stator.config import JobConfig
-from stator.driver.epoch_loop import JobDriver
 from stator.sinks import FileSink, read_committed
 from stator.sources import GeneratorSource, KeyedEvents
 from tests.helpers import stop_with_savepoint_after, with_overrides
@@ -50,7 +49,7 @@ def test_checkpoints_and_a_savepoint_after_a_source_finished(
         savepoint={"dir": f"file://{tmp_path}/savepoints"},
     )
     out = f"file://{tmp_path}/out"
-    driver = stop_with_savepoint_after(JobDriver(pipeline(out), cfg, spark), 5)
+    driver = stop_with_savepoint_after(Job(pipeline(out), cfg, spark), 5)
     first = driver.run()
     assert first.state == "STOPPED" and first.stopped_with_savepoint
     assert first.failed_checkpoints == 0 and first.checkpoints >= 5
@@ -58,7 +57,7 @@ def test_checkpoints_and_a_savepoint_after_a_source_finished(
     assert latest is not None and set(latest.operators) == {"count-short", "count-long"}
 
     again = with_overrides(cfg, restore={"source": first.stopped_with_savepoint})
-    second = JobDriver(pipeline(out), again, spark).run()
+    second = pipeline(out).run(again, spark)
     assert second.finished and second.failed_checkpoints == 0
 
     want_short = Counter(e[0] for e in KeyedEvents(20, seed=1).make(0, SHORT, 1))

@@ -11,10 +11,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from stator import Job
 from stator.cluster.session import warm_python_workers
 from stator.config import JobConfig
 from stator.control.server import serving
-from stator.driver.epoch_loop import JobDriver
 from stator.driver.handover import Handover, HandoverRequest
 from stator.driver.preflight import preflight
 from stator.savepoint.metadata import SavepointMetadata
@@ -34,12 +34,12 @@ def test_a_prestarted_driver_takes_over_at_the_savepoint(
     ref_cfg = with_overrides(
         base, name="reference", checkpoint={"storage": f"file://{tmp_path}/ref-checkpoints"}
     )
-    ref = JobDriver(pipeline(reference), with_overrides(ref_cfg, parallelism=2), spark).run()
+    ref = pipeline(reference).run(with_overrides(ref_cfg, parallelism=2), spark)
     assert ref.finished
 
     out = f"file://{tmp_path}/handed-over"
     cfg = with_overrides(base, parallelism=3, control={"port": 0})
-    new = JobDriver(pipeline(out), cfg, spark, await_handover=True)
+    new = Job(pipeline(out), cfg, spark, await_handover=True)
     result: dict[str, Any] = {}
 
     def run_new() -> None:  # as `stator run --await-handover` does

@@ -7,11 +7,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from stator import Pipeline
+from stator import Job, Pipeline
 from stator.checkpoint.coordinator import CheckpointCoordinator
 from stator.checkpoint.metadata import CheckpointMetadata
 from stator.config import JobConfig
-from stator.driver.epoch_loop import JobDriver
 from stator.sinks import CollectSink
 from stator.sources import GeneratorSource, SweepEvents
 from stator.storage import S3Options, open_store
@@ -57,12 +56,10 @@ def test_incremental_retention_and_restore_from_every_retained(
         },
     )
     # 1. The initial state: every key once, in one epoch and one checkpoint.
-    JobDriver(
-        pipeline(KEYS, CollectSink()), with_overrides(base, epoch={"max_records": KEYS}), spark
-    ).run()
+    pipeline(KEYS, CollectSink()).run(with_overrides(base, epoch={"max_records": KEYS}), spark)
     # 2. Checkpoints that each follow an epoch changing 1% of the keys.
     end = KEYS + CHURN_CHECKPOINTS * STEP
-    job = JobDriver(
+    job = Job(
         pipeline(end, CollectSink()), with_overrides(base, epoch={"max_records": STEP}), spark
     )
     seen: list[CheckpointMetadata] = []
@@ -102,7 +99,7 @@ def test_incremental_retention_and_restore_from_every_retained(
             epoch={"max_records": 2 * KEYS},
             restore={"source": f"s3://{bucket}/ck/churn/chk-{meta.checkpoint_id:010d}"},
         )
-        JobDriver(pipeline(final, sink), restored, spark).run()
+        pipeline(final, sink).run(restored, spark)
         assert dict(sink.results) == expected_counts(final), f"restore of {meta.checkpoint_id}"
     # Restoring never touched the original job's checkpoints.
     assert dict(store.listing()) == listing
@@ -122,11 +119,11 @@ def test_switching_from_full_to_incremental_keeps_every_checkpoint_whole(
         state={"local_dir": str(tmp_path / "state")},
     )
     full = with_overrides(base, checkpoint={"incremental": False}, epoch={"max_records": KEYS})
-    JobDriver(pipeline(KEYS, CollectSink()), full, spark).run()
+    pipeline(KEYS, CollectSink()).run(full, spark)
     end = KEYS + 3 * STEP
     incremental = with_overrides(base, epoch={"max_records": STEP})
     assert incremental.checkpoint.incremental
-    status = JobDriver(pipeline(end, CollectSink()), incremental, spark).run()
+    status = pipeline(end, CollectSink()).run(incremental, spark)
     assert status.checkpoints == 3 and status.restores.remote == 0  # its own local state
     final = end + KEYS
     sink = CollectSink()
@@ -135,6 +132,6 @@ def test_switching_from_full_to_incremental_keeps_every_checkpoint_whole(
         state={"local_dir": str(tmp_path / "fresh")},
         epoch={"max_records": 2 * KEYS},
     )
-    restored = JobDriver(pipeline(final, sink), fresh, spark).run()
+    restored = pipeline(final, sink).run(fresh, spark)
     assert restored.restarts == 0 and restored.restores.remote == 2
     assert dict(sink.results) == expected_counts(final)

@@ -12,10 +12,9 @@ from typing import Any
 
 import pytest
 
-from stator import Pipeline
+from stator import EpochResult, Job, Pipeline
 from stator.config import JobConfig, SparkConfig
 from stator.control.metrics import render_metrics
-from stator.driver.epoch_loop import EpochResult, JobDriver
 from stator.sinks import CollectSink
 from stator.sources import GeneratorSource, KeyedEvents
 from tests.helpers import SparkSessions, stop_with_savepoint_after, with_overrides
@@ -48,10 +47,10 @@ def config(job_config: JobConfig) -> JobConfig:
 
 
 def run(
-    spark: Any, cfg: JobConfig, after: Callable[[JobDriver, EpochResult], None] | None = None
-) -> tuple[JobDriver, CollectSink]:
+    spark: Any, cfg: JobConfig, after: Callable[[Job, EpochResult], None] | None = None
+) -> tuple[Job, CollectSink]:
     sink = CollectSink()
-    job = JobDriver(pipeline(sink), cfg, spark)
+    job = Job(pipeline(sink), cfg, spark)
     if after is not None:
         job.on_epoch(lambda result: after(job, result))
     job.run()
@@ -81,7 +80,7 @@ def fail_once_after(epoch: int, damage: Callable[[JobConfig], None] | None = Non
     ``epoch``, between checkpoints: the job rewinds to the checkpoint of epoch 3."""
     fired: list[bool] = []
 
-    def after(job: JobDriver, result: EpochResult) -> None:
+    def after(job: Job, result: EpochResult) -> None:
         if result.epoch == epoch and not fired:
             fired.append(True)
             if damage is not None:
@@ -137,7 +136,7 @@ def test_lost_local_state_between_checkpoints_keeps_the_checkpoint(
     restores it from the object store. Before the fix the driver dropped that checkpoint."""
     fired: list[bool] = []
 
-    def wipe_after_4(job: JobDriver, result: EpochResult) -> None:
+    def wipe_after_4(job: Job, result: EpochResult) -> None:
         if result.epoch == 4 and not fired:
             fired.append(True)
             for d in state_dirs(job.config):
@@ -177,7 +176,7 @@ def test_local_state_of_another_lineage_is_never_kept(
         cfg = with_overrides(
             base, checkpoint={"storage": f"file://{tmp_path}/{name}"}, restore={"source": restore}
         )
-        driver = JobDriver(pipeline(sink, seed), cfg, spark)
+        driver = Job(pipeline(sink, seed), cfg, spark)
         if stop_after is not None:
             stop_with_savepoint_after(driver, stop_after)
         return driver.run(), sink

@@ -20,11 +20,10 @@ from typing import Any
 
 import pytest
 
-from stator import Pipeline
+from stator import EpochResult, Job, Pipeline
 from stator.cluster.jvm import ensure_jar, live_executors
 from stator.config import SparkConfig, load_config
 from stator.control.metrics import render_metrics
-from stator.driver.epoch_loop import EpochResult, JobDriver
 from stator.sinks import CollectSink
 from stator.sources import GeneratorSource, KeyedEvents
 from tests.helpers import SparkSessions, executor_process
@@ -62,7 +61,7 @@ def run_reference(root: str) -> None:
 
     spark = create_session(SparkConfig(master="local[2]"), "placement-reference")
     sink = CollectSink()
-    JobDriver(pipeline(sink), job_config(Path(root)), spark).run()
+    pipeline(sink).run(job_config(Path(root)), spark)
     print("OUTPUT " + json.dumps({str(k): v for k, v in sorted(sink.by_epoch.items())}))
     spark.stop()
 
@@ -122,7 +121,7 @@ def test_keyed_tasks_stay_on_their_executors(
     cluster: Any, reference: Callable[[], Any], tmp_path: Path
 ) -> None:
     sink = CollectSink()
-    job = JobDriver(pipeline(sink), job_config(tmp_path / "cluster"), cluster)
+    job = Job(pipeline(sink), job_config(tmp_path / "cluster"), cluster)
     per_epoch: list[tuple[int, int, int, float]] = []
 
     def record(result: EpochResult) -> None:
@@ -158,7 +157,7 @@ def test_a_lost_executor_s_subtasks_move_without_waiting(
     this disk, so the moved subtask finds its state there: it counts as local. Restoring
     elsewhere is tested with executor pods on separate nodes, tests/e2e/test_executors.py.)"""
     sink = CollectSink()
-    job = JobDriver(pipeline(sink), job_config(tmp_path / "cluster"), cluster)
+    job = Job(pipeline(sink), job_config(tmp_path / "cluster"), cluster)
     sc = cluster.sparkContext
     per_epoch: dict[int, tuple[int, int, float]] = {}
     moved: list[int] = []  # subtasks that ran on the killed executor
@@ -204,13 +203,13 @@ def test_a_new_driver_finds_the_local_copies_and_restores_from_them(
     reference's, epoch for epoch."""
     cfg = job_config(tmp_path / "cluster")
     first_sink, second_sink = CollectSink(), CollectSink()
-    first = JobDriver(pipeline(first_sink), cfg, cluster)
+    first = Job(pipeline(first_sink), cfg, cluster)
     first.on_epoch(lambda result: first.stop() if result.epoch == 6 else None)
     first.run()
     assert first.status.last_checkpoint is not None
     assert first.status.last_checkpoint.epoch == 4
 
-    second = JobDriver(pipeline(second_sink), cfg, cluster)
+    second = Job(pipeline(second_sink), cfg, cluster)
     restored: list[tuple[int, int]] = []
 
     def first_epoch(result: EpochResult) -> None:
@@ -237,7 +236,6 @@ def test_a_lost_executor_names_the_regions_whose_state_it_held(
     """Two failover regions: A's three subtasks spread over the three executors, B's one
     subtask on one of them. Killing an executor that held A's state but not B's is reported
     for region A alone, and both outputs are exact."""
-    from stator.driver.regions import RegionalJob, build_job
 
     sinks = {"a": CollectSink(), "b": CollectSink()}
     p = Pipeline("placed-regions", max_parallelism=24)
@@ -251,13 +249,13 @@ def test_a_lost_executor_names_the_regions_whose_state_it_held(
             .count(uid=f"count-{name}", parallelism=p_op)
             .sink(sinks[name], uid=f"out-{name}")
         )
-    job = build_job(p, job_config(tmp_path / "cluster"), cluster)
-    assert isinstance(job, RegionalJob)
+    job = Job(p, job_config(tmp_path / "cluster"), cluster)
+    assert job.regional
     sc = cluster.sparkContext
     victims: list[str] = []
 
     def after(result: EpochResult) -> None:
-        a, b = job.drivers["in-a"].placement, job.drivers["in-b"].placement
+        a, b = job.regions["in-a"].placement, job.regions["in-b"].placement
         if result.region != "in-a" or result.epoch != 4 or a is None or b is None:
             return
         held_by_b = set(b.held_on())

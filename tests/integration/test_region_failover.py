@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 
-from stator import Pipeline
+from stator import EpochResult, Job, Pipeline
 from stator.config import JobConfig
-from stator.driver.epoch_loop import EpochResult, JobDriver
-from stator.driver.regions import RegionalJob, build_job
+from stator.driver.job import region_view
 from stator.errors import JobFailed
 from stator.savepoint.metadata import METADATA_NAME, SavepointMetadata
 from stator.sinks import CollectSink
@@ -127,14 +126,14 @@ def test_a_failure_in_one_region_restarts_only_that_region(
     p, a_source, a_sink, b_sink = two_regions(
         tmp_path / "marks", 4000, 12_000, fail_at=700, times=6
     )
-    job = build_job(p, region_config, spark)
-    assert isinstance(job, RegionalJob)
+    job = Job(p, region_config, spark)
+    assert job.regional
     timeline = Timeline()
     job.on_epoch(timeline)
     status = job.run()
 
     assert status.state == "FINISHED"
-    a, b = job.drivers["in-a"].status, job.drivers["in-b"].status
+    a, b = job.regions["in-a"].status, job.regions["in-b"].status
     assert a.restarts == 1, a.last_error
     assert b.restarts == 0 and b.restores.local + b.restores.remote == 0, b
     failed_at = a_source.failures()[0]
@@ -155,8 +154,8 @@ def test_with_failover_strategy_full_both_regions_restart(
     p, a_source, a_sink, b_sink = two_regions(
         tmp_path / "marks", 4000, 12_000, fail_at=700, times=6
     )
-    job = build_job(p, with_overrides(region_config, failover={"strategy": "full"}), spark)
-    assert isinstance(job, JobDriver)
+    job = Job(p, with_overrides(region_config, failover={"strategy": "full"}), spark)
+    assert not job.regional
     timeline = Timeline()
     job.on_epoch(timeline)
     status = job.run()
@@ -175,11 +174,11 @@ def test_a_region_that_fails_for_good_ends_the_job(
 ) -> None:
     p, _, _, _ = two_regions(tmp_path / "marks", 4000, 10**9, fail_at=700, times=10**6)
     cfg = with_overrides(region_config, restart={"strategy": "fixed-delay", "attempts": 1})
-    job = build_job(p, cfg, spark)
+    job = Job(p, cfg, spark)
     with pytest.raises(JobFailed, match="region 'in-a' failed and the restart strategy"):
         job.run()
     assert job.status.state == "FAILED"
-    assert job.drivers["in-b"].status.state in ("RUNNING", "FINISHED")  # stopped, not failed
+    assert job.regions["in-b"].status.state in ("RUNNING", "FINISHED")  # stopped, not failed
     assert job.status.last_error and job.status.last_error.startswith("region 'in-a': ")
 
 
@@ -188,8 +187,8 @@ def test_savepoint_stop_and_rescale_of_a_two_region_job(
 ) -> None:
     cfg = with_overrides(region_config, parallelism=2)
     p, _, a1, b1 = two_regions(tmp_path / "marks", 6000, 5000)
-    job = build_job(p, cfg, spark)
-    assert isinstance(job, RegionalJob)
+    job = Job(p, cfg, spark)
+    assert job.regional
     plain: list[Any] = []
 
     def savepoints(result: EpochResult) -> None:
@@ -207,12 +206,12 @@ def test_savepoint_stop_and_rescale_of_a_two_region_job(
         meta = SavepointMetadata.from_json(store.get(METADATA_NAME))
         assert set(meta.region_epochs) == {"in-a", "in-b"}
         assert set(meta.operators) == {"count-a", "count-b"}
-    assert job.drivers["in-a"].status.epoch > plain[0].epoch, "the plain savepoint went on"
+    assert job.regions["in-a"].status.epoch > plain[0].epoch, "the plain savepoint went on"
 
     # Rescale 2 -> 3 from the stop's savepoint: each region resumes at its own epoch.
     p2, _, a2, b2 = two_regions(tmp_path / "marks", 6000, 5000)
     cfg2 = with_overrides(cfg, parallelism=3, restore={"source": status.stopped_with_savepoint})
-    job2 = build_job(p2, cfg2, spark)
+    job2 = Job(p2, cfg2, spark)
     job2.preflight()
     assert job2.run().state == "FINISHED"
     assert job2.parallelism.operators == {"count-a": 3, "count-b": 3}
@@ -225,15 +224,15 @@ def test_a_job_that_ran_as_one_driver_resumes_as_regions(
 ) -> None:
     full = with_overrides(region_config, failover={"strategy": "full"})
     p, _, a1, b1 = two_regions(tmp_path / "marks", 4000, 3000)
-    first = build_job(p, full, spark)
+    first = Job(p, full, spark)
     first.on_epoch(lambda r: first.stop() if r.epoch == 3 else None)
     first.preflight()
     first.run()
     assert first.status.checkpoints >= 3
 
     p2, _, a2, b2 = two_regions(tmp_path / "marks", 4000, 3000)
-    second = build_job(p2, region_config, spark)
-    assert isinstance(second, RegionalJob)
+    second = Job(p2, region_config, spark)
+    assert second.regional
     plan = second.preflight()
     assert {rid: t.epoch for rid, t in plan.items() if t} == {"in-a": 3, "in-b": 3}
     assert second.run().state == "FINISHED"
@@ -254,8 +253,8 @@ def test_one_splits_failure_in_a_job_without_key_by_restarts_only_that_split(
     )  # fmt: skip
     p = Pipeline("parallel")
     p.source(source, uid="in").map(lambda e: (e[0], e[2])).sink(sink, uid="out")
-    job = build_job(p, region_config, spark)
-    assert isinstance(job, JobDriver) and job.split_failover is not None
+    job = Job(p, region_config, spark)
+    assert not job.regional and job.loops[0].split_failover is not None
     timeline = Timeline()
     job.on_epoch(timeline)
     status = job.run()
@@ -267,7 +266,7 @@ def test_one_splits_failure_in_a_job_without_key_by_restarts_only_that_split(
     assert again - reported >= 4.0, "gen-1 waited out its restart delay"
     commits = timeline.checkpoints_between(None, reported, again)
     assert commits >= 3, f"{commits} checkpoints of gen-0 and gen-2 while gen-1 was down"
-    (split,) = job.region_view()["splits"]
+    (split,) = region_view(job.loops[0])["splits"]
     assert (split["split"], split["restarts"], split["state"]) == ("gen-1", 1, "RUNNING")
     assert "ConnectionResetError: input connection reset (injected)" in split["last_error"]
     expected = sorted((e[0], e[2]) for e in A_EVENTS.make(0, 9000, 1))
@@ -284,7 +283,7 @@ def test_a_split_that_keeps_failing_ends_the_job(
     p = Pipeline("parallel-fails")
     p.source(source, uid="in").sink(CollectSink(), uid="out")
     cfg = with_overrides(region_config, restart={"strategy": "fixed-delay", "attempts": 1})
-    job = build_job(p, cfg, spark)
+    job = Job(p, cfg, spark)
     with pytest.raises(JobFailed, match="source 'in' split gen-2 failed and the restart strategy"):
         job.run()
     assert len(source.attempts()) == 8, "two epochs of 4 attempts each"
@@ -303,8 +302,8 @@ def test_regions_resume_from_a_newer_run_as_one_driver_not_their_own_older_check
         region_config, savepoint={"dir": f"file://{tmp_path}/sp", "format_type": format_type}
     )
     p1, _, a1, b1 = two_regions(tmp_path / "marks", 6000, 5000)
-    first = build_job(p1, cfg, spark)
-    assert isinstance(first, RegionalJob)
+    first = Job(p1, cfg, spark)
+    assert first.regional
     first.on_epoch(
         lambda r: first.request_savepoint(stop=True) if (r.region, r.epoch) == ("in-a", 3) else None
     )
@@ -315,8 +314,8 @@ def test_regions_resume_from_a_newer_run_as_one_driver_not_their_own_older_check
 
     full = with_overrides(cfg, failover={"strategy": "full"}, restore={"source": stopped})
     p2, _, a2, b2 = two_regions(tmp_path / "marks", 6000, 5000)
-    second = build_job(p2, full, spark)
-    assert isinstance(second, JobDriver)
+    second = Job(p2, full, spark)
+    assert not second.regional
     # Stop once two of its checkpoints completed (uploads are asynchronous: by epoch alone,
     # a fast run may stop with one complete and the next still uploading).
     second.on_epoch(
@@ -327,7 +326,7 @@ def test_regions_resume_from_a_newer_run_as_one_driver_not_their_own_older_check
     assert second.status.checkpoints >= 2
 
     p3, _, a3, b3 = two_regions(tmp_path / "marks", 6000, 5000)
-    third = build_job(p3, cfg, spark)
+    third = Job(p3, cfg, spark)
     plan = third.preflight()
     assert all(t is not None and "/regions/" not in t.store.uri for t in plan.values()), plan
     assert third.run().state == "FINISHED"

@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 
-from stator import Pipeline
+from stator import Job, Pipeline
 from stator.config import JobConfig
-from stator.driver.epoch_loop import JobDriver
 from stator.errors import ConfigError
 from stator.savepoint.metadata import METADATA_NAME, SavepointMetadata
 from stator.sinks import FileSink
@@ -31,7 +30,7 @@ def test_rescale_2_5_1_3_equals_constant_parallelism(
     ref_cfg = with_overrides(
         base, name="reference", checkpoint={"storage": f"file://{tmp_path}/ref-checkpoints"}
     )
-    status = JobDriver(pipeline(reference), with_overrides(ref_cfg, parallelism=2), spark).run()
+    status = pipeline(reference).run(with_overrides(ref_cfg, parallelism=2), spark)
     assert status.finished
 
     out = f"file://{tmp_path}/rescaled"
@@ -67,9 +66,7 @@ def test_max_parallelism_change_is_refused(
         lambda e: e[0]
     ).count(uid="count").sink(FileSink(out + "2"), uid="counts")
     with pytest.raises(ConfigError, match=r"maxParallelism=64.*declares 32.*fixed for the life"):
-        JobDriver(
-            other, with_overrides(cfg, restore={"source": s1.stopped_with_savepoint}), spark
-        ).run()
+        other.run(with_overrides(cfg, restore={"source": s1.stopped_with_savepoint}), spark)
 
 
 def test_native_savepoints_restore_at_same_and_another_parallelism(
@@ -87,7 +84,7 @@ def test_native_savepoints_restore_at_same_and_another_parallelism(
     ref_cfg = with_overrides(
         base, name="reference", checkpoint={"storage": f"file://{tmp_path}/ref-checkpoints"}
     )
-    reference_job = JobDriver(pipeline(reference), with_overrides(ref_cfg, parallelism=2), spark)
+    reference_job = Job(pipeline(reference), with_overrides(ref_cfg, parallelism=2), spark)
     assert reference_job.run().finished
 
     out = f"file://{tmp_path}/native"

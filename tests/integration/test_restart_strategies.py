@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from stator import Pipeline
+from stator import Job, Pipeline
 from stator.config import JobConfig
-from stator.driver.epoch_loop import JobDriver
 from stator.errors import JobFailed
 from stator.sinks import CollectSink
 from stator.sources.base import SplitRange
@@ -78,7 +77,7 @@ def test_delays_and_give_up_point_match_the_strategy(
     p = Pipeline(f"restart-{strategy}")
     p.source(source, uid="numbers").sink(CollectSink(), uid="out")
     cfg = with_overrides(job_config, restart={"strategy": strategy, **settings})
-    driver = JobDriver(p, cfg, spark)
+    driver = Job(p, cfg, spark)
     with pytest.raises(JobFailed) as err:
         driver.run()
     assert f"restart strategy '{strategy}' gave up ({why})" in str(err.value), err.value

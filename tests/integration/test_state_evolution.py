@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 
-from stator import INT64, JSON, Context, KeyedProcessFunction, Pipeline, RuntimeContext
+from stator import INT64, JSON, Context, Job, KeyedProcessFunction, Pipeline, RuntimeContext
 from stator import ValueStateDescriptor as Value
 from stator.config import JobConfig
-from stator.driver.epoch_loop import JobDriver
 from stator.errors import ConfigError, JobFailed
 from stator.sinks import CollectSink
 from stator.sources import list_source
@@ -63,7 +62,7 @@ def savepoint(
         epoch={"max_records": 4},
         savepoint={"dir": f"file://{tmp_path}/sp", "format_type": request.param},
     )
-    driver = stop_with_savepoint_after(JobDriver(pipeline(Counts(), CollectSink()), cfg, spark), 2)
+    driver = stop_with_savepoint_after(Job(pipeline(Counts(), CollectSink()), cfg, spark), 2)
     status = driver.run()
     assert status.state == "STOPPED"
     restore = with_overrides(cfg, name="evolved", restore={"source": status.stopped_with_savepoint})
@@ -77,7 +76,7 @@ def final_counts(sink: CollectSink) -> dict[str, int]:
 def test_added_operator_starts_empty(spark: Any, savepoint: tuple[JobConfig, str]) -> None:
     cfg, _ = savepoint
     out, added = CollectSink(), CollectSink()
-    JobDriver(pipeline(Counts(), out, added=added), cfg, spark).run()
+    pipeline(Counts(), out, added=added).run(cfg, spark)
     assert final_counts(out) == {"a": 12, "b": 8, "c": 4}  # restored state continues
     assert final_counts(added) == {"a": 8, "b": 5, "c": 3}  # only the 16 records after it
 
@@ -87,11 +86,11 @@ def test_removed_state_needs_allow_non_restored_state(
 ) -> None:
     cfg, _ = savepoint
     with pytest.raises(JobFailed) as err:
-        JobDriver(pipeline(Counts(with_extra=False), CollectSink()), cfg, spark).run()
+        pipeline(Counts(with_extra=False), CollectSink()).run(cfg, spark)
     assert "['extra']" in str(err.value) and "allow_non_restored_state" in str(err.value)
     out = CollectSink()
     allowed = with_overrides(cfg, name="evolved-2", restore={"allow_non_restored_state": True})
-    JobDriver(pipeline(Counts(with_extra=False), out), allowed, spark).run()
+    pipeline(Counts(with_extra=False), out).run(allowed, spark)
     assert final_counts(out) == {"a": 12, "b": 8, "c": 4}
 
 
@@ -100,7 +99,7 @@ def test_incompatible_serializer_names_the_state(
 ) -> None:
     cfg, _ = savepoint
     with pytest.raises(JobFailed) as err:
-        JobDriver(pipeline(Counts(seen_serializer=JSON), CollectSink()), cfg, spark).run()
+        pipeline(Counts(seen_serializer=JSON), CollectSink()).run(cfg, spark)
     text = str(err.value)
     assert "state 'seen' of operator 'counts'" in text and "'int64'" in text and "'json'" in text
 
@@ -108,10 +107,10 @@ def test_incompatible_serializer_names_the_state(
 def test_removed_operator(spark: Any, savepoint: tuple[JobConfig, str]) -> None:
     cfg, _ = savepoint
     with pytest.raises(ConfigError, match=r"operator\(s\) \['reduce'\].*allow_non_restored_state"):
-        JobDriver(pipeline(Counts(), CollectSink(), reduce_op=False), cfg, spark).run()
+        pipeline(Counts(), CollectSink(), reduce_op=False).run(cfg, spark)
     out = CollectSink()
     allowed = with_overrides(cfg, name="evolved-3", restore={"allow_non_restored_state": True})
-    JobDriver(pipeline(Counts(), out, reduce_op=False), allowed, spark).run()
+    pipeline(Counts(), out, reduce_op=False).run(allowed, spark)
     assert final_counts(out) == {"a": 12, "b": 8, "c": 4}
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from stator import Job
 from stator.api.pipeline import Pipeline
 from stator.checkpoint.metadata import RemoteFile, SubtaskSnapshot
 from stator.config import load_config
@@ -35,8 +36,8 @@ class RecordingSink(Sink):
         self.discards.append(epoch)
 
 
-def build(tmp: Path, records: int, *config: str) -> tuple[epoch_loop.JobDriver, RecordingSink]:
-    """A job reading ``records`` records, 2 per epoch."""
+def build(tmp: Path, records: int, *config: str) -> tuple[epoch_loop.RegionLoop, RecordingSink]:
+    """The one region loop of a job reading ``records`` records, 2 per epoch."""
     sink = RecordingSink()
     p = Pipeline("job", max_parallelism=8)
     (
@@ -57,13 +58,14 @@ def build(tmp: Path, records: int, *config: str) -> tuple[epoch_loop.JobDriver, 
             *config,
         ],
     )
-    return epoch_loop.JobDriver(p, cfg), sink
+    (loop,) = Job(p, cfg).loops
+    return loop, sink
 
 
 Behaviour = Callable[[Any], dict[str, Any]]
 
 
-def fake_job(driver: epoch_loop.JobDriver, behaviour: Behaviour) -> Callable[..., list[Any]]:
+def fake_job(driver: epoch_loop.RegionLoop, behaviour: Behaviour) -> Callable[..., list[Any]]:
     """A ``run_epoch_job``: ``behaviour(spec)`` may return ``{"raise": exc}`` (the epoch
     fails) or ``{"checkpoint_error": text}`` (the subtask declines the checkpoint)."""
     store = driver.store

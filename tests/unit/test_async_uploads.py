@@ -17,9 +17,10 @@ import pytest
 
 from stator.checkpoint.coordinator import CheckpointCoordinator
 from stator.checkpoint.metadata import CheckpointMetadata, SubtaskSnapshot, metadata_key
+from stator.checkpoint.pending import CheckpointState, PendingCheckpoint
 from stator.checkpoint.transfer import plan_upload
 from stator.checkpoint.uploads import CONFIRMED, FAILED, UploadJob, confirmation_key, run_upload
-from stator.driver.completion import CheckpointRequest, PendingOutput, assemble_checkpoint
+from stator.driver.completion import PendingOutput, acknowledge
 from stator.driver.in_flight import InFlightCheckpoints
 from stator.epoch.reports import StateReport
 from stator.state.backend import LocalFile
@@ -60,20 +61,21 @@ class Subtask:
 
 
 def draft(
-    coordinator: CheckpointCoordinator, checkpoint_id: int, epoch: int, states: list[StateReport]
-) -> CheckpointMetadata:
-    meta = assemble_checkpoint(
-        "job",
-        CheckpointRequest(checkpoint_id, epoch, True),
-        {UID: 2},
-        128,
-        states,
-        {},
-        PendingOutput({}),
-        coordinator,
+    coordinator: CheckpointCoordinator,
+    checkpoint_id: int,
+    epoch: int,
+    states: list[StateReport],
+    started: float | None = None,
+) -> PendingCheckpoint:
+    """Checkpoint ``checkpoint_id``, triggered and acknowledged by ``states``."""
+    pending = PendingCheckpoint(checkpoint_id, epoch, True)
+    coordinator.pending[checkpoint_id] = pending
+    started = time.monotonic() if started is None else started
+    refused = acknowledge(
+        pending, "job", "", {UID: 2}, 128, states, {}, PendingOutput({}), coordinator, started
     )
-    assert isinstance(meta, CheckpointMetadata), meta
-    return meta
+    assert refused is None and pending.state is CheckpointState.ACKNOWLEDGED, refused
+    return pending
 
 
 def take(
@@ -88,8 +90,8 @@ def take(
     tracks the checkpoint (built on in-flight ``base``); returns the upload jobs, not run."""
     taken = [s.snapshot(checkpoint_id, names, previous) for s in subs]
     reports = [r for r, _ in taken]
-    draft_meta = draft(tracker.coordinator, checkpoint_id, checkpoint_id, reports)
-    tracker.add(draft_meta, reports, time.monotonic(), base)
+    pending = draft(tracker.coordinator, checkpoint_id, checkpoint_id, reports)
+    tracker.add(pending, reports, base)
     return [job for _, job in taken]
 
 
@@ -131,8 +133,8 @@ def test_the_confirmation_of_another_attempt_does_not_count(
     sub = Subtask(tmp_path, store, 0)
     kept, _ = sub.snapshot(1, {"000001.sst": b"x" * 5, "MANIFEST-1": b"m"}, None)
     _, retried = sub.snapshot(1, {"000001.sst": b"x" * 5, "MANIFEST-1": b"m"}, None)
-    meta = draft(coord, 1, 1, [kept, _other(kept)])
-    tracker.add(meta, [kept, _other(kept)], time.monotonic())
+    pending = draft(coord, 1, 1, [kept, _other(kept)])
+    tracker.add(pending, [kept, _other(kept)])
     assert run_upload(retried)  # a failed attempt's upload, under its own token
     store.put(confirmation_key(1, UID, 1, "tok", CONFIRMED), b"{}")
     assert tracker.poll() == []
@@ -205,9 +207,9 @@ def test_an_upload_that_is_never_confirmed_times_out_and_its_late_files_are_swep
     tracker = InFlightCheckpoints(store, coord, timeout_ms=200)
     sub = Subtask(tmp_path, store, 0)
     report, job = sub.snapshot(1, {"000001.sst": b"a" * 10, "MANIFEST-1": b"m"}, None)
-    meta = draft(coord, 1, 1, [report, _other(report)])
     started = time.monotonic()
-    tracker.add(meta, [report, _other(report)], started)
+    pending = draft(coord, 1, 1, [report, _other(report)], started)
+    tracker.add(pending, [report, _other(report)])
     store.put(confirmation_key(1, UID, 1, "tok", CONFIRMED), b"{}")
     assert tracker.poll() == []
     time.sleep(0.3)

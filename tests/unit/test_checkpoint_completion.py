@@ -13,13 +13,7 @@ import pytest
 from stator.api.pipeline import SinkNode
 from stator.checkpoint.coordinator import CheckpointCoordinator
 from stator.checkpoint.metadata import SubtaskSnapshot
-from stator.driver.completion import (
-    CheckpointRequest,
-    PendingOutput,
-    assemble_checkpoint,
-    commit_completed,
-    finish_checkpoint,
-)
+from stator.driver.completion import PendingOutput, acknowledge, commit_completed
 from stator.epoch.reports import SinkReport, StateReport
 from stator.errors import SinkCommitError, StorageError
 from stator.sinks.base import Sink, SinkWriter
@@ -55,18 +49,12 @@ def _state(epoch: int) -> StateReport:
 
 
 def _complete(coord: CheckpointCoordinator, output: PendingOutput, epoch: int) -> Any:
-    draft = assemble_checkpoint(
-        "job",
-        CheckpointRequest(coord.new_checkpoint_id(), epoch, True),
-        {"op": 1},
-        128,
-        [_state(epoch)],
-        {},
-        output,
-        coord,
+    pending = coord.trigger(epoch, True)
+    refused = acknowledge(
+        pending, "job", "", {"op": 1}, 128, [_state(epoch)], {}, output, coord, 0.0
     )
-    assert not isinstance(draft, str)
-    return finish_checkpoint(draft, [], coord, 0.0)
+    assert refused is None
+    return coord.finish(pending).meta
 
 
 def test_failed_sink_commit_keeps_checkpoint_and_output(tmp_path: Path) -> None:

@@ -28,8 +28,7 @@ from stator.control.schema import (
 )
 from stator.control.server import ControlServer
 from stator.control.wire import MAX_ITEMS, MAX_TEXT, WireError, camel
-from stator.driver.epoch_loop import JobDriver
-from stator.driver.regions import RegionalJob, build_job
+from stator.driver.job import Job
 from stator.driver.status import JobState
 from stator.epoch.reports import StandbyTally
 from stator.sinks import CollectSink
@@ -74,10 +73,10 @@ class Placed:
         }
 
 
-def running_job(tmp_path: Path) -> JobDriver:
-    """A job driver (no Spark) whose status has every part the API shows."""
-    job = build_job(two_parts(), config(tmp_path, "failover.strategy=full"))
-    assert isinstance(job, JobDriver)
+def running_job(tmp_path: Path) -> Job:
+    """A job of one region (no Spark) whose status has every part the API shows."""
+    job = Job(two_parts(), config(tmp_path, "failover.strategy=full"))
+    assert not job.regional
     st = job.status
     st.state, st.epoch, st.records_in, st.checkpoints = JobState.RUNNING, 7, 100, 2
     st.last_checkpoint = CheckpointMetadata(
@@ -166,8 +165,8 @@ def test_every_answer_of_the_server_reads_back_equal(served: str) -> None:
 
 
 def test_a_regional_jobs_regions_read_back_with_their_lost_executors(tmp_path: Path) -> None:
-    job = build_job(two_parts(), config(tmp_path))
-    assert isinstance(job, RegionalJob)
+    job = Job(two_parts(), config(tmp_path))
+    assert job.regional
     server = ControlServer(job, "127.0.0.1", 0)
     server.start()
     try:

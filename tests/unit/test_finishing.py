@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from stator import JobState
 from stator.driver import epoch_loop
-from stator.driver.status import JobState
 from stator.errors import JobFailed
 from tests.unit.epoch_fakes import build, fake_job
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from stator import Pipeline
+from stator import Job, Pipeline
 from stator.checkpoint.metadata import CheckpointMetadata, OperatorSnapshot, metadata_key
 from stator.config import load_config
-from stator.driver.epoch_loop import JobDriver
+from stator.driver.epoch_loop import RegionLoop
 from stator.errors import JobFailed, StatorError
 from stator.sinks import CollectSink
 from stator.sources.generator import list_source
@@ -45,7 +45,13 @@ def write_checkpoint(root: Path, cid: int, lineage: str = "") -> None:
     open_store(f"file://{root}/ck/job").put(metadata_key(cid), meta.to_json())
 
 
-def driver(root: Path, *more: str) -> JobDriver:
+def driver(root: Path, *more: str) -> RegionLoop:
+    """The one region loop of the job (its recovery and coordinator are what these test)."""
+    (loop,) = whole_job(root, *more).loops
+    return loop
+
+
+def whole_job(root: Path, *more: str) -> Job:
     cfg = load_config(
         None,
         [
@@ -56,7 +62,7 @@ def driver(root: Path, *more: str) -> JobDriver:
             *more,
         ],
     )
-    return JobDriver(pipeline(), cfg, None)
+    return Job(pipeline(), cfg, None)
 
 
 def unrestorable(cid: int) -> RuntimeError:
@@ -139,11 +145,12 @@ def test_a_run_resumes_its_checkpoints_when_its_starting_point_is_gone(tmp_path:
     # since (or its bucket is unreachable); it does not need it.
     write_checkpoint(tmp_path, 5, lineage="b")
     gone = f"file://{tmp_path}/sp/savepoint-disposed"
-    job = driver(tmp_path, f"restore.source={gone}", "restore.lineage=b")
-    assert job.check_restore_source() is None
+    whole = whole_job(tmp_path, f"restore.source={gone}", "restore.lineage=b")
+    assert whole.check_restore_source() == {None: None}
+    (job,) = whole.loops
     job.recovery.start(None)
     assert job.recovery.position.epoch == 50
-    other = driver(tmp_path, f"restore.source={gone}", "restore.lineage=c")
+    other = whole_job(tmp_path, f"restore.source={gone}", "restore.lineage=c")
     with pytest.raises(StatorError, match="savepoint-disposed"):  # no run to resume: refused
         other.check_restore_source()
 

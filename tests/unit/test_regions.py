@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from stator import Pipeline
+from stator import Job, JobState, Pipeline
 from stator.checkpoint.metadata import (
     CheckpointMetadata,
     OperatorSnapshot,
@@ -18,10 +18,7 @@ from stator.checkpoint.metadata import (
     metadata_key,
 )
 from stator.config import JobConfig, load_config
-from stator.driver.epoch_loop import JobDriver
-from stator.driver.regions import RegionalJob, build_job
 from stator.driver.savepoints import merge_parts
-from stator.driver.status import JobState
 from stator.errors import ConfigError
 from stator.lineage import Target
 from stator.savepoint.metadata import OperatorSavepoint, SavepointMetadata
@@ -82,14 +79,15 @@ def test_sources_joined_by_a_keyed_operator_are_one_region() -> None:
     assert [r.id for r in p.split()] == ["left"]
 
 
-def test_build_job_runs_one_driver_for_one_region_or_full(tmp_path: Path) -> None:
-    assert isinstance(build_job(two_parts(), config(tmp_path)), RegionalJob)
-    full = build_job(two_parts(), config(tmp_path, "failover.strategy=full"))
-    assert isinstance(full, JobDriver)
+def test_a_job_runs_one_loop_for_one_region_or_full(tmp_path: Path) -> None:
+    regional = Job(two_parts(), config(tmp_path))
+    assert regional.regional and [loop.region for loop in regional.loops] == ["a-in", "b-in"]
+    full = Job(two_parts(), config(tmp_path, "failover.strategy=full"))
+    assert not full.regional and [loop.region for loop in full.loops] == [None]
     assert [v["id"] for v in full.region_views()] == ["a-in", "b-in"]
     one = Pipeline("one")
     one.source(list_source([1]), uid="in").sink(CollectSink(), uid="out")
-    assert isinstance(build_job(one, config(tmp_path)), JobDriver)
+    assert [loop.region for loop in Job(one, config(tmp_path)).loops] == [None]
     with pytest.raises(ConfigError, match=r"failover\.strategy"):
         config(tmp_path, "failover.strategy=regional")
 
@@ -156,7 +154,7 @@ def test_latest_resumes_each_region_from_the_newer_of_its_own_and_the_jobs(
 ) -> None:
     write(tmp_path, "", checkpoint(4, 2000))  # the job ran as one driver last
     write(tmp_path, "regions/a-in", checkpoint(2, 1000, ("a-in",)))  # ... after running as regions
-    job = RegionalJob(two_parts(), two_parts().split(), config(tmp_path))
+    job = Job(two_parts(), config(tmp_path))
     plan = job.check_restore_source()
     for rid in ("a-in", "b-in"):
         target = plan[rid]
@@ -173,18 +171,18 @@ def test_latest_resumes_each_region_from_the_newer_of_its_own_and_the_jobs(
 def test_one_driver_refuses_regions_newer_than_its_own_checkpoints(tmp_path: Path) -> None:
     write(tmp_path, "", checkpoint(4, 2000))
     write(tmp_path, "regions/a-in", checkpoint(2, 3000, ("a-in",)))
-    full = build_job(two_parts(), config(tmp_path, "failover.strategy=full"))
+    full = Job(two_parts(), config(tmp_path, "failover.strategy=full"))
     with pytest.raises(ConfigError, match=r"regions/a-in holds checkpoint 2 .*failover.strategy"):
         full.check_restore_source()
     with pytest.raises(ConfigError, match=r"restore\.source=none but"):
-        build_job(two_parts(), config(tmp_path, "restore.source=none")).check_restore_source()
+        Job(two_parts(), config(tmp_path, "restore.source=none")).check_restore_source()
     fresh = config(tmp_path, "restore.source=none", "restore.force_empty=true")
-    assert build_job(two_parts(), fresh).check_restore_source() in (
+    assert Job(two_parts(), fresh).check_restore_source() in (
         {},
         {"a-in": None, "b-in": None},
     )
     write(tmp_path, "", checkpoint(5, 4000))
-    assert full.check_restore_source() is not None  # the root is newer again
+    assert full.check_restore_source()[None] is not None  # the root is newer again
 
 
 def test_a_job_started_empty_on_purpose_never_rewinds_to_the_old_lineage(tmp_path: Path) -> None:
@@ -198,8 +196,8 @@ def test_a_job_started_empty_on_purpose_never_rewinds_to_the_old_lineage(tmp_pat
         "restore.force_empty=true",
         "restart.delay_ms=0",
     )
-    job = build_job(two_parts(), cfg)
-    assert isinstance(job, JobDriver)
+    (job,) = Job(two_parts(), cfg).loops
+    assert job.region is None
     job.recovery.start(None)
     assert job.recovery.position.target is None
     assert [m.checkpoint_id for m in job.coordinator.completed] == [4]  # kept beside, unused
@@ -214,18 +212,18 @@ def test_latest_is_refused_when_the_regions_changed(tmp_path: Path) -> None:
     allow = config(tmp_path, "restore.allow_non_restored_state=true")
     for cfg in (config(tmp_path), allow):  # no flag makes a source start over
         with pytest.raises(ConfigError, match=r"source 'b-in' was in failover region 'a-in'"):
-            RegionalJob(two_parts(), two_parts().split(), cfg).check_restore_source()
+            Job(two_parts(), cfg).check_restore_source()
 
 
 def test_checkpoints_of_a_region_the_pipeline_lost_are_not_left_behind_silently(
     tmp_path: Path,
 ) -> None:
     write(tmp_path, "regions/gone", checkpoint(2, 3000, ("gone",)))
-    job = RegionalJob(two_parts(), two_parts().split(), config(tmp_path))
+    job = Job(two_parts(), config(tmp_path))
     with pytest.raises(ConfigError, match=r"region 'gone', whose sources \(gone\) this pipeline"):
         job.check_restore_source()
     allow = config(tmp_path, "restore.allow_non_restored_state=true")
-    assert RegionalJob(two_parts(), two_parts().split(), allow).check_restore_source() == {
+    assert Job(two_parts(), allow).check_restore_source() == {
         "a-in": None,
         "b-in": None,
     }
@@ -239,7 +237,7 @@ def test_an_explicit_checkpoint_of_one_region_does_not_restore_the_others(
     for strategy in ("region", "full"):
         cfg = config(tmp_path, f"restore.source={uri}", f"failover.strategy={strategy}")
         with pytest.raises(ConfigError, match=r"holds no position of source\(s\) \['b-in'\]"):
-            build_job(two_parts(), cfg).check_restore_source()
+            Job(two_parts(), cfg).check_restore_source()
 
 
 @pytest.mark.parametrize(
@@ -257,8 +255,8 @@ def test_an_explicit_checkpoint_of_one_region_does_not_restore_the_others(
 def test_the_jobs_state_out_of_its_regions(
     tmp_path: Path, states: tuple[JobState, JobState], job_state: JobState
 ) -> None:
-    job: Any = RegionalJob(two_parts(), two_parts().split(), config(tmp_path))
-    for d, s in zip(job.drivers.values(), states, strict=True):
+    job: Any = Job(two_parts(), config(tmp_path))
+    for d, s in zip(job.loops, states, strict=True):
         d.status.state = s
         d.status.records_in = 5
     st = job.status

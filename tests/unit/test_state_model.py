@@ -2,13 +2,14 @@
 
 A random program is a list of records, each carrying operations on a key's Value, List, Map
 and Reducing state and its event-time timers. The job runs it through the real driver loop
-(``JobDriver``: checkpoints, failover, savepoints, restores) and the real source and keyed
-tasks (``inprocess_job.py`` runs them without Spark), with the things that move state around
-injected between and inside epochs: subtasks moving between Python workers (warm cache
-on, off, partial), retried task attempts, failed epochs (restored from local copies, or from
-the object store when the executor's disk is lost), driver crashes, and stop-with-savepoint
-then restore at another parallelism. Every read a function makes is part of its output, and
-the output the sink committed must equal what the model gives, key by key.
+(``Job`` and its ``RegionLoop``: checkpoints, failover, savepoints, restores) and the real
+source and keyed tasks (``inprocess_job.py`` runs them without Spark), with the things
+that move state around injected between and inside epochs: subtasks moving between Python
+workers (warm cache on, off, partial), retried task attempts, failed epochs (restored from
+local copies, or from the object store when the executor's disk is lost), driver crashes,
+and stop-with-savepoint then restore at another parallelism. Every read a function makes is
+part of its output, and the output the sink committed must equal what the model gives, key
+by key.
 
 ``STATOR_MODEL_EXAMPLES=500 pytest tests/unit/test_state_model.py`` runs a longer, random
 search; the unit suite runs a fixed set of examples.
@@ -31,11 +32,11 @@ import pytest
 from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
+from stator import EpochResult, Job
 from stator.api.pipeline import Pipeline
 from stator.api.time import BoundedOutOfOrderness
 from stator.config import load_config
 from stator.driver import epoch_loop
-from stator.driver.epoch_loop import EpochResult, JobDriver
 from stator.driver.savepoints import SavepointRequest
 from stator.sinks.collect import CollectSink
 from stator.sources.generator import list_source
@@ -146,9 +147,7 @@ class Injector:
     """The driver's epoch listener: arms the next epoch's faults in the harness, crashes the
     driver, or asks for a stop-with-savepoint, as the case says for that epoch."""
 
-    def __init__(
-        self, case: Case, driver: JobDriver, harness: InProcessJob, parallelism: int
-    ) -> None:
+    def __init__(self, case: Case, driver: Job, harness: InProcessJob, parallelism: int) -> None:
         self.case, self.driver, self.harness, self.parallelism = case, driver, harness, parallelism
         self.savepoint: SavepointRequest | None = None
 
@@ -202,17 +201,18 @@ def run_job(
         driver = _driver(case, root, sink, parallelism, restore)
         injector = Injector(case, driver, harness, parallelism)
         driver.on_epoch(injector)
-        target = driver.check_restore_source()
+        plan = driver.check_restore_source()
+        (loop,) = driver.loops  # its loop, run in this thread without Spark
         try:
-            driver.recovery.start(target)
-            driver._loop()
+            loop.recovery.start(plan[None])
+            loop._loop()
         except DriverCrash:
             restore = "latest"
             continue
         except TaskFailed as failed:  # an Exception, so that hypothesis shrinks the case
             raise AssertionError(f"user code raised: {failed.__cause__}") from failed
         finally:
-            driver.in_flight.abort_all("the driver is gone")
+            loop.checkpoints.in_flight.abort_all("the driver is gone")
         request = injector.savepoint
         if request is None:
             break
@@ -228,7 +228,7 @@ def run_job(
     return out, harness.seen
 
 
-def _driver(case: Case, root: Path, sink: CollectSink, parallelism: int, restore: str) -> JobDriver:
+def _driver(case: Case, root: Path, sink: CollectSink, parallelism: int, restore: str) -> Job:
     p = Pipeline("model", max_parallelism=MAX_PARALLELISM)
     (
         p.source(
@@ -260,7 +260,7 @@ def _driver(case: Case, root: Path, sink: CollectSink, parallelism: int, restore
             f"restore.source={restore}",
         ],
     )
-    return JobDriver(p, cfg)
+    return Job(p, cfg)
 
 
 def check(case: Case, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:

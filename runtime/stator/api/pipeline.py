@@ -24,6 +24,8 @@ from .functions import KeyedProcessFunction
 from .time import BoundedOutOfOrderness
 
 if TYPE_CHECKING:
+    from ..config import JobConfig
+    from ..driver.status import JobStatus
     from ..sinks.base import Sink
     from ..sources.base import Source
 
@@ -104,6 +106,26 @@ class Pipeline:
                 check_parallelism(1, self.max_parallelism)
             except ValueError as exc:
                 raise PipelineError(f"pipeline '{self.name}': {exc}") from exc
+
+    def run(self, config: JobConfig | None = None, spark: Any = None) -> JobStatus:
+        """Run this pipeline in this process (a notebook, a test, a benchmark) until its
+        bounded sources are exhausted and their output committed, it is stopped, or it
+        fails; returns the job's final status (``status.state``: ``FINISHED``, ``STOPPED``,
+        or an exception for a failure the restart strategy gave up on).
+
+        ``config``: the job config (``stator.load_config``; None: every default, i.e.
+        ``local[*]`` Spark and checkpoints under ``/tmp``). ``spark``: a SparkSession to run
+        on, left running; None starts one for the job and stops it at the end. Results a
+        ``CollectSink`` committed are readable from it afterwards. Unlike ``stator run``, it
+        runs no preflight checks and takes no lease."""
+        from ..config import load_config  # noqa: PLC0415 - the driver imports this module
+        from ..driver.job import Job  # noqa: PLC0415
+
+        job = Job(self, config if config is not None else load_config(None, []), spark)
+        try:
+            return job.run()
+        finally:
+            job.close()
 
     def _add(self, node: Node) -> Node:
         self.nodes.append(node)

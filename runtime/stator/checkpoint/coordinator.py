@@ -7,23 +7,32 @@ Layout under the job's checkpoint root::
     chk-<id>/<uid>/<subtask>/<file>    files private to one checkpoint (manifest, full-mode SSTs)
     chk-<id>/_metadata                 written last: without it the checkpoint does not exist
 
-Completing checkpoint N, step by step, with what a failure at each step leaves behind:
+Checkpoint N is one :class:`~stator.checkpoint.pending.PendingCheckpoint` from its trigger
+to its verdict, owned here (:attr:`CheckpointCoordinator.pending`). Step by step, with what a
+failure at each step leaves behind:
 
-1. Tasks have committed epoch E locally, hard-linked a snapshot and uploaded the files the
-   previous completed checkpoint lacks: before they returned, or asynchronously
-   (``uploads.py``; then N is in flight, :meth:`begin` holds the files it references, and the
-   driver waits for every upload's confirmation, ``driver/in_flight.py``). A task that fails
-   to upload declines the checkpoint; the epoch itself stands. -> N is aborted: its uploaded
-   files that no retained checkpoint references are deleted (again after its deadline, if
-   uploads may still be running: :meth:`sweep`); processing continues and the next
+1. TRIGGERED (:meth:`trigger`): the epoch loop plans an epoch that takes N and gives N's id
+   to its tasks. Tasks commit epoch E locally, hard-link a snapshot and upload the files the
+   previous completed checkpoint lacks: before they return, or asynchronously
+   (``uploads.py``). A failure of the epoch -> the job fails over and N is forgotten
+   (:meth:`forget_triggered`); files it uploaded are collected by :meth:`recover`.
+2. ACKNOWLEDGED (``driver/completion.py``): every keyed subtask reported a snapshot and no
+   upload error; N's draft metadata is assembled. A task that failed to upload declines N;
+   the epoch itself stands. -> N is ABORTED (:meth:`fail`): its uploaded files that no
+   retained checkpoint references are deleted; processing continues and the next
    checkpoint uploads again.
-2. Write ``chk-N/_metadata``, one atomic object. A failure here aborts N as in step 1. A crash
-   of the driver before this step leaves files without metadata: :meth:`recover` deletes them.
-3. Register N's shared files in the registry and append N to the retained list (memory only).
-4. Sinks commit the epochs N covers (the caller, ``driver/completion.py``; idempotent;
+3. UPLOADING (asynchronous uploads only, ``driver/in_flight.py``): N holds the files it
+   references (:meth:`uploading`) and the driver waits for every upload's confirmation. A
+   failed or missing confirmation -> N is ABORTED as in 2, its files deleted again after its
+   deadline (uploads may still be running: :meth:`sweep`); checkpoints based on N fail too.
+4. COMPLETED (:meth:`finish`): write ``chk-N/_metadata``, one atomic object. A failure here
+   aborts N as in 2. A crash of the driver before this step leaves files without metadata:
+   :meth:`recover` deletes them.
+5. Register N's shared files in the registry and append N to the retained list (memory only).
+6. Sinks commit the epochs N covers (the caller, ``driver/completion.py``; idempotent;
    N's metadata lists them, so a crash or a failed commit here is repaired by committing
    again when N is restored).
-5. Subsume checkpoints beyond ``retained``: delete an old checkpoint's metadata *first* (it
+7. Subsume checkpoints beyond ``retained``: delete an old checkpoint's metadata *first* (it
    stops existing), then its private files and the shared files no retained checkpoint needs.
    A crash in between leaves only unreferenced files, which :meth:`recover` deletes.
    With an owner (``ownership.py``), the root is confirmed still this job's first.
@@ -33,7 +42,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..cluster.fencing import TAKEOVER_ID_GAP, guard, took_over
 from ..errors import CheckpointNotFoundError, StorageError
@@ -47,6 +56,7 @@ from .metadata import (
     parse_checkpoint_dir,
 )
 from .ownership import NO_OWNER, Ownership
+from .pending import CheckpointState, PendingCheckpoint, Verdict
 from .registry import SharedStateRegistry
 
 log = logging.getLogger("stator.checkpoint")
@@ -79,6 +89,8 @@ class CheckpointCoordinator:
         # savepoint, empty on purpose, or from an older checkpoint of its own): never the
         # latest nor a fall-back, and subsumed first.
         self.stale: set[int] = set()
+        # Checkpoints triggered and not yet completed or aborted, by id (steps 1-3).
+        self.pending: dict[int, PendingCheckpoint] = {}
 
     # ------------------------------------------------------------------ ids and handles
 
@@ -94,17 +106,72 @@ class CheckpointCoordinator:
             (m for m in reversed(self.completed) if m.checkpoint_id not in self.stale), None
         )
 
+    # ------------------------------------------------------------------ pending checkpoints
+
+    def trigger(self, epoch: int, incremental: bool) -> PendingCheckpoint:
+        """Step 1 of the module docstring: a new checkpoint, taken by ``epoch``."""
+        pending = PendingCheckpoint(self.new_checkpoint_id(), epoch, incremental)
+        self.pending[pending.checkpoint_id] = pending
+        return pending
+
+    def forget_triggered(self) -> None:
+        """The epoch that was to take a triggered checkpoint failed (step 1)."""
+        for cid, p in list(self.pending.items()):
+            if p.state is CheckpointState.TRIGGERED:
+                del self.pending[cid]
+
+    def uploading(self, pending: PendingCheckpoint) -> None:
+        """Step 3: a checkpoint whose uploads are in flight holds its files like a retained
+        one, so that subsuming an older checkpoint never deletes a file it references."""
+        assert pending.draft is not None
+        pending.move(CheckpointState.UPLOADING)
+        self.registry.register(pending.checkpoint_id, pending.draft.shared_keys())
+
+    def finish(self, pending: PendingCheckpoint) -> Verdict:
+        """Steps 4-5, once every upload is done: the completed checkpoint, or why it failed
+        (then it is aborted). The caller records it, then has sinks commit (step 6) and calls
+        :meth:`subsume` (step 7)."""
+        assert pending.draft is not None
+        duration = int((time.monotonic() - pending.started) * 1000)
+        meta = replace(pending.draft, duration_ms=duration)
+        try:
+            self.complete(meta)
+        except StorageError as exc:
+            return self.fail(pending, str(exc), files=pending.uploaded)
+        pending.move(CheckpointState.COMPLETED)
+        return self._decide(pending, Verdict(pending.checkpoint_id, pending.epoch, meta))
+
+    def fail(
+        self,
+        pending: PendingCheckpoint,
+        reason: str,
+        uploads_until: float = 0.0,
+        files: list[RemoteFile] | None = None,
+    ) -> Verdict:
+        """Abort ``pending`` (steps 2-4): forget it and delete what only it uploaded
+        (``files``, default its cleanup list or its uploads; see :meth:`abort`)."""
+        if files is None:
+            files = pending.cleanup or pending.uploaded
+        self.abort(pending.checkpoint_id, files, reason, uploads_until)
+        pending.move(CheckpointState.ABORTED)
+        return self._decide(pending, Verdict(pending.checkpoint_id, pending.epoch, None, reason))
+
+    def _decide(self, pending: PendingCheckpoint, verdict: Verdict) -> Verdict:
+        pending.verdict = verdict
+        self.pending.pop(pending.checkpoint_id, None)
+        return verdict
+
     # ------------------------------------------------------------------ completing
 
     def complete(self, meta: CheckpointMetadata) -> None:
-        """Steps 2-3 of the module docstring. Raises StorageError if step 2 fails (then the
-        caller aborts the checkpoint). The caller then has sinks commit (step 4) and calls
-        :meth:`subsume` (step 5), also when a sink fails to commit."""
-        # 2. The metadata object, last of everything N consists of; only while this driver
+        """Steps 4-5 of the module docstring. Raises StorageError if step 4 fails (then the
+        caller aborts the checkpoint). The caller then has sinks commit (step 6) and calls
+        :meth:`subsume` (step 7), also when a sink fails to commit."""
+        # 4. The metadata object, last of everything N consists of; only while this driver
         #    surely holds the job's lease (a replaced driver exits here instead).
         guard(f"checkpoint {meta.checkpoint_id}")
         self.store.put(metadata_key(meta.checkpoint_id), meta.to_json())
-        # 3. Register and retain.
+        # 5. Register and retain.
         self.registry.register(meta.checkpoint_id, meta.shared_keys())
         self.completed.append(meta)
         log.info(
@@ -117,7 +184,7 @@ class CheckpointCoordinator:
         )
 
     def subsume(self) -> None:
-        """Step 5: drop checkpoints beyond ``retained``: another lineage's first, then the
+        """Step 7: drop checkpoints beyond ``retained``: another lineage's first, then the
         oldest."""
         if len(self.completed) > self.retained:
             try:
@@ -137,11 +204,6 @@ class CheckpointCoordinator:
             self.store.delete(unreferenced + private)
         except StorageError as exc:  # leftovers are collected by the next recover()
             log.warning("could not fully delete checkpoint %d: %s", old.checkpoint_id, exc)
-
-    def begin(self, checkpoint_id: int, keys: set[str]) -> None:
-        """A checkpoint whose uploads are in flight holds its files like a retained one, so
-        that subsuming an older checkpoint never deletes a file it references."""
-        self.registry.register(checkpoint_id, keys)
 
     def abort(
         self,

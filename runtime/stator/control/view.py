@@ -41,7 +41,7 @@ class JobView(Protocol):
 
     def region_views(self) -> list[dict[str, Any]]:
         """Per failover region: ``id``, ``nodes``, ``state``, ``epoch``, ``restarts``,
-        ``latest_checkpoint``, ``last_error``, ... (``JobDriver.region_view``)."""
+        ``latest_checkpoint``, ``last_error``, ... (``RegionLoop.region_view``)."""
         ...
 
     def request_savepoint(

@@ -1,15 +1,17 @@
 """After an epoch: sink output waits for the checkpoint that covers it, and a checkpoint is
 completed from the tasks' snapshots (the coordinator writes its metadata, last).
 
-Completing checkpoint N of epoch E, step by step:
+Completing checkpoint N of epoch E (a ``PendingCheckpoint``: ``checkpoint/coordinator.py``
+numbers its states), step by step:
 
 1. Every keyed subtask must have reported a snapshot and no upload error. Otherwise N is
    aborted (its uploads that no retained checkpoint references are deleted); epoch E stands
    and its output stays pending until a later checkpoint covers it.
 2. N's metadata is assembled: subtask snapshots, source positions after E, the sink output
-   pending up to E (so a restore of N can commit it again), the minimum watermark.
+   pending up to E (so a restore of N can commit it again), the minimum watermark. N is
+   ACKNOWLEDGED.
 3. Once every upload is done (before the tasks returned, or when the asynchronous ones are
-   confirmed: ``in_flight.py``), the coordinator completes N (``checkpoint/coordinator.py``:
+   confirmed: ``in_flight.py``), the coordinator completes N (``CheckpointCoordinator.finish``:
    metadata last, register, retain, then sinks commit every epoch up to E, then subsume).
    A storage failure while writing the metadata aborts N as in step 1. A failure of a
    sink's commit does *not* abort N (it exists: its metadata is written): it fails the
@@ -20,8 +22,6 @@ Completing checkpoint N of epoch E, step by step:
 from __future__ import annotations
 
 import logging
-import time
-from dataclasses import dataclass, replace
 from typing import Any
 
 from ..api.pipeline import SinkNode
@@ -35,9 +35,10 @@ from ..checkpoint.metadata import (
     SubtaskSnapshot,
     version_for,
 )
+from ..checkpoint.pending import PendingCheckpoint, Verdict
 from ..cluster.fencing import guard
 from ..epoch.reports import SinkReport, StateReport
-from ..errors import SinkCommitError, StatorError
+from ..errors import SinkCommitError
 
 log = logging.getLogger("stator.checkpoint")
 
@@ -99,28 +100,21 @@ class PendingOutput:
                 node.sink.commit(uid, commit.epoch, list(commit.parts), [])
 
 
-@dataclass(frozen=True)
-class CheckpointRequest:
-    """The checkpoint an epoch takes, and what its metadata needs besides the snapshots."""
-
-    checkpoint_id: int
-    epoch: int
-    incremental: bool
-    lineage: str = ""
-
-
-def assemble_checkpoint(
+def acknowledge(
+    pending: PendingCheckpoint,
     job: str,
-    request: CheckpointRequest,
+    lineage: str,
     parallelism: dict[str, int],
     max_parallelism: int,
     states: list[StateReport],
     sources: dict[str, dict[str, dict[str, Any]]],
     output: PendingOutput,
     coordinator: CheckpointCoordinator,
-) -> CheckpointMetadata | str:
-    """Steps 1-2 of the module docstring: the checkpoint's metadata (its ``duration_ms`` set
-    when it completes), or why it failed (then it is aborted)."""
+    started: float,
+) -> Verdict | None:
+    """Steps 1-2 of the module docstring: ``pending`` is ACKNOWLEDGED with its draft metadata
+    (its ``duration_ms`` set when it completes; ``started``: its epoch's start, monotonic),
+    or aborted: then its verdict says why."""
     by_op: dict[str, dict[int, SubtaskSnapshot]] = {}
     for r in states:
         if r.snapshot is not None:
@@ -129,54 +123,37 @@ def assemble_checkpoint(
     got, expected = sum(len(v) for v in by_op.values()), sum(parallelism.values())
     if errors or got != expected:
         reason = errors[0] if errors else f"{got} of {expected} subtasks reported a snapshot"
-        coordinator.abort(request.checkpoint_id, uploaded_files(states), reason)
-        return reason
+        return coordinator.fail(pending, reason, files=uploaded_files(states))
     operators = {
         uid: OperatorSnapshot(uid, parallelism[uid], tuple(subs[i] for i in sorted(subs)))
         for uid, subs in by_op.items()
     }
-    return CheckpointMetadata(
-        checkpoint_id=request.checkpoint_id,
-        epoch=request.epoch,
+    draft = CheckpointMetadata(
+        checkpoint_id=pending.checkpoint_id,
+        epoch=pending.epoch,
         job=job,
         created_ms=now_ms(),
         max_parallelism=max_parallelism,
-        incremental=request.incremental,
+        incremental=pending.incremental,
         operators=operators,
         sources=sources,
         sinks=output.as_commits(),
         watermark=min((r.watermark for r in states), default=MAX_TIMESTAMP),
         format_version=version_for(operators),
-        lineage=request.lineage,
+        lineage=lineage,
     )
+    pending.acknowledged(draft, uploaded_files(states), started)
+    return None
 
 
 def uploaded_files(states: list[StateReport]) -> list[RemoteFile]:
     return [f for r in states if r.snapshot for f in r.snapshot.files]
 
 
-def finish_checkpoint(
-    meta: CheckpointMetadata,
-    uploaded: list[RemoteFile],
-    coordinator: CheckpointCoordinator,
-    started: float,
-) -> CheckpointMetadata | str:
-    """Step 3 of the module docstring, once every upload is done: the completed checkpoint,
-    or why it failed (then it is aborted). The caller records it, then calls
-    :func:`commit_completed`."""
-    meta = replace(meta, duration_ms=int((time.monotonic() - started) * 1000))
-    try:
-        coordinator.complete(meta)
-    except StatorError as exc:
-        coordinator.abort(meta.checkpoint_id, uploaded, str(exc))
-        return str(exc)
-    return meta
-
-
 def commit_completed(
     meta: CheckpointMetadata, output: PendingOutput, coordinator: CheckpointCoordinator
 ) -> None:
-    """Steps 4-5 of ``checkpoint/coordinator.py`` for a completed checkpoint: sinks commit
+    """Steps 6-7 of ``checkpoint/coordinator.py`` for a completed checkpoint: sinks commit
     what it covers, then older checkpoints are subsumed (also if a sink failed: ``meta``
     lists what it must commit again)."""
     try:

@@ -5,7 +5,8 @@ keeps processing and completes each one when the store holds every upload's conf
 An in-flight checkpoint N, step by step:
 
 1. Its epoch ended with a snapshot from every keyed subtask (``completion.py`` steps 1-2
-   assembled the metadata). N holds the files it references (``CheckpointCoordinator.begin``),
+   assembled the metadata). N is UPLOADING and holds the files it references
+   (``CheckpointCoordinator.uploading``),
    its local copies are kept (``EpochSpec.in_flight``), and the epochs after it run. The
    next checkpoint re-references the SST files N is uploading instead of sending them again
    (its base is N: with a checkpoint every epoch, basing it on the last *completed* one would
@@ -30,12 +31,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..checkpoint.coordinator import CheckpointCoordinator
-from ..checkpoint.metadata import CheckpointMetadata, RemoteFile, checkpoint_dir
+from ..checkpoint.metadata import CheckpointMetadata, checkpoint_dir
+from ..checkpoint.pending import PendingCheckpoint, Upload, Verdict
 from ..checkpoint.uploads import CONFIRMED, FAILED, confirmation_key
 from ..epoch.reports import StateReport
 from ..errors import StorageError
 from ..storage import ObjectStore
-from .completion import finish_checkpoint, uploaded_files
 
 log = logging.getLogger("stator.checkpoint")
 
@@ -45,32 +46,19 @@ LATE_WRITES_S = 60.0
 
 
 @dataclass(frozen=True)
-class Outcome:
-    """A checkpoint that stopped being in flight: completed (``meta``) or failed."""
+class Look:
+    """What one look at the store says about a checkpoint's uploads: all confirmed, failed
+    (``failure``: why), or neither yet."""
 
-    checkpoint_id: int
-    epoch: int
-    meta: CheckpointMetadata | None
-    error: str | None = None
+    confirmed: bool = False
+    failure: str | None = None
 
-
-@dataclass(frozen=True)
-class _Upload:
-    who: str  # "operator 'x' subtask n"
-    executor: str  # where it runs ("" under local[*])
+    @property
+    def decided(self) -> bool:
+        return self.confirmed or self.failure is not None
 
 
-@dataclass(frozen=True)
-class _InFlight:
-    draft: CheckpointMetadata
-    confirmations: dict[str, _Upload]  # key of each expected confirmation -> its upload
-    uploaded: list[RemoteFile]
-    started: float  # monotonic: its epoch's start
-    deadline: float  # monotonic
-    base: int  # the in-flight checkpoint whose new files it re-references (0: none)
-    # What a failure deletes if nothing else references it: its own uploads and those of
-    # the in-flight checkpoints it builds on, which fail with it.
-    cleanup: list[RemoteFile]
+WAITING, CONFIRMED_ALL = Look(), Look(confirmed=True)
 
 
 class InFlightCheckpoints:
@@ -78,7 +66,7 @@ class InFlightCheckpoints:
         self, store: ObjectStore, coordinator: CheckpointCoordinator, timeout_ms: int
     ) -> None:
         self.store, self.coordinator, self.timeout_ms = store, coordinator, timeout_ms
-        self._queue: list[_InFlight] = []  # oldest first
+        self._queue: list[PendingCheckpoint] = []  # UPLOADING, oldest first
         # The executors alive now, when the driver knows them (several executors): an
         # upload on a lost executor fails its checkpoint at once, not at the deadline.
         self.alive: Callable[[], Iterable[str]] | None = None
@@ -88,63 +76,51 @@ class InFlightCheckpoints:
         return len(self._queue)
 
     def ids(self) -> frozenset[int]:
-        return frozenset(c.draft.checkpoint_id for c in self._queue)
+        return frozenset(c.checkpoint_id for c in self._queue)
 
     def newest(self) -> CheckpointMetadata | None:
         """The draft of the newest checkpoint in flight: the next one re-references its
         files instead of uploading them again (and fails if it fails)."""
         return self._queue[-1].draft if self._queue else None
 
-    def add(
-        self,
-        draft: CheckpointMetadata,
-        states: list[StateReport],
-        started: float,
-        base: int = 0,
-    ) -> None:
-        """Step 1. ``states``: the keyed subtasks' reports, each with its upload's token;
-        ``base``: the in-flight checkpoint whose files ``draft`` re-references, if any."""
-        confirmations = {
-            confirmation_key(draft.checkpoint_id, r.uid, r.subtask, r.upload, CONFIRMED): _Upload(
+    def add(self, pending: PendingCheckpoint, states: list[StateReport], base: int = 0) -> None:
+        """Step 1: ``pending`` (ACKNOWLEDGED) becomes UPLOADING. ``states``: the keyed
+        subtasks' reports, each with its upload's token; ``base``: the in-flight checkpoint
+        whose files it re-references, if any."""
+        cid = pending.checkpoint_id
+        pending.confirmations = {
+            confirmation_key(cid, r.uid, r.subtask, r.upload, CONFIRMED): Upload(
                 f"operator '{r.uid}' subtask {r.subtask}", r.executor
             )
             for r in states
             if r.snapshot is not None and r.upload
         }
-        self.coordinator.begin(draft.checkpoint_id, draft.shared_keys())
-        uploaded = uploaded_files(states)
-        on = next((c for c in self._queue if c.draft.checkpoint_id == base), None)
+        self.coordinator.uploading(pending)
+        on = next((c for c in self._queue if c.checkpoint_id == base), None)
         inherited = on.cleanup if on is not None else []
-        self._queue.append(
-            _InFlight(
-                draft,
-                confirmations,
-                uploaded,
-                started,
-                started + self.timeout_ms / 1000,
-                base if on is not None or base in self._failed_ids else 0,
-                uploaded + inherited,
-            )
-        )
+        pending.deadline = pending.started + self.timeout_ms / 1000
+        pending.base = base if on is not None or base in self._failed_ids else 0
+        pending.cleanup = pending.uploaded + inherited
+        self._queue.append(pending)
 
-    def poll(self) -> list[Outcome]:
+    def poll(self) -> list[Verdict]:
         """Steps 2-3: the checkpoints that completed or failed, in the order taken."""
-        outcomes: list[Outcome] = []
+        outcomes: list[Verdict] = []
         while self._queue:
             head = self._queue[0]
-            verdict = (
-                f"checkpoint {head.base}, whose files it re-references, failed"
+            look = (
+                Look(failure=f"checkpoint {head.base}, whose files it re-references, failed")
                 if head.base in self._failed_ids
-                else self._verdict(head)
+                else self._look(head)
             )
-            if verdict is None:
+            if not look.decided:
                 break
             self._queue.pop(0)
-            outcomes.append(self._settle(head, verdict))
+            outcomes.append(self._settle(head, look))
         self.coordinator.sweep()
         return outcomes
 
-    def wait(self, until_at_most: int) -> list[Outcome]:
+    def wait(self, until_at_most: int) -> list[Verdict]:
         """Poll until at most ``until_at_most`` checkpoints are in flight (0: drain)."""
         outcomes = self.poll()
         while len(self._queue) > until_at_most:
@@ -152,46 +128,45 @@ class InFlightCheckpoints:
             outcomes += self.poll()
         return outcomes
 
-    def abort_all(self, reason: str) -> list[Outcome]:
+    def abort_all(self, reason: str) -> list[Verdict]:
         """Step 4: complete what is confirmed; every checkpoint still in flight fails."""
         outcomes = self.poll()
         for c in self._queue:
             until = c.deadline + LATE_WRITES_S
-            self.coordinator.abort(c.draft.checkpoint_id, c.cleanup, reason, until)
-            self._failed_ids.add(c.draft.checkpoint_id)
-            outcomes.append(Outcome(c.draft.checkpoint_id, c.draft.epoch, None, reason))
+            self._failed_ids.add(c.checkpoint_id)
+            outcomes.append(self.coordinator.fail(c, reason, until, files=c.cleanup))
         self._queue = []
         return outcomes
 
     # ------------------------------------------------------------------ internals
 
-    def _verdict(self, c: _InFlight) -> str | None:
-        """An empty string if every upload is confirmed, the reason if the checkpoint
-        failed, None if it is still in flight. An unreachable store is waited for, up to
-        the deadline."""
+    def _look(self, c: PendingCheckpoint) -> Look:
+        """One listing of ``chk-N/``. An unreachable store is waited for, up to the
+        deadline."""
         late = time.monotonic() > c.deadline
         try:
-            listed = self.store.listing(checkpoint_dir(c.draft.checkpoint_id) + "/")
+            listed = self.store.listing(checkpoint_dir(c.checkpoint_id) + "/")
             present = {key for key, _ in listed}
             failed = self._failed(c, present)
         except StorageError as exc:
             if late:
-                return f"checkpoint.timeout_ms ({self.timeout_ms}) passed: {exc}"
-            log.warning("checkpoint %d: cannot ask the store: %s", c.draft.checkpoint_id, exc)
-            return None
+                return Look(failure=f"checkpoint.timeout_ms ({self.timeout_ms}) passed: {exc}")
+            log.warning("checkpoint %d: cannot ask the store: %s", c.checkpoint_id, exc)
+            return WAITING
         if failed:
-            return failed
+            return Look(failure=failed)
         missing = [up for key, up in c.confirmations.items() if key not in present]
         if not missing:
-            return ""
+            return CONFIRMED_ALL
         if late:
-            return (
-                f"checkpoint.timeout_ms ({self.timeout_ms}) passed before {len(missing)} "
-                f"upload(s) were confirmed, e.g. {missing[0].who}'s"
+            return Look(
+                failure=f"checkpoint.timeout_ms ({self.timeout_ms}) passed before "
+                f"{len(missing)} upload(s) were confirmed, e.g. {missing[0].who}'s"
             )
-        return self._lost(missing)
+        lost = self._lost(missing)
+        return WAITING if lost is None else Look(failure=lost)
 
-    def _failed(self, c: _InFlight, present: set[str]) -> str | None:
+    def _failed(self, c: PendingCheckpoint, present: set[str]) -> str | None:
         """The reason an uploader wrote, if one failed."""
         for key, up in c.confirmations.items():
             failure = key[: -len(CONFIRMED)] + FAILED
@@ -199,7 +174,7 @@ class InFlightCheckpoints:
                 return f"the upload of {up.who} failed: {_read_reason(self.store, failure)}"
         return None
 
-    def _lost(self, missing: list[_Upload]) -> str | None:
+    def _lost(self, missing: list[Upload]) -> str | None:
         """Why an upload can no longer be confirmed: its executor is gone."""
         if self.alive is None or not any(up.executor for up in missing):
             return None
@@ -209,17 +184,15 @@ class InFlightCheckpoints:
             return None
         return f"executor {lost[0].executor} was lost while it uploaded {lost[0].who}'s files"
 
-    def _settle(self, c: _InFlight, verdict: str) -> Outcome:
-        cid, epoch = c.draft.checkpoint_id, c.draft.epoch
-        if verdict:
-            self._failed_ids.add(cid)
-            self.coordinator.abort(cid, c.cleanup, verdict, c.deadline + LATE_WRITES_S)
-            return Outcome(cid, epoch, None, verdict)
-        done = finish_checkpoint(c.draft, c.uploaded, self.coordinator, c.started)
-        if isinstance(done, str):
-            self._failed_ids.add(cid)
-            return Outcome(cid, epoch, None, done)
-        return Outcome(cid, epoch, done)
+    def _settle(self, c: PendingCheckpoint, look: Look) -> Verdict:
+        if look.failure is not None:
+            self._failed_ids.add(c.checkpoint_id)
+            until = c.deadline + LATE_WRITES_S
+            return self.coordinator.fail(c, look.failure, until, files=c.cleanup)
+        done = self.coordinator.finish(c)
+        if done.meta is None:
+            self._failed_ids.add(c.checkpoint_id)
+        return done
 
 
 def _read_reason(store: ObjectStore, key: str) -> str:

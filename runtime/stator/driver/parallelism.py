@@ -30,6 +30,14 @@ class Parallelism:
     def total_subtasks(self) -> int:
         return sum(self.operators.values())
 
+    def restricted(self, uids: set[str]) -> Parallelism:
+        """The part of a job's parallelism for the operators ``uids`` (a failover region's)."""
+        return Parallelism(
+            self.max_parallelism,
+            {uid: p for uid, p in self.operators.items() if uid in uids},
+            self.pinned & uids,
+        )
+
 
 def resolve_parallelism(pipeline: Pipeline, config: JobConfig) -> Parallelism:
     declared, configured = pipeline.max_parallelism, config.max_parallelism

@@ -6,7 +6,7 @@ its cause. So the CLI runs these checks first, in this order, and each one fails
 :class:`~stator.errors.StatorError` naming the field or path and the fix:
 
 1. Parallelism against max parallelism for every keyed operator (``parallelism.py``; the
-   :class:`~stator.driver.epoch_loop.JobDriver` resolves it when it is built).
+   :class:`~stator.driver.job.Job` resolves it once, when it is built).
 2. The restore source: ``none`` is refused if the job has checkpoints (unless
    ``restore.force_empty``); an explicit URI must hold a savepoint or checkpoint whose
    metadata parses and whose files are all there at their recorded sizes; the source

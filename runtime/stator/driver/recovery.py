@@ -195,6 +195,16 @@ class Recovery:
         )
         self.output.rewind(epoch, pending)
 
+    def advance(self, epoch: int, commits: dict[tuple[str, int], str]) -> None:
+        """Every keyed subtask committed ``epoch``: ``commits`` are their database commits."""
+        self.position.epoch = epoch
+        self.position.commits.update(commits)
+
+    def take_verify_states(self) -> bool:
+        """Whether the next epoch checks the restored states (once, after a restore)."""
+        verify, self.position.verify_states = self.position.verify_states, False
+        return verify
+
     def checkpoint_completed(self, meta: CheckpointMetadata) -> None:
         self.position.target = Target(meta, self.store)
         self._checkpointed = True

@@ -37,6 +37,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
@@ -124,13 +125,26 @@ class PartVerdict:
         return self._stop
 
 
+class SavepointStatus(StrEnum):
+    """Where a savepoint request stands (its JSON ``status`` in the control API)."""
+
+    PENDING = "PENDING"
+    IN_PROGRESS = "IN_PROGRESS"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+
+    @property
+    def finished(self) -> bool:
+        return self in (SavepointStatus.COMPLETED, SavepointStatus.FAILED)
+
+
 @dataclass
 class SavepointRequest:
     target: str | None
     stop: bool
     format_type: str | None = None  # None: the job's savepoint.format_type
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    status: str = "PENDING"  # PENDING, IN_PROGRESS, COMPLETED, FAILED
+    status: SavepointStatus = SavepointStatus.PENDING
     location: str | None = None
     epoch: int | None = None
     state_bytes: int | None = None
@@ -188,7 +202,7 @@ class SavepointRequests:
         with self._lock:
             if self._closed is not None:
                 raise SavepointConflict(f"the job is {self._closed}")
-            active = [r for r in self._all if r.status in ("PENDING", "IN_PROGRESS")]
+            active = [r for r in self._all if not r.status.finished]
             if stop and any(r.stop for r in active):
                 raise SavepointConflict("a stop-with-savepoint is already in progress")
             if active:
@@ -199,7 +213,7 @@ class SavepointRequests:
             if target is not None:
                 check_target(target, self.root, self.any_target)
             request = SavepointRequest(target, stop, format_type)
-            finished = [r for r in self._all if r.status in ("COMPLETED", "FAILED")]
+            finished = [r for r in self._all if r.status.finished]
             for old in finished[: max(0, len(finished) - self.KEEP + 1)]:
                 self._all.remove(old)
             self._all.append(request)
@@ -210,7 +224,7 @@ class SavepointRequests:
         """A region's part of a savepoint the job accepted (its checks were the job's)."""
         with self._lock:
             if self._closed is not None:
-                request.status, request.completed_ms = "FAILED", now_ms()
+                request.status, request.completed_ms = SavepointStatus.FAILED, now_ms()
                 request.error = f"region is {self._closed}"
                 return
             self._all.append(request)
@@ -233,7 +247,7 @@ class SavepointRequests:
         with self._lock:
             self._closed = state
             for r in self._queue:
-                r.status, r.error, r.completed_ms = "FAILED", reason, now_ms()
+                r.status, r.error, r.completed_ms = SavepointStatus.FAILED, reason, now_ms()
             self._queue.clear()
 
     def stop_results_fetched(self) -> bool:
@@ -268,7 +282,7 @@ def take_savepoint(
     request: SavepointRequest, runner: SavepointRunner, config: SavepointConfig, s3: S3Options
 ) -> SavepointMetadata:
     """Steps 2-3 of the module docstring; the caller stops the job for step 4."""
-    request.status, request.started_ms = "IN_PROGRESS", now_ms()
+    request.status, request.started_ms = SavepointStatus.IN_PROGRESS, now_ms()
     started = time.monotonic()
     location = request.target or savepoint_location(
         config.dir, runner.job, runner.next_epoch(), request.id
@@ -295,12 +309,19 @@ def take_savepoint(
             store.put(METADATA_NAME, meta.to_json())
             remove_strays(store, meta)
     except Exception as exc:
-        request.status, request.error = "FAILED", f"{type(exc).__name__}: {exc}"[:2000]
+        request.status, request.error = (
+            SavepointStatus.FAILED,
+            f"{type(exc).__name__}: {exc}"[:2000],
+        )
         request.completed_ms = now_ms()
         log.warning("savepoint %s failed: %s", request.id, request.error)
         discard_failed(ours, runner.parallelism.operators)
         raise
-    request.status, request.epoch, request.state_bytes = "COMPLETED", meta.epoch, meta.state_bytes
+    request.status, request.epoch, request.state_bytes = (
+        SavepointStatus.COMPLETED,
+        meta.epoch,
+        meta.state_bytes,
+    )
     request.completed_ms = now_ms()
     log.info(
         "savepoint %s complete at %s: epoch %d, %d bytes in %d ms",

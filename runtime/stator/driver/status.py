@@ -15,6 +15,7 @@ from typing import Any
 
 from ..checkpoint.coordinator import now_ms
 from ..checkpoint.metadata import CheckpointMetadata
+from ..checkpoint.pending import CheckpointResult
 from ..cluster.placement import EpochPlacement
 from ..epoch.reports import StandbyTally, StateReport
 
@@ -210,7 +211,7 @@ class CheckpointOutcome:
 
     id: int
     epoch: int
-    status: str  # COMPLETED | FAILED
+    status: CheckpointResult
     at_ms: int
     state_bytes: int = 0
     incremental_bytes: int = 0
@@ -247,7 +248,7 @@ class CheckpointHistory:
             CheckpointOutcome(
                 meta.checkpoint_id,
                 meta.epoch,
-                "COMPLETED",
+                CheckpointResult.COMPLETED,
                 meta.created_ms,
                 meta.state_bytes,
                 meta.incremental_bytes,
@@ -256,7 +257,11 @@ class CheckpointHistory:
         )
 
     def failed(self, checkpoint_id: int, epoch: int, error: str) -> None:
-        self._add(CheckpointOutcome(checkpoint_id, epoch, "FAILED", now_ms(), error=error[:500]))
+        self._add(
+            CheckpointOutcome(
+                checkpoint_id, epoch, CheckpointResult.FAILED, now_ms(), error=error[:500]
+            )
+        )
 
     def _add(self, item: CheckpointOutcome) -> None:
         with self._lock:
