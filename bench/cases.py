@@ -27,8 +27,8 @@ import numpy as np
 from bench.harness import WrongOutput
 from stator import INT64, EpochResult, Job, KeyedProcessFunction, Pipeline, ValueStateDescriptor
 from stator.checkpoint.metadata import CheckpointMetadata
-from stator.cluster.session import create_session
 from stator.config import SparkConfig, load_config
+from stator.driver.spark_session import create_session
 from stator.keygroups import range_for_subtask
 from stator.sinks.base import Sink, SinkWriter
 from stator.sources import GeneratorSource, KeyedEvents, SweepEvents
@@ -610,9 +610,10 @@ def local_restore(total_bytes: int, storage: str, value_bytes: int = 4096) -> di
 
     from stator.epoch.spec import CheckpointTask, EpochSpec, RestoreTask
     from stator.keygroups import range_for_subtask
+    from stator.locality.restore import open_state
+    from stator.locality.snapshot import take_snapshot
     from stator.state.options import RocksDBOptions
     from stator.storage import S3Options, open_store
-    from stator.tasks.local_state import open_state, take_snapshot
 
     work = _workdir("local-restore")
     store = open_store(f"{storage}/{work.name}", S3Options())

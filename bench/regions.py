@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.runs, args.count, args.fail_at = 1, 12_000, 2000
-    from stator.cluster.session import create_session
+    from stator.driver.spark_session import create_session
 
     spark = create_session(
         SparkConfig(master="local[2]", conf={"spark.scheduler.mode": "FAIR"}), "regions-bench"

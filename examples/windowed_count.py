@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 
 from stator import BoundedOutOfOrderness, Pipeline
+from stator.api.windows import Count, Tumbling
 from stator.sinks import FileSink
 from stator.sources import GeneratorSource, KeyedEvents
-from stator.windows import Count, Tumbling
 
 
 def build() -> Pipeline:

@@ -54,7 +54,7 @@ class SparkSessions:
         self._session: Any = None
 
     def get(self, config: Any, app_name: str) -> Any:
-        from stator.cluster.session import create_session
+        from stator.driver.spark_session import create_session
 
         alive = self._session is not None and self._session.sparkContext._jsc is not None
         if alive and self._config == config:

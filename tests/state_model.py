@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stator.api.functions import Context, KeyedProcessFunction, RuntimeContext
-from stator.api.state import (
+from stator.state.descriptors import (
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,

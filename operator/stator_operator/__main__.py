@@ -3,7 +3,7 @@
 Environment: STATOR_WATCH_NAMESPACES (comma-separated; empty: all namespaces),
 STATOR_OPERATOR_HEALTH (liveness endpoint, default http://0.0.0.0:8080/healthz),
 STATOR_OPERATOR_NAMESPACE (the operator's own namespace: its drivers' NetworkPolicies admit
-it, and its replicas elect a leader there with a Lease, stator.cluster.lease),
+it, and its replicas elect a leader there with a Lease, stator.ha.lease),
 STATOR_LEADER_LEASE_SECONDS (15: how long a standby waits for a leader that stopped
 renewing), STATOR_REQUIRE_RESTRICTED (true: pipelines only in namespaces whose Pod Security
 admission enforces the restricted level), STATOR_LOG_LEVEL (INFO).
@@ -25,7 +25,7 @@ from urllib.parse import urlparse
 import kopf
 from kubernetes import config
 
-from stator.cluster.lease import LeaseHolder
+from stator.ha.lease import LeaseHolder
 
 log = logging.getLogger("stator.operator")
 DEFAULT_HEALTH = "http://0.0.0.0:8080/healthz"

@@ -13,7 +13,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from stator.cluster.lease import RELEASED_FOR
+from stator.ha.lease import RELEASED_FOR
 
 from .naming import is_executor_set_of
 from .ports import NotOwned

@@ -81,7 +81,7 @@ def control_secret_name(name: str) -> str:
 
 
 def driver_lease_name(pipeline: str) -> str:
-    """The Lease a pipeline's driver holds while it writes (``stator.cluster.fencing``)."""
+    """The Lease a pipeline's driver holds while it writes (``stator.ha.fencing``)."""
     return f"{pipeline}-driver"
 
 

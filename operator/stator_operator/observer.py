@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from stator.cluster.lease import Silence
 from stator.control.client import (
     ControlAnswerInvalid,
     ControlClient,
@@ -22,6 +21,7 @@ from stator.control.client import (
     ControlUnreachable,
 )
 from stator.control.schema import JobInfo, SavepointRequest
+from stator.ha.lease import Silence
 
 from .naming import CONTROL_PORT, CONTROL_TOKEN_KEY, control_secret_name, driver_lease_name
 from .operation import Operation, Step

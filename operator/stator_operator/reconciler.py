@@ -306,7 +306,7 @@ class Reconciler:
         or it hangs. Kubernetes cannot tell whether it still runs, so its pod is removed at
         once (no kubelet may ever confirm it) and a new driver restarts from the latest
         checkpoint; the old one, should it still run, writes nothing more (its Lease lapsed:
-        ``stator.cluster.fencing``)."""
+        ``stator.ha.fencing``)."""
         assert obs.lease is not None and obs.pod is not None
         pod = obs.pod["metadata"]["name"]
         node = (obs.pod.get("spec") or {}).get("nodeName") or "?"

@@ -312,7 +312,7 @@ def driver_pod(
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "HOME", "value": f"{STATE_MOUNT}/home"},
     ]
-    # What stator.cluster.fencing (the driver's Lease) and stator.cluster.kubernetes read.
+    # What stator.ha.fencing (the driver's Lease) and stator.cluster.kubernetes read.
     env += [
         {"name": "STATOR_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {

@@ -27,15 +27,15 @@ from .api.functions import (
     ValueState,
 )
 from .api.pipeline import KeyedStream, Pipeline, Stream
-from .api.serializers import BYTES, FLOAT64, INT64, JSON, PICKLE, UTF8, Serializer
-from .api.state import (
+from .api.time import BoundedOutOfOrderness
+from .config import JobConfig, load_config
+from .state.descriptors import (
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
-from .api.time import BoundedOutOfOrderness
-from .config import JobConfig, load_config
+from .state.serializers import BYTES, FLOAT64, INT64, JSON, PICKLE, UTF8, Serializer
 
 if TYPE_CHECKING:
     from .driver.job import Job

@@ -132,7 +132,7 @@ class LeaseConfig:
     # At most one driver of a job writes checkpoints, savepoints and sink commits: in
     # Kubernetes the driver holds a Lease (coordination.k8s.io) of this name in its own
     # namespace (the operator creates it and sets the name) and writes nothing unless it
-    # surely holds it (stator.cluster.fencing). None: no lease (one machine, one driver).
+    # surely holds it (stator.ha.fencing). None: no lease (one machine, one driver).
     name: str | None = None
     # A replacement driver takes over when the holder has not renewed for this long; the
     # holder stops writing ``renew_ms`` before that.

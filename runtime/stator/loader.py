@@ -9,7 +9,7 @@ worker must therefore be able to import the module under the name the driver gav
 file is imported under its real dotted name (``pkg.sub.mod`` if its directory is a package,
 else its stem), with its *import root* (the directory above the top package) first on the
 driver's ``sys.path``; the driver hands the same root to the workers through the environment
-of every Python worker (``cluster/session.py``: ``share_python_path``). Pickling the module
+of every Python worker (``driver/spark_session.py``: ``share_python_path``). Pickling the module
 by value (``cloudpickle.register_pickle_by_value``) was rejected: it covers closures but not
 values the state serializer pickles, nor a pipeline file's imports of its sibling modules.
 """

@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .api.serializers import by_name
 from .checkpoint.metadata import CheckpointMetadata, SubtaskSnapshot
 from .checkpoint.transfer import download_snapshot
 from .keygroups import KeyGroupRange, decode_key
@@ -29,6 +28,7 @@ from .savepoint.format import StateEntry, TimerEntry, read_key_group
 from .savepoint.transfer import database_entries, state_catalog
 from .state.backend import KeyedBackend
 from .state.options import RocksDBOptions
+from .state.serializers import by_name
 from .state.tables import decode_list
 from .storage import ObjectStore, S3Options
 

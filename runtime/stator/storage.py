@@ -424,7 +424,7 @@ def warm_s3() -> None:
     """Import boto3 and load the S3 models into this process's session (a throw-away client
     with placeholder credentials and no network), so that processes forked from it build
     their first client without that work. The Python daemon calls it before it forks
-    workers (``cluster/worker_warmup.py``)."""
+    workers (``tasks/worker_warmup.py``)."""
     from boto3.s3.transfer import TransferConfig  # noqa: F401, PLC0415 - the import is the work
 
     placeholder = S3Options(

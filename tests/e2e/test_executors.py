@@ -33,7 +33,7 @@ from tests.e2e.cluster import (
 from tests.e2e.counts_output import assert_exact, committed
 
 STORAGE_CLASS = os.environ.get("STATOR_E2E_LOCAL_STORAGE_CLASS", LOCAL_STORAGE_CLASS)
-# What a keyed task's retry away from the executor holding its state says (local_state.py).
+# What a keyed task's retry away from the executor holding its state says (locality/restore.py).
 REFUSAL = "does not read the state from the object store"
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from stator.cluster.fencing import LEASE_LOST_EXIT, TAKEOVER_ID_GAP
+from stator.ha.fencing import LEASE_LOST_EXIT, TAKEOVER_ID_GAP
 from tests.e2e.cluster import (
     EXTERNAL,
     LEASE_SECONDS,

@@ -7,10 +7,10 @@ from collections import Counter
 from typing import Any
 
 from stator import BoundedOutOfOrderness, Job, Pipeline
+from stator.api.windows import Count, Tumbling
 from stator.config import JobConfig
 from stator.sinks import FileSink, read_committed
 from stator.sources import GeneratorSource, KeyedEvents
-from stator.windows import Count, Tumbling
 from tests.helpers import stop_with_savepoint_after, with_overrides
 
 EVENTS, KEYS, EPOCH = 24_000, 150, 2_000  # 12 epochs of input

@@ -34,7 +34,7 @@ from tests.testbed.minio import MinioServer, S3Endpoint
 ROOT = Path(__file__).resolve().parents[2]
 EVENTS, USERS, PARTITIONS = 24_000, 300, 4
 SEED = int(os.environ.get("STATOR_EO_SEED", str(random.SystemRandom().randrange(10**6))))
-DAEMON = "stator.cluster.pydaemon"  # the module Spark starts its Python workers from
+DAEMON = "stator.tasks.pydaemon"  # the module Spark starts its Python workers from
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +151,7 @@ class Run:
 
     def workers(self) -> list[psutil.Process]:
         """PySpark's forked Python workers: children of the daemon process (Stator's,
-        ``stator.cluster.pydaemon``), with its command line."""
+        ``stator.tasks.pydaemon``), with its command line."""
         assert self.proc is not None
         found = []
         for p in psutil.Process(self.proc.pid).children(recursive=True):

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from stator import Job
-from stator.cluster.session import warm_python_workers
 from stator.config import JobConfig
 from stator.control.server import serving
 from stator.driver.handover import Handover, HandoverRequest
 from stator.driver.preflight import preflight
+from stator.driver.spark_session import warm_python_workers
 from stator.savepoint.metadata import SavepointMetadata
 from stator.storage import open_store
 from tests.helpers import wait_until, with_overrides

@@ -57,7 +57,7 @@ def job_config(root: Path) -> Any:
 
 def run_reference(root: str) -> None:
     """In a subprocess: the same job on local[2]; prints its output by epoch as JSON."""
-    from stator.cluster.session import create_session
+    from stator.driver.spark_session import create_session
 
     spark = create_session(SparkConfig(master="local[2]"), "placement-reference")
     sink = CollectSink()

@@ -21,10 +21,10 @@ from stator import (
     RuntimeContext,
     ValueStateDescriptor,
 )
+from stator.api.windows import Collect, Count, Session, Sliding, Sum, Tumbling, Windowed
 from stator.config import JobConfig
 from stator.sinks import CollectSink
 from stator.sources import list_source
-from stator.windows import Collect, Count, Session, Sliding, Sum, Tumbling, Windowed
 from tests.helpers import run_job, with_overrides
 
 

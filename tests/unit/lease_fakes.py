@@ -1,5 +1,5 @@
-"""An in-memory Lease API for the tests of stator.cluster.lease (operator replicas, drivers)
-and stator.cluster.fencing."""
+"""An in-memory Lease API for the tests of stator.ha.lease (operator replicas, drivers)
+and stator.ha.fencing."""
 
 from __future__ import annotations
 

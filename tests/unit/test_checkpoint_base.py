@@ -11,9 +11,9 @@ from stator.checkpoint.metadata import (
     RemoteFile,
     SubtaskSnapshot,
 )
-from stator.cluster.placement import LocalRestore
 from stator.driver.checkpoint_base import incremental_base, local_restore
 from stator.lineage import Target
+from stator.locality.placement import LocalRestore
 from stator.savepoint.metadata import SavepointMetadata
 from stator.storage import open_store
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from stator.cluster import cds
-from stator.cluster.session import class_sharing_conf
+from stator.driver.spark_session import class_sharing_conf
 
 DRIVER_KEY, EXECUTOR_KEY = "spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"
 

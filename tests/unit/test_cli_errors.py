@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-import stator.cluster.session
+import stator.driver.spark_session
 from stator.checkpoint.metadata import CheckpointMetadata, metadata_key
-from stator.cli import main
+from stator.cli.main import main
 from stator.savepoint.metadata import OperatorSavepoint, SavepointMetadata
 from stator.storage import open_store
 from tests.testbed.procs import free_port
@@ -139,7 +139,7 @@ def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     def no_spark(*_: object) -> None:
         raise AssertionError("a SparkSession was created: the error was found too late")
 
-    monkeypatch.setattr(stator.cluster.session, "create_session", no_spark)
+    monkeypatch.setattr(stator.driver.spark_session, "create_session", no_spark)
     monkeypatch.setenv("STATOR_TEST_OUT", f"file://{tmp_path}/out")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "a")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret-value")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from stator.checkpoint.metadata import CheckpointMetadata, metadata_key
-from stator.cli import main
+from stator.cli.main import main
 from stator.storage import open_store
 from tests.unit.savepoints import write_savepoint
 

@@ -14,7 +14,6 @@ import pytest
 
 from stator import Pipeline
 from stator.checkpoint.metadata import CheckpointMetadata
-from stator.cluster.placement import EpochPlacement
 from stator.config import JobConfig, load_config
 from stator.control.client import ControlAnswerInvalid, ControlUnreachable, read_answer
 from stator.control.schema import (
@@ -31,6 +30,7 @@ from stator.control.wire import MAX_ITEMS, MAX_TEXT, WireError, camel
 from stator.driver.job import Job
 from stator.driver.status import JobState
 from stator.epoch.reports import StandbyTally
+from stator.locality.placement import EpochPlacement
 from stator.sinks import CollectSink
 from stator.sources.generator import list_source
 

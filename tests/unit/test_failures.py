@@ -11,9 +11,9 @@ from stator.checkpoint.metadata import CheckpointMetadata
 from stator.driver.failures import Kind, classify, short_error
 from stator.errors import ConfigError, StorageError
 from stator.lineage import Target
+from stator.locality.restore import RestoreError
 from stator.savepoint.metadata import SavepointMetadata
 from stator.storage import open_store
-from stator.tasks.local_state import RestoreError
 from stator.tasks.user_errors import UserFunctionError, summarize, user_code
 
 

@@ -1,4 +1,4 @@
-"""The driver's lease fences a replaced driver (stator.cluster.fencing): against the in-memory
+"""The driver's lease fences a replaced driver (stator.ha.fencing): against the in-memory
 Lease API of lease_fakes, with real threads and short durations."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from stator.checkpoint.coordinator import CheckpointCoordinator
-from stator.cluster import fencing
-from stator.cluster.lease import RELEASED_FOR
 from stator.config import LeaseConfig, load_config
 from stator.driver.completion import PendingOutput
 from stator.errors import ConfigError
+from stator.ha import fencing
+from stator.ha.lease import RELEASED_FOR
 from stator.storage import open_store
 from tests.helpers import wait_until
 from tests.unit.lease_fakes import FakeLeases

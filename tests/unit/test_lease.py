@@ -1,4 +1,4 @@
-"""One holder of a Lease at a time (stator.cluster.lease: operator replicas, drivers), against
+"""One holder of a Lease at a time (stator.ha.lease: operator replicas, drivers), against
 an in-memory Lease API that refuses updates with a stale resourceVersion, as the API server
 does."""
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from urllib3.exceptions import MaxRetryError
 
-from stator.cluster.lease import LeaseHolder
+from stator.ha.lease import LeaseHolder
 from tests.helpers import wait_until
 from tests.unit.lease_fakes import FakeLeases
 

@@ -157,7 +157,7 @@ def test_well_formed_metadata_still_reads() -> None:
 
 def test_restore_sources_name_the_commit_each_subtask_must_be() -> None:
     """Local state is kept only if it is the commit the restore source was taken from
-    (``tasks/local_state.py``, step 1): for the subtasks of an operator at the parallelism
+    (``locality/restore.py``, step 1): for the subtasks of an operator at the parallelism
     the source was taken at; metadata of an older Stator (no commits) names none."""
     from stator.lineage import Target
 

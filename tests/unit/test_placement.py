@@ -6,18 +6,18 @@ from pathlib import Path
 
 import pytest
 
-from stator.cluster import session
-from stator.cluster.inventory import Holding, list_copies
-from stator.cluster.placement import (
+from stator.driver import spark_session
+from stator.driver.spark_session import placement_conf
+from stator.epoch.reports import RestoreReport, StateReport
+from stator.epoch.spec import NODE_NAME_ENV, STATE_DIR_ENV
+from stator.errors import ConfigError
+from stator.locality.inventory import Holding, list_copies
+from stator.locality.placement import (
     LocalRestore,
     PlacementTracker,
     standby_holdings,
     uses_placement,
 )
-from stator.cluster.session import placement_conf
-from stator.epoch.reports import RestoreReport, StateReport
-from stator.epoch.spec import NODE_NAME_ENV, STATE_DIR_ENV
-from stator.errors import ConfigError
 
 
 def report(
@@ -86,7 +86,7 @@ def test_without_a_jdk_the_job_runs_without_placement(monkeypatch: pytest.Monkey
     def no_javac() -> None:
         raise ConfigError("'javac' not found")
 
-    monkeypatch.setattr(session, "ensure_jar", no_javac)
+    monkeypatch.setattr(spark_session, "ensure_jar", no_javac)
     assert placement_conf("k8s://https://10.0.0.1:443", {}) == {}
 
 

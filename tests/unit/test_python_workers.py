@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from stator.cluster import worker_warmup
-from stator.cluster.pydaemon import redundant_archives
-from stator.tasks import gc_pause
+from stator.tasks import gc_pause, worker_warmup
 from stator.tasks.gc_pause import gc_paused, resume_after_each_task
+from stator.tasks.pydaemon import redundant_archives
 
 
 def _package(root: Path, name: str, version: str) -> str:
@@ -146,7 +145,7 @@ def _in_fresh_python(code: str, env: dict[str, str]) -> list[str]:
 
 WARM_THEN_BUILD = """
     import sys
-    from stator.cluster.worker_warmup import warm
+    from stator.tasks.worker_warmup import warm
     print(",".join(warm()))
     print("boto3" in sys.modules)
     from stator import storage
@@ -169,7 +168,7 @@ def test_the_daemon_loads_the_task_modules_and_s3_before_it_forks_workers() -> N
 def test_without_s3_credentials_the_daemon_does_not_load_boto3() -> None:
     code = """
         import sys
-        from stator.cluster.worker_warmup import warm
+        from stator.tasks.worker_warmup import warm
         print(",".join(warm()))
         print("boto3" in sys.modules)
     """

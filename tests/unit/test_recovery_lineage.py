@@ -14,10 +14,10 @@ from stator.checkpoint.metadata import CheckpointMetadata, OperatorSnapshot, met
 from stator.config import load_config
 from stator.driver.epoch_loop import RegionLoop
 from stator.errors import JobFailed, StatorError
+from stator.locality.restore import RESTORE_ERROR_MARKER
 from stator.sinks import CollectSink
 from stator.sources.generator import list_source
 from stator.storage import open_store
-from stator.tasks.local_state import RESTORE_ERROR_MARKER
 
 
 def pipeline() -> Pipeline:

@@ -264,9 +264,9 @@ def test_the_jobs_state_out_of_its_regions(
 
 
 def test_a_lost_executor_names_the_regions_whose_local_state_it_held() -> None:
-    from stator.cluster.placement import PlacementTracker
     from stator.driver.regions import lost_state
     from stator.epoch.reports import StateReport
+    from stator.locality.placement import PlacementTracker
 
     def ran(tracker: PlacementTracker, uid: str, subtask: int, executor: str) -> None:
         state = StateReport(uid, subtask, 1, 0, 0, 0, executor=executor, host="h")

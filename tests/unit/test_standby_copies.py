@@ -19,16 +19,17 @@ from stator.checkpoint.metadata import (
     RemoteFile,
     SubtaskSnapshot,
 )
-from stator.cluster.inventory import Holding, list_copies
-from stator.cluster.placement import EpochLocations, LocalRestore, PlacementTracker
-from stator.cluster.standby import StandbyAssigner
 from stator.driver.status import StandbyCopies
 from stator.epoch.reports import StandbyTally
 from stator.epoch.spec import STATE_DIR_ENV, CheckpointTask, RestoreTask, StandbyOrder
 from stator.errors import StorageError
+from stator.locality import local_copy, standby_copy
+from stator.locality.inventory import Holding, list_copies
+from stator.locality.placement import EpochLocations, LocalRestore, PlacementTracker
+from stator.locality.restore import open_state
+from stator.locality.snapshot import take_snapshot
+from stator.locality.standby import StandbyAssigner
 from stator.storage import FileStore, ObjectStore
-from stator.tasks import local_copy, standby_copy
-from stator.tasks.local_state import open_state, take_snapshot
 from tests.unit.subtask_epochs import KG, UID, commit, spec
 
 # ---------------------------------------------------------------- keeping and restoring

@@ -7,18 +7,18 @@ from pathlib import Path
 import pytest
 
 from stator.api.functions import KeyCursor, RuntimeContext
-from stator.api.serializers import INT64, JSON, UTF8
-from stator.api.state import (
+from stator.errors import StateCompatibilityError
+from stator.keygroups import KeyGroupRange
+from stator.state.backend import KeyedBackend
+from stator.state.descriptors import (
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
-from stator.errors import StateCompatibilityError
-from stator.keygroups import KeyGroupRange
-from stator.state.backend import KeyedBackend
 from stator.state.layout import EVENT_TIME, META_COMMIT, keyed_key
 from stator.state.options import RocksDBOptions
+from stator.state.serializers import INT64, JSON, UTF8
 from stator.state.tables import MISSING
 
 MP = 16

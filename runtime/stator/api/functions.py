@@ -6,14 +6,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, overload
 
-from ..state.markers import MISSING
-from .state import (
+from ..state.descriptors import (
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,
     StateDescriptor,
     ValueStateDescriptor,
 )
+from ..state.markers import MISSING
 
 if TYPE_CHECKING:
     from ..state.tables import ListTable, MapTable, ReducingTable, Table

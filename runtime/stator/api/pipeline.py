@@ -335,9 +335,9 @@ class KeyedStream:
         allowed_lateness_ms: int = 0,
         parallelism: int | None = None,
     ) -> Stream:
-        """Event-time windows (stator.windows: Tumbling, Sliding, Session) aggregated with
+        """Event-time windows (stator.api.windows: Tumbling, Sliding, Session) aggregated with
         ``aggregate`` (Count, Sum, Collect or your own); emits ``Windowed`` records."""
-        from ..windows import WindowFunction  # noqa: PLC0415 - windows build on this module
+        from .windows import WindowFunction  # noqa: PLC0415 - windows build on this module
 
         return self.process(
             WindowFunction(assigner, aggregate, allowed_lateness_ms),

@@ -44,8 +44,8 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 
-from ..cluster.fencing import TAKEOVER_ID_GAP, guard, took_over
 from ..errors import CheckpointNotFoundError, StorageError
+from ..ha.fencing import TAKEOVER_ID_GAP, guard, took_over
 from ..storage import ObjectStore
 from .metadata import (
     METADATA_NAME,

@@ -136,7 +136,7 @@ def download_snapshot(
     read from the store (inline files' included: the metadata brought them).
 
     ``reuse``: store key -> a local file that holds that object (a local copy of another
-    checkpoint of the subtask: ``tasks/standby_copy.py``, ``tasks/local_state.py``),
+    checkpoint of the subtask: ``locality/standby_copy.py``, ``locality/restore.py``),
     hard-linked instead of downloaded. Keys are
     unique per upload (``shared_key``), so the same key is the same bytes.
 

@@ -4,7 +4,7 @@ keyed task hands its files to, and the confirmations the driver completes a chec
 A keyed subtask's part of checkpoint N with ``checkpoint.async_upload``, step by step:
 
 1. In the task (synchronous): commit the epoch, snapshot the database (hard links,
-   ``tasks/local_state.py``) and plan the upload (``transfer.plan_upload``: every key is
+   ``locality/restore.py``) and plan the upload (``transfer.plan_upload``: every key is
    chosen now, under a token of this task attempt). The task reports the planned files and
    the token, submits the upload and returns: the epoch does not wait for the store. A
    failure here declines N in the report, as with synchronous uploads.
@@ -161,7 +161,7 @@ _lock = threading.Lock()
 
 
 def submit(job: Any) -> bool:
-    """Hand ``job`` (an :class:`UploadJob`, or a standby copy's job: ``tasks/standby_copy.py``)
+    """Hand ``job`` (an :class:`UploadJob`, or a standby copy's job: ``locality/standby_copy.py``)
     to this process's uploader (started on first use). Returns False if it could not be
     handed over: the caller runs an upload itself."""
     with _lock:

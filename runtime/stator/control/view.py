@@ -7,11 +7,11 @@ from typing import Any, Protocol
 
 from ..api.pipeline import Pipeline
 from ..checkpoint.metadata import CheckpointMetadata
-from ..cluster.placement import PlacementTracker
 from ..driver.handover import Handover
 from ..driver.parallelism import Parallelism
 from ..driver.savepoints import SavepointRequest, SavepointRequests
 from ..driver.status import CheckpointOutcome, JobStatus
+from ..locality.placement import PlacementTracker
 from ..storage import ObjectStore
 
 

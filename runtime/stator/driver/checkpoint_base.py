@@ -8,14 +8,14 @@ checkpoint:
   checkpoint in flight, else with the one the job restored or last completed
   (:func:`incremental_base`; ``in_flight.py`` step 1);
 - keyed subtasks that must restore may find local copies of the restored checkpoint on the
-  executors, with local recovery on (:func:`local_restore`; ``cluster/placement.py``).
+  executors, with local recovery on (:func:`local_restore`; ``locality/placement.py``).
 """
 
 from __future__ import annotations
 
 from ..checkpoint.metadata import CheckpointMetadata, RemoteFile
-from ..cluster.placement import LocalRestore
 from ..lineage import Target
+from ..locality.placement import LocalRestore
 from ..storage import ObjectStore
 
 # (operator uid, subtask) -> file name -> the file as stored

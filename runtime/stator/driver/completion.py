@@ -36,9 +36,9 @@ from ..checkpoint.metadata import (
     version_for,
 )
 from ..checkpoint.pending import PendingCheckpoint, Verdict
-from ..cluster.fencing import guard
 from ..epoch.reports import SinkReport, StateReport
 from ..errors import SinkCommitError
+from ..ha.fencing import guard
 
 log = logging.getLogger("stator.checkpoint")
 

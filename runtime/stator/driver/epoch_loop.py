@@ -37,14 +37,14 @@ from typing import Any
 from ..api.pipeline import KeyedNode, Pipeline, SinkNode, SourceNode
 from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.ownership import Ownership
-from ..cluster.fencing import guard
 from ..cluster.jvm import live_executors, load_helper
-from ..cluster.placement import PlacementTracker, uses_placement
 from ..config import JobConfig
 from ..epoch.reports import Report, SinkReport, SplitFailure, SplitReport, StateReport
 from ..epoch.spec import EpochSpec, SavepointTask
 from ..errors import JobFailed
+from ..ha.fencing import guard
 from ..lineage import Target
+from ..locality.placement import PlacementTracker, uses_placement
 from ..storage import ObjectStore
 from .checkpointing import RegionCheckpoints
 from .completion import PendingOutput

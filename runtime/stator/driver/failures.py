@@ -25,7 +25,7 @@ from enum import Enum
 
 from ..errors import ConfigError, PipelineError, StateCompatibilityError
 from ..lineage import Target
-from ..tasks.local_state import RESTORE_ERROR_MARKER
+from ..locality.restore import RESTORE_ERROR_MARKER
 from ..tasks.user_errors import TRACEBACK_BEGIN, TRACEBACK_END, USER_ERROR_MARKER
 
 _ATTEMPTS = re.compile(r"failed (\d+) times")

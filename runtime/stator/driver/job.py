@@ -23,10 +23,9 @@ from ..api.pipeline import Pipeline, SinkNode
 from ..checkpoint.coordinator import now_ms
 from ..checkpoint.metadata import CheckpointMetadata
 from ..cluster.jvm import live_executors
-from ..cluster.placement import PlacementTracker
-from ..cluster.session import share_python_path, starts_executor_pods, warm_python_workers
 from ..config import JobConfig
 from ..lineage import Target
+from ..locality.placement import PlacementTracker
 from ..storage import ObjectStore, open_store
 from .epoch_loop import RegionLoop
 from .handover import Handover, HandoverRequest
@@ -42,6 +41,7 @@ from .regions import (
     take_savepoint,
 )
 from .savepoints import SavepointRequest, SavepointRequests
+from .spark_session import share_python_path, starts_executor_pods, warm_python_workers
 from .status import CheckpointHistory, JobState, JobStatus, StartupTimes
 
 log = logging.getLogger("stator.driver")
@@ -279,7 +279,7 @@ class Job:
 
     def _start_spark(self) -> None:
         if self.spark is None:
-            from ..cluster.session import create_session  # noqa: PLC0415 - starts a JVM
+            from .spark_session import create_session  # noqa: PLC0415 - starts a JVM
 
             spark_cfg = self.config.spark
             if self.regional:  # each region's jobs in a pool of its own

@@ -1,6 +1,6 @@
 """Where an epoch's keyed subtasks run when there are several executors: pinned to the
-executor holding their local state (``cluster/placement.py``), with standby copies on others
-(``cluster/standby.py``). Built by the epoch loop once Spark is known."""
+executor holding their local state (``locality/placement.py``), with standby copies on others
+(``locality/standby.py``). Built by the epoch loop once Spark is known."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ from typing import Any
 
 from ..checkpoint.metadata import CheckpointMetadata
 from ..cluster.jvm import fail_futile_retries, watch_lost_pods
-from ..cluster.placement import EpochLocations, Placer
-from ..cluster.session import starts_executor_pods
-from ..cluster.standby import StandbyAssigner
 from ..config import JobConfig
 from ..epoch.spec import EpochSpec, StandbyTask
 from ..errors import StateMismatchError
+from ..locality.placement import EpochLocations, Placer
+from ..locality.standby import StandbyAssigner
 from ..storage import ObjectStore
 from .checkpoint_base import local_restore
 from .recovery import Position
+from .spark_session import starts_executor_pods
 from .status import JobStatus
 
 
@@ -101,7 +101,7 @@ class Placing:
     def _standby_orders(
         self, placement: EpochLocations, local_dir: str, latest: CheckpointMetadata | None
     ) -> StandbyTask | None:
-        """This epoch's standby copies (``cluster/standby.py``): in the spec for the executors
+        """This epoch's standby copies (``locality/standby.py``): in the spec for the executors
         its keyed tasks run on, sent now to the others; and shown in the placement status."""
         assert self.standby is not None
         nodes = {**self.standby.nodes, **self.placer.tracker.nodes()}

@@ -43,11 +43,11 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ..checkpoint.coordinator import now_ms
-from ..cluster.fencing import guard
-from ..cluster.placement import PlacementTracker
 from ..config import JobConfig
 from ..errors import ConfigError, StatorError
+from ..ha.fencing import guard
 from ..lineage import Target, has_run, load_target, savepoint_location
+from ..locality.placement import PlacementTracker
 from ..savepoint.metadata import METADATA_NAME
 from ..savepoint.native import remove_strays
 from ..storage import ObjectStore, open_store

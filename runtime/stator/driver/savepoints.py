@@ -45,11 +45,11 @@ from ..api.time import MAX_TIMESTAMP
 from ..checkpoint.coordinator import now_ms
 from ..checkpoint.metadata import METADATA_NAME as CHECKPOINT_METADATA
 from ..checkpoint.metadata import SubtaskSnapshot
-from ..cluster.fencing import guard
 from ..config import SavepointConfig
 from ..epoch.reports import StateReport
 from ..epoch.spec import SavepointTask
 from ..errors import StatorError
+from ..ha.fencing import guard
 from ..lineage import savepoint_location
 from ..savepoint.metadata import (
     CANONICAL_VERSION,

@@ -28,7 +28,7 @@ def run_epoch_job(
 ) -> list[Report]:
     """Run one epoch as Spark job group ``group``; ``placement`` (uid, parallelism ->
     preferred location per subtask), if given, places keyed tasks through the JVM RDD
-    (``cluster/placement.py``)."""
+    (``locality/placement.py``)."""
     from pyspark.accumulators import AccumulatorParam  # noqa: PLC0415 - pyspark is heavy
 
     class Reports(AccumulatorParam):  # type: ignore[type-arg]

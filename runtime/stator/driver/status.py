@@ -16,8 +16,8 @@ from typing import Any
 from ..checkpoint.coordinator import now_ms
 from ..checkpoint.metadata import CheckpointMetadata
 from ..checkpoint.pending import CheckpointResult
-from ..cluster.placement import EpochPlacement
 from ..epoch.reports import StandbyTally, StateReport
+from ..locality.placement import EpochPlacement
 
 log = logging.getLogger("stator.driver")
 

@@ -99,7 +99,7 @@ NO_RESTORE = RestoreReport("none")
 @dataclass(frozen=True)
 class StandbyTally:
     """The standby copies one uploader process made since it started
-    (``tasks/standby_copy.py``): a copy's cost is bytes read from the object store on an
+    (``locality/standby_copy.py``): a copy's cost is bytes read from the object store on an
     executor that does not run the subtask, which no restore counts. Cumulative, so the
     driver keeps each uploader's newest and a tally reported twice or late counts once."""
 

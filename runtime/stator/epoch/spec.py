@@ -99,7 +99,7 @@ class SavepointTask:
 @dataclass(frozen=True)
 class StandbyOrder:
     """Keep a standby copy of one keyed subtask's part of checkpoint ``checkpoint_id`` (its
-    snapshot's ``files``) on the executor this order is for (``tasks/standby_copy.py``)."""
+    snapshot's ``files``) on the executor this order is for (``locality/standby_copy.py``)."""
 
     uid: str
     subtask: int
@@ -140,7 +140,7 @@ class EpochSpec:
     verify_states: bool = False
     allow_non_restored_state: bool = False
     # The latest checkpoint the driver completed (0: none). Tasks keep its local copy and
-    # delete older ones (``tasks/local_copy.py``); a copy of any other id is never restored.
+    # delete older ones (``locality/local_copy.py``); a copy of any other id is never restored.
     completed_checkpoint: int = 0
     # Checkpoints whose uploads may still be running: their local copies are kept.
     in_flight: frozenset[int] = frozenset()
@@ -154,11 +154,11 @@ class EpochSpec:
     # trusted but at epoch 0.
     commits: dict[tuple[str, int], str] = field(default_factory=dict)
     # (uid, subtask) -> the executor location (``executor_<host>_<id>``) the driver sent the
-    # subtask to because its state is there (``cluster/placement.py``): a Spark retry of
+    # subtask to because its state is there (``locality/placement.py``): a Spark retry of
     # its task elsewhere fails rather than restore from the object store, so that the
-    # driver can wait for that executor's replacement (``tasks/local_state.py``, step 3).
+    # driver can wait for that executor's replacement (``locality/restore.py``, step 3).
     pinned: dict[tuple[str, int], str] = field(default_factory=dict)
-    # Standby copies of the latest completed checkpoint to keep (``cluster/standby.py``).
+    # Standby copies of the latest completed checkpoint to keep (``locality/standby.py``).
     standby: StandbyTask | None = None
     # The driver's random key for the warm cache files its tasks write (``state/warm.py``):
     # a file without its MAC is never unpickled. Empty: no files.

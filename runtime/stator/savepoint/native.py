@@ -1,6 +1,6 @@
 """Native-format savepoints: a keyed subtask's RocksDB files, uploaded as they are into the
 savepoint's own directory (no reference to the checkpoints: disposing of either never breaks
-the other). Restoring one is restoring a checkpoint (``tasks/local_state.py``): the same
+the other). Restoring one is restoring a checkpoint (``locality/restore.py``): the same
 download at the same parallelism, the same copy of overlapping databases' key-groups at
 another.
 

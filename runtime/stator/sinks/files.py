@@ -7,7 +7,7 @@ covering epoch E completes, the driver moves each *reported* staged object to
 ``_``-prefixed paths (Spark, Hive, :func:`read_committed`) never see staged output, and since
 committed part names are deterministic a replayed epoch rewrites the same objects: no
 duplicates. An attempt nobody reported (a failed Spark attempt that still finished writing, or
-a task of a driver that was replaced and cut off: ``cluster/fencing.py``) writes an object no
+a task of a driver that was replaced and cut off: ``ha/fencing.py``) writes an object no
 commit moves, so it can never replace the output that is committed.
 """
 

@@ -14,10 +14,10 @@ from typing import Any, cast
 
 import rocksdict
 
-from ..api.state import MapStateDescriptor, StateDescriptor
 from ..errors import StateCompatibilityError
 from ..keygroups import KeyGroupRange
 from . import warm
+from .descriptors import MapStateDescriptor, StateDescriptor
 from .layout import (
     MAX_STATE_ID,
     META_COMMIT,

@@ -19,8 +19,7 @@ from typing import Any, cast
 
 import rocksdict
 
-from ..api.serializers import Serializer
-from ..api.state import (
+from .descriptors import (
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,
@@ -29,6 +28,7 @@ from ..api.state import (
 )
 from .layout import prefix_end
 from .markers import MISSING, UNLOADED
+from .serializers import Serializer
 
 _LEN = struct.Struct(">I")
 

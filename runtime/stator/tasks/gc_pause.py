@@ -11,7 +11,7 @@ The task's output is still alive when the function returns: PySpark pickles it f
 shuffle afterwards. Switched back on at that point, the collector's first young collection
 traversed all of it (profiled: 15% of the Python workers' time in the keyed count, at the
 first allocation after the source task returned). So in Spark's Python workers the daemon
-(``cluster/pydaemon.py``) asks for the collector back only when the whole PySpark task has
+(``tasks/pydaemon.py``) asks for the collector back only when the whole PySpark task has
 ended (:func:`resume_after_each_task`), when the output is freed; PySpark's daemon then
 collects once before the worker's next task. Elsewhere (a task run directly, a test) it is
 switched back on when the task returns or raises, so cycles a user function created are

@@ -3,7 +3,7 @@
 1. Sort the incoming batches by their order key, so a replayed epoch processes the same
    records in the same order.
 2. Open the subtask's local state at the epoch the driver expects, restoring it if it is
-   not there (``local_state.py``).
+   not there (``locality/restore.py``).
 3. Run the operator, fire timers, stage chained sinks' output.
 4. Commit the epoch's state changes atomically (after staging: a failed commit re-stages the
    same parts on retry; the reverse order could lose them).
@@ -26,16 +26,17 @@ from ..epoch.reports import Report, SavepointPart, StateReport
 from ..epoch.spec import EpochSpec, node_name
 from ..errors import StateCompatibilityError
 from ..keygroups import range_for_subtask
+from ..locality.restore import open_state
+from ..locality.snapshot import take_snapshot
+from ..locality.standby_copy import hand_over
 from ..savepoint.metadata import NATIVE
 from ..savepoint.native import export_database
 from ..savepoint.transfer import export_key_groups, state_catalog
 from ..state.backend import KeyedBackend
 from .gc_pause import gc_paused
-from .local_state import open_state, take_snapshot
 from .operators import ProcessRunner, ReduceRunner
 from .routing import Router, Shuffled, unpack
 from .source import part_name
-from .standby_copy import hand_over
 from .user_errors import user_code
 
 

@@ -14,12 +14,12 @@ from typing import Any
 
 from ..api.functions import KeyCursor, KeyedProcessFunction, RuntimeContext
 from ..api.pipeline import ProcessNode, ReduceNode, _add, _one
-from ..api.serializers import INT64, PICKLE
-from ..api.state import ListStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor
 from ..keygroups import decode_key
 from ..state.backend import KeyedBackend
+from ..state.descriptors import ListStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor
 from ..state.layout import EVENT_TIME, PROCESSING_TIME
 from ..state.markers import MISSING
+from ..state.serializers import INT64, PICKLE
 from .routing import Batch, Columns
 
 REDUCE_STATE = "reduce"

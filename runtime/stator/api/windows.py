@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
-from .api.functions import Context, KeyedProcessFunction, MapState, RuntimeContext
-from .api.serializers import INT64
-from .api.state import MapStateDescriptor
-from .errors import PipelineError
+from ..errors import PipelineError
+from ..state.descriptors import MapStateDescriptor
+from ..state.serializers import INT64
+from .functions import Context, KeyedProcessFunction, MapState, RuntimeContext
 
 
 class Windowed(NamedTuple):

@@ -43,9 +43,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..cluster.jvm import executor_location, live_executors
 from ..epoch.reports import StateReport
 from .inventory import Copy, Holding, Inventory
-from .jvm import executor_location, live_executors
 
 log = logging.getLogger("stator.cluster")
 
@@ -276,7 +276,7 @@ def standby_holdings(
     that hand each subtask to it without a survey, a Spark job on every executor (measured:
     1.3 s of a 5.3 s recovery on the loaded test bed). Whether that executor finished its
     copy is not known here; a restore there catches the copy up with the files it lacks,
-    from the object store (``tasks/standby_copy.py``), so an unfinished copy costs download
+    from the object store (``locality/standby_copy.py``), so an unfinished copy costs download
     time, never state. None when a stranded subtask has no live standby executor: the
     driver surveys, and may wait for replacements."""
     held: dict[str, set[Copy]] = {}
@@ -324,7 +324,7 @@ def _holders(
     exact = [Where(h.executor, h.host, h.node) for h in holdings.values() if copy in h.copies]
     if exact:
         return exact
-    return [  # a standby copy a restore brings up to the checkpoint (``tasks/standby_copy.py``)
+    return [  # a standby copy a restore brings up to the checkpoint (``locality/standby_copy.py``)
         Where(h.executor, h.host, h.node)
         for h in holdings.values()
         if any(c[:3] == key and c[3] <= restore.checkpoint_id for c in h.standby)

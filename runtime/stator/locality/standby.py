@@ -1,5 +1,5 @@
 """Driver side of standby copies (``local_recovery.standby``; the executor side is
-``tasks/standby_copy.py``): which executor keeps a copy of each keyed subtask's latest
+``locality/standby_copy.py``): which executor keeps a copy of each keyed subtask's latest
 completed checkpoint, written into every epoch's spec as orders.
 
 1. A subtask's standby executor stays the same while it lives and the subtask is not planned
@@ -34,12 +34,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ..checkpoint.metadata import CheckpointMetadata
+from ..cluster.jvm import executor_location, prefer_locations
 from ..epoch.reports import StandbyTally
 from ..epoch.spec import StandbyOrder, StandbyTask
 from ..storage import ObjectStore
-from ..tasks.standby_copy import hand_over_orders
-from .jvm import executor_location, prefer_locations
 from .placement import EpochLocations
+from .standby_copy import hand_over_orders
 
 log = logging.getLogger("stator.cluster")
 

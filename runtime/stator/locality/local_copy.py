@@ -22,7 +22,7 @@ subtask that needs the object with that key hard-links the file instead of downl
 (:func:`reusable`): a standby copy made on an executor whose volume holds the subtask's own
 older copy (the replacement of the executor that ran it) reads only the files added since;
 so does a restore from the object store on an executor that kept only an older copy (SSTs
-only: ``tasks/local_state.py``).
+only: ``locality/restore.py``).
 
 Restoring from a copy (``restore_local``):
 

@@ -8,7 +8,7 @@ fed from the object store, which stays the primary copy and the truth.
 Keeping a copy (one subtask, on its standby executor):
 
 1. The driver names each subtask's standby executor and the files of the subtask's snapshot
-   in the latest completed checkpoint, in every epoch's spec (``cluster/standby.py``).
+   in the latest completed checkpoint, in every epoch's spec (``locality/standby.py``).
 2. A keyed task on that executor hands the orders for its executor to the executor's
    uploader process (:func:`hand_over`) and goes on: the epoch never waits for a standby
    copy. An executor that runs no keyed subtask gets its orders from a small task the driver
@@ -36,7 +36,7 @@ executor's state directory; keyed tasks and the driver's hand-over tasks there r
 (:func:`read_tally`), so the driver's status and metrics show what standby copies cost.
 
 Restoring: ``chk-<id>`` is an ordinary local copy (``local_copy.py``); the placement finds
-it by the executors' survey (``cluster/inventory.py``). A standby copy of an older
+it by the executors' survey (``locality/inventory.py``). A standby copy of an older
 checkpoint than the one restored is brought up to it first (:func:`keep` again, in the
 task): only the files added since are read from the object store.
 """
@@ -197,7 +197,7 @@ def hand_over_orders(
     task: StandbyTask, job: str, local_dir: str, _: Iterable[Any]
 ) -> Iterator[tuple[str, str, str, StandbyTally | None]]:
     """Step 2 on the executor this runs on: from a keyed task, or from the driver's task for
-    an executor that runs no keyed subtask (``cluster/standby.py``). Yields this executor's
+    an executor that runs no keyed subtask (``locality/standby.py``). Yields this executor's
     location if its orders were handed over (else ""), its id, its node and its uploader's
     tally. Best effort: a standby copy is never worth failing an epoch for."""
     executor, host = task_location()

@@ -20,7 +20,7 @@ version, stays.
 It also wraps each worker's per-task entry so a collector a Stator task paused
 (``tasks/gc_pause.py``) resumes only once PySpark has sent that task's output, and starts the
 executor's checkpoint uploader (``checkpoint/executor_uploader.py``), and loads what every
-worker would import in its first task before it forks any (``cluster/worker_warmup.py``).
+worker would import in its first task before it forks any (``tasks/worker_warmup.py``).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def main() -> None:
     from pyspark import daemon  # noqa: PLC0415 - only after the path is trimmed
 
     from ..checkpoint import executor_uploader  # noqa: PLC0415 - after the trim too
-    from ..tasks.gc_pause import resume_after_each_task  # noqa: PLC0415 - after the trim too
+    from .gc_pause import resume_after_each_task  # noqa: PLC0415 - after the trim too
     from .worker_warmup import warm  # noqa: PLC0415 - after the trim too
 
     executor_uploader.start()  # before any worker is forked: they inherit its address

@@ -1,6 +1,6 @@
 """What Spark's Python daemon loads before it forks any worker, so that workers start warm.
 
-PySpark forks each Python worker from the executor's daemon (``cluster/pydaemon.py``); a
+PySpark forks each Python worker from the executor's daemon (``tasks/pydaemon.py``); a
 worker begins with what the daemon had imported, and imports the rest inside its first task.
 For a keyed task that first runs on an executor after a failure (a standby copy taking over,
 a replacement pod) that was on the recovery's path: in the standby benchmark the first keyed

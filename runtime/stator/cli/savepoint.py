@@ -12,7 +12,7 @@ from ..control.schema import SavepointRequest
 from ..control.token import read_token
 from ..errors import StatorError
 from ..lineage import dispose_savepoint, list_savepoints, load_savepoint, snapshot_dir
-from .metadata import SavepointMetadata
+from ..savepoint.metadata import SavepointMetadata
 
 
 def savepoint_command(args: argparse.Namespace) -> int:

@@ -34,9 +34,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..cluster.kubernetes import SERVICE_ACCOUNT_DIR
 from ..config import LeaseConfig
 from ..errors import ConfigError, StatorError, report_error
-from .kubernetes import SERVICE_ACCOUNT_DIR
 
 if TYPE_CHECKING:  # the Kubernetes client loads only in a driver that holds a lease
     from .lease import LeaseHolder

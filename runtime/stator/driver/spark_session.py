@@ -10,12 +10,12 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+from ..cluster import cds
+from ..cluster.jvm import ensure_jar
+from ..cluster.kubernetes import MASTER, in_cluster_conf
 from ..config import SPARK_REQUIRED, SparkConfig
 from ..errors import ConfigError
-from . import cds
-from .jvm import ensure_jar
-from .kubernetes import MASTER, in_cluster_conf
-from .placement import uses_placement
+from ..locality.placement import uses_placement
 
 log = logging.getLogger("stator.cluster")
 
@@ -24,7 +24,7 @@ log = logging.getLogger("stator.cluster")
 # drops Spark's zipped copies of pyspark and py4j where they are also installed
 # (``pydaemon.py``: they cost every task a re-read of a 3 MB zip's directory).
 DEFAULTS = {
-    "spark.python.daemon.module": "stator.cluster.pydaemon",
+    "spark.python.daemon.module": "stator.tasks.pydaemon",
 }
 
 

@@ -1,5 +1,5 @@
 """A keyed subtask's local state on the executor: open it at the epoch the driver expects,
-restore it when it is not there, and snapshot it for a checkpoint.
+or restore it when it is not there (its snapshot for a checkpoint: ``snapshot.py``).
 
 Opening subtask S for epoch E (its state must be at ``base_epoch`` = E-1):
 
@@ -28,7 +28,7 @@ Opening subtask S for epoch E (its state must be at ``base_epoch`` = E-1):
    executor at once, which would read the state from the object store before the
    executor's replacement (same node, same volume) could register. That retry fails with
    :class:`~stator.errors.StateMismatchError` instead; the driver rewinds to the
-   checkpoint and waits for the replacement (``cluster/placement.py``). A retry is a later
+   checkpoint and waits for the replacement (``locality/placement.py``). A retry is a later
    attempt of the task or any task of a resubmitted stage (a lost executor's shuffle
    output resubmits the stage), or a first attempt that runs elsewhere because that
    executor was lost after the driver planned the epoch. A first attempt that Spark placed
@@ -47,9 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from ..api.time import MAX_TIMESTAMP, MIN_TIMESTAMP
-from ..checkpoint import uploads
 from ..checkpoint.metadata import SubtaskSnapshot
-from ..checkpoint.transfer import download_snapshot, plan_upload, send_files
+from ..checkpoint.transfer import download_snapshot
 from ..cluster.jvm import executor_location, task_is_retry, task_location, task_sent_to_gone
 from ..epoch.reports import NO_RESTORE, RestoreReport
 from ..epoch.spec import EpochSpec, RestoreTask
@@ -468,55 +467,3 @@ def _rescale_from(
         for _, where in staged:
             shutil.rmtree(where, ignore_errors=True)
     return (watermark if sources else MIN_TIMESTAMP), read
-
-
-def take_snapshot(
-    spec: EpochSpec, uid: str, subtask: int, key_groups: KeyGroupRange, backend: KeyedBackend
-) -> tuple[SubtaskSnapshot, str]:
-    """Synchronous part (flush + hard links, plan the upload), then the upload of what is
-    new: here, or handed to the worker's uploader (``checkpoint/uploads.py``). Returns the
-    snapshot and the token of an asynchronous upload ("" if done)."""
-    ck = spec.checkpoint
-    assert ck is not None
-    base = spec.state_dir(uid, subtask)
-    local = local_copy.copy_dir(base, ck.checkpoint_id)
-    # An earlier attempt's keys would name this attempt's files until it writes its own.
-    local_copy.keys_path(base, ck.checkpoint_id).unlink(missing_ok=True)
-    files = backend.snapshot_to(local)
-    plan = plan_upload(
-        ck.checkpoint_id,
-        uid,
-        subtask,
-        local,
-        files,
-        ck.previous.get((uid, subtask), {}),
-        ck.incremental,
-        ck.inline_max_bytes,
-    )
-    snapshot = SubtaskSnapshot(
-        subtask,
-        spec.parallelism[uid],
-        (key_groups.start, key_groups.end),
-        spec.epoch,
-        plan.files,
-        plan.bytes,
-        backend.commit_token,
-    )
-    # Keep this copy, those of checkpoints still uploading and the latest completed
-    # checkpoint's until the driver confirms a newer one (none with local recovery off,
-    # once uploaded).
-    keep = {ck.checkpoint_id, spec.completed_checkpoint, *spec.in_flight}
-    local_copy.prune(base, keep if ck.keep_local else {ck.checkpoint_id, *spec.in_flight})
-    if ck.keep_local:
-        local_copy.write_keys(base, ck.checkpoint_id, plan.files)
-    job = uploads.UploadJob(
-        ck.store, ck.checkpoint_id, uid, subtask, local, plan, ck.deadline_ms, not ck.keep_local
-    )
-    if ck.async_upload and uploads.submit(job):
-        return snapshot, plan.token
-    try:
-        send_files(ck.store, local, plan.todo, ck.deadline_ms)
-    finally:
-        if job.drop_copy:
-            shutil.rmtree(local, ignore_errors=True)
-    return snapshot, ""

@@ -12,10 +12,11 @@ import pytest
 from stator.checkpoint.metadata import SubtaskSnapshot
 from stator.epoch.spec import CheckpointTask, RestoreTask
 from stator.errors import StateMismatchError, StorageError
+from stator.locality.restore import RESTORE_ERROR_MARKER, RestoreError, open_state
+from stator.locality.snapshot import take_snapshot
 from stator.state.backend import KeyedBackend
 from stator.state.options import RocksDBOptions
 from stator.storage import FileStore, ObjectStore
-from stator.tasks.local_state import RESTORE_ERROR_MARKER, RestoreError, open_state, take_snapshot
 from tests.unit.subtask_epochs import KG, LAST_COMMIT, MP, UID, commit, spec
 
 
@@ -247,7 +248,7 @@ def test_a_failed_snapshot_attempt_leaves_no_keys_naming_its_files(
     """A retried epoch snapshots checkpoint 1 again, and fails before it names its files'
     keys: the first attempt's keys must not be left to name the new files (a restore links
     local files by key)."""
-    from stator.tasks import local_copy, local_state
+    from stator.locality import local_copy, snapshot
 
     store = FileStore(f"file://{tmp_path}/ck")
     checkpointed(tmp_path, store, epoch=1)
@@ -258,7 +259,7 @@ def test_a_failed_snapshot_attempt_leaves_no_keys_naming_its_files(
     def fail(*_: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(local_state, "plan_upload", fail)
+    monkeypatch.setattr(snapshot, "plan_upload", fail)
     s = spec(local, 1, checkpoint=CheckpointTask(1, store, True, {}))
     s = dataclasses.replace(s, base_epoch=0, commits={})
     backend, _ = open_state(s, UID, 0, KG)
@@ -317,13 +318,13 @@ def test_a_retry_away_from_the_executor_holding_the_state_does_not_read_the_stor
     lost one's replacement (same node and volume, same local copies) can register. That
     retry must fail (the driver rewinds and waits for the replacement) rather than read the
     state from the object store; nothing is downloaded and the checkpoint is not blamed."""
-    from stator.tasks import local_state
+    from stator.locality import restore
 
     store = FileStore(f"file://{tmp_path}/ck")
     snap = checkpointed(tmp_path, store, epoch=2)
-    monkeypatch.setattr(local_state, "task_location", lambda: (executor, "10.0.0.9"))
-    monkeypatch.setattr(local_state, "task_is_retry", lambda: retry)
-    monkeypatch.setattr(local_state, "task_sent_to_gone", lambda: gone)
+    monkeypatch.setattr(restore, "task_location", lambda: (executor, "10.0.0.9"))
+    monkeypatch.setattr(restore, "task_is_retry", lambda: retry)
+    monkeypatch.setattr(restore, "task_sent_to_gone", lambda: gone)
     pinned = {(UID, 0): "executor_10.0.0.9_1"}
     s = spec(tmp_path / "executor-b", 3, restore=restore_of(store, snap), pinned=pinned)
     if not refused:

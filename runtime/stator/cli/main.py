@@ -12,8 +12,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from .errors import ConfigError, StatorError, report_error
-from .savepoint.metadata import FORMAT_TYPES
+from ..errors import ConfigError, StatorError, report_error
+from ..savepoint.metadata import FORMAT_TYPES
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "job":
             return _job(args)
         if args.command == "savepoint":
-            from .savepoint.cli import savepoint_command  # noqa: PLC0415
+            from .savepoint import savepoint_command  # noqa: PLC0415
 
             return savepoint_command(args)
         return _checkpoints(args)
@@ -129,12 +129,12 @@ def _seconds(text: str) -> float:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .cluster import fencing  # noqa: PLC0415 - the Kubernetes client only when running
-    from .cluster.session import starts_executor_pods  # noqa: PLC0415
-    from .config import load_config  # noqa: PLC0415
-    from .control.server import serving  # noqa: PLC0415 - aiohttp only when running a job
-    from .driver.job import Job  # noqa: PLC0415
-    from .loader import load  # noqa: PLC0415
+    from ..config import load_config  # noqa: PLC0415
+    from ..control.server import serving  # noqa: PLC0415 - aiohttp only when running a job
+    from ..driver.job import Job  # noqa: PLC0415
+    from ..driver.spark_session import starts_executor_pods  # noqa: PLC0415
+    from ..ha import fencing  # noqa: PLC0415 - the Kubernetes client only when running
+    from ..loader import load  # noqa: PLC0415
 
     config = load_config(args.config, args.set)
     if args.restore:
@@ -204,8 +204,8 @@ def _run(args: argparse.Namespace) -> int:
 def _job(args: argparse.Namespace) -> int:
     """One line for the job, one per failover region (its state, epoch, restarts, latest
     checkpoint and last error)."""
-    from .control.client import ControlClient  # noqa: PLC0415
-    from .control.token import read_token  # noqa: PLC0415
+    from ..control.client import ControlClient  # noqa: PLC0415
+    from ..control.token import read_token  # noqa: PLC0415
 
     job = ControlClient(args.url, timeout=10, token=read_token(args.token_file)).job()
     if args.json:
@@ -240,9 +240,9 @@ def _job(args: argparse.Namespace) -> int:
 
 
 def _checkpoints(args: argparse.Namespace) -> int:
-    from .checkpoint.coordinator import load_checkpoint  # noqa: PLC0415
-    from .lineage import list_checkpoints, snapshot_dir  # noqa: PLC0415
-    from .storage import open_store  # noqa: PLC0415
+    from ..checkpoint.coordinator import load_checkpoint  # noqa: PLC0415
+    from ..lineage import list_checkpoints, snapshot_dir  # noqa: PLC0415
+    from ..storage import open_store  # noqa: PLC0415
 
     if args.action == "show":
         parent, _, name = snapshot_dir(args.uri).rpartition("/")
@@ -266,7 +266,7 @@ def _checkpoints(args: argparse.Namespace) -> int:
         info["pending_sink_commits"] = {u: [c.epoch for c in cs] for u, cs in meta.sinks.items()}
         print(json.dumps(info, indent=2) if args.json else _text(info))
         return 0
-    from .driver.layout import region_dirs  # noqa: PLC0415
+    from ..driver.layout import region_dirs  # noqa: PLC0415
 
     root = args.uri.rstrip("/")
     rows = []

@@ -12,7 +12,7 @@ driver surveys every executor it has not surveyed yet (:meth:`Inventory.survey`)
    state directory of the executor it ran on (``epoch.spec.state_root``: the executor's own
    ``STATOR_STATE_DIR``, else the job's ``state.local_dir``) and reports it with that
    executor's id, host and node, and which of them are standby copies
-   (``tasks/standby_copy.py``). A task that landed elsewhere reports that executor: the
+   (``locality/standby_copy.py``). A task that landed elsewhere reports that executor: the
    answer is true, only incomplete, and the executor it missed is asked again next time.
 
 Executor ids are never reused within a Spark application, so what an executor held when it
@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..cluster.jvm import executor_location, prefer_locations, task_location
 from ..epoch.spec import node_name, state_root
-from ..tasks.local_copy import copy_ids
-from ..tasks.standby_copy import standby_ids
-from .jvm import executor_location, prefer_locations, task_location
+from .local_copy import copy_ids
+from .standby_copy import standby_ids
 
 _SUBTASK_DIR = re.compile(r"(\d+)-of-(\d+)")
 
@@ -49,7 +49,7 @@ class Holding:
     host: str
     node: str
     copies: frozenset[Copy]
-    # Of those, the standby copies (``tasks/standby_copy.py``): one of an older checkpoint
+    # Of those, the standby copies (``locality/standby_copy.py``): one of an older checkpoint
     # than the one restored can still serve it, catching up on the files added since.
     standby: frozenset[Copy] = frozenset()
 

@@ -1,0 +1,1 @@
+"""Leader election and fencing: which driver may act for a job."""
