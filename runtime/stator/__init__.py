@@ -26,7 +26,8 @@ from .api.functions import (
     RuntimeContext,
     ValueState,
 )
-from .api.pipeline import KeyedStream, Pipeline, Stream
+from .api.graph import KeyedStream, Stream
+from .api.pipeline import Pipeline
 from .api.time import BoundedOutOfOrderness
 from .config import JobConfig, load_config
 from .state.descriptors import (

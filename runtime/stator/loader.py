@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from .api.pipeline import Pipeline
+from .api.graph import PipelineGraph
 from .errors import PipelineError
 
 FORMS = (
@@ -47,7 +47,7 @@ class PipelineRef:
 
 @dataclass(frozen=True)
 class LoadedPipeline:
-    pipeline: Pipeline
+    pipeline: PipelineGraph
     ref: PipelineRef
     import_root: str | None  # the sys.path entry the module came from: workers need it too
 
@@ -122,13 +122,13 @@ def load(text: str) -> LoadedPipeline:
             f"pipeline {ref.text}: {ref.function}() raised {_one_line(exc)}",
             detail=_user_traceback(exc),
         ) from exc
-    if not isinstance(pipeline, Pipeline):
+    if not isinstance(pipeline, PipelineGraph):
         raise PipelineError(f"{ref.text} returned {type(pipeline).__name__}, not a stator Pipeline")
     pipeline.validate()
     return LoadedPipeline(pipeline, ref, _import_root(module))
 
 
-def load_pipeline(text: str) -> Pipeline:
+def load_pipeline(text: str) -> PipelineGraph:
     return load(text).pipeline
 
 

@@ -1,111 +1,22 @@
-"""Building a pipeline: sources, stateless transforms, ``key_by``, keyed operators, sinks.
+"""The user's pipeline: its graph (``graph.py``), and running it in this process.
 
-    p = Pipeline("clicks")
-    (p.source(KafkaSource(...), uid="clicks-in", timestamps=lambda r: r["ts"])
-      .map(parse)
-      .key_by(lambda r: r["user"])
-      .process(CountClicks(), uid="count")
-      .sink(FileSink("s3://bucket/out"), uid="out"))
-
-Operators with state or output (sources, keyed operators, sinks) need a stable ``uid``: it is
-how checkpoints and savepoints find their state again after the code changes.
+Kept apart from the graph because running reaches into the driver, which reads the graph:
+the driver and the tasks import ``graph.py`` only, so no import runs in a circle.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ..errors import PipelineError
-from ..keygroups import check_parallelism
-from .functions import KeyedProcessFunction
-from .time import BoundedOutOfOrderness
+from .graph import PipelineGraph
 
 if TYPE_CHECKING:
     from ..config import JobConfig
     from ..driver.status import JobStatus
-    from ..sinks.base import Sink
-    from ..sources.base import Source
-
-UID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 
-@dataclass
-class Node:
-    id: int
-    inputs: list[int]
-    name: str
-
-
-@dataclass
-class SourceNode(Node):
-    uid: str
-    source: Source
-    timestamps: Callable[[Any], int] | None
-    watermarks: BoundedOutOfOrderness
-
-
-@dataclass
-class TransformNode(Node):
-    kind: str  # map | flat_map | filter
-    fn: Callable[[Any], Any]
-
-
-@dataclass
-class KeyedNode(Node):
-    """``key_by`` plus the keyed operator after it: the edge into this node is a shuffle."""
-
-    uid: str
-    key_fn: Callable[[Any], Any]
-    # Pinned subtasks: None follows the job config's parallelism (spec.replicas, kubectl scale);
-    # a number fixes this operator's parallelism whatever the replicas.
-    parallelism: int | None
-
-
-@dataclass
-class ProcessNode(KeyedNode):
-    function: KeyedProcessFunction
-
-
-@dataclass
-class ReduceNode(KeyedNode):
-    """Keyed running aggregate: ``value_fn`` maps a record to its contribution, ``reduce_fn``
-    (associative) combines contributions. Contributions are pre-combined per key before the
-    shuffle and applied to state once per key per epoch; each epoch emits ``(key, total)`` for
-    every key it changed."""
-
-    value_fn: Callable[[Any], Any]
-    reduce_fn: Callable[[Any, Any], Any]
-
-
-@dataclass
-class SinkNode(Node):
-    uid: str
-    sink: Sink
-
-
-@dataclass
-class Pipeline:
-    """A job graph. ``max_parallelism`` (key-groups, fixed for the life of the state) may be
-    left to the job config (``spec.maxParallelism``); the parallelism of keyed operators comes
-    from the job config (``spec.replicas``) unless an operator pins its own."""
-
-    name: str
-    max_parallelism: int | None = None
-    nodes: list[Node] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if not UID_PATTERN.match(self.name):
-            raise PipelineError(
-                f"pipeline name {self.name!r} must be 1-63 letters, digits, '.', '_' or '-'"
-            )
-        if self.max_parallelism is not None:
-            try:
-                check_parallelism(1, self.max_parallelism)
-            except ValueError as exc:
-                raise PipelineError(f"pipeline '{self.name}': {exc}") from exc
+class Pipeline(PipelineGraph):
+    """A pipeline a user builds (``Pipeline("name")``, then ``source``, ``key_by``, ...)."""
 
     def run(self, config: JobConfig | None = None, spark: Any = None) -> JobStatus:
         """Run this pipeline in this process (a notebook, a test, a benchmark) until its
@@ -118,7 +29,9 @@ class Pipeline:
         on, left running; None starts one for the job and stops it at the end. Results a
         ``CollectSink`` committed are readable from it afterwards. Unlike ``stator run``, it
         runs no preflight checks and takes no lease."""
-        from ..config import load_config  # noqa: PLC0415 - the driver imports this module
+        # Imported here: ``import stator`` must not load the driver (and pyspark) in a Python
+        # worker or in the operator, which import stator's modules without running a job.
+        from ..config import load_config  # noqa: PLC0415
         from ..driver.job import Job  # noqa: PLC0415
 
         job = Job(self, config if config is not None else load_config(None, []), spark)
@@ -126,238 +39,3 @@ class Pipeline:
             return job.run()
         finally:
             job.close()
-
-    def _add(self, node: Node) -> Node:
-        self.nodes.append(node)
-        return node
-
-    def _next_id(self) -> int:
-        return len(self.nodes)
-
-    def source(
-        self,
-        source: Source,
-        *,
-        uid: str,
-        timestamps: Callable[[Any], int] | None = None,
-        watermarks: BoundedOutOfOrderness | None = None,
-    ) -> Stream:
-        self._check_uid(uid, "source")
-        node = SourceNode(
-            self._next_id(),
-            [],
-            f"source:{uid}",
-            uid,
-            source,
-            timestamps,
-            watermarks or BoundedOutOfOrderness(0),
-        )
-        return Stream(self, self._add(node))
-
-    def _check_uid(self, uid: object, what: str) -> None:
-        if not isinstance(uid, str) or not UID_PATTERN.match(uid):
-            raise PipelineError(
-                f"{what} needs uid='...' of 1-63 letters, digits, '.', '_' or '-' "
-                f"(got {uid!r}); the uid is how its state is found again after a code change"
-            )
-        taken = {getattr(n, "uid", None) for n in self.nodes}
-        if uid in taken:
-            raise PipelineError(f"uid '{uid}' is used twice in pipeline '{self.name}'")
-
-    # ------------------------------------------------------------------ inspection
-
-    def node(self, node_id: int) -> Node:
-        return self.nodes[node_id]
-
-    def consumers(self, node_id: int) -> list[Node]:
-        return [n for n in self.nodes if node_id in n.inputs]
-
-    def validate(self) -> None:
-        """Reject graphs that cannot run, naming the problem."""
-        if not any(isinstance(n, SourceNode) for n in self.nodes):
-            raise PipelineError(f"pipeline '{self.name}' has no source")
-        if not any(isinstance(n, SinkNode) for n in self.nodes):
-            raise PipelineError(f"pipeline '{self.name}' has no sink: its output would be lost")
-        for n in self.nodes:
-            if not isinstance(n, SinkNode) and not self.consumers(n.id):
-                raise PipelineError(
-                    f"the output of '{n.name}' goes nowhere: end it with .sink(...)"
-                )
-            if isinstance(n, KeyedNode) and n.parallelism is not None:
-                try:
-                    check_parallelism(n.parallelism, self.max_parallelism or n.parallelism)
-                except ValueError as exc:
-                    raise PipelineError(f"operator '{n.uid}': {exc}") from exc
-
-    def regions(self) -> list[list[str]]:
-        """Failover regions: the weakly connected parts of the graph (names of their nodes).
-        A failure needs to restart only the region it happened in."""
-        return [[_label(self.nodes[i]) for i in part] for part in self._components()]
-
-    def split(self) -> list[Region]:
-        """The failover regions as pipelines of their own (nodes renumbered, same name and
-        max parallelism), each named by its smallest source uid: stable while that source
-        exists, and how its checkpoints are found again (``driver/regions.py``)."""
-        found = []
-        for part in self._components():
-            index = {old: new for new, old in enumerate(part)}
-            nodes = [
-                replace(self.nodes[i], id=index[i], inputs=[index[j] for j in self.nodes[i].inputs])
-                for i in part
-            ]
-            sub = Pipeline(self.name, self.max_parallelism, nodes)
-            region_id = min(n.uid for n in nodes if isinstance(n, SourceNode))
-            found.append(Region(region_id, sub))
-        return sorted(found, key=lambda r: r.id)
-
-    def _components(self) -> list[list[int]]:
-        """Node ids of each weakly connected part, in node order (parts by their first node)."""
-        parent = list(range(len(self.nodes)))
-
-        def find(i: int) -> int:
-            while parent[i] != i:
-                parent[i] = parent[parent[i]]
-                i = parent[i]
-            return i
-
-        for n in self.nodes:
-            for j in n.inputs:
-                parent[find(n.id)] = find(j)
-        groups: dict[int, list[int]] = {}
-        for n in self.nodes:
-            groups.setdefault(find(n.id), []).append(n.id)
-        return [groups[k] for k in sorted(groups, key=lambda k: groups[k][0])]
-
-    def uids(self) -> list[str]:
-        return [n.uid for n in self.nodes if isinstance(n, SourceNode | KeyedNode | SinkNode)]
-
-
-@dataclass(frozen=True)
-class Region:
-    """A failover region: a weakly connected part of a job's graph, run on its own."""
-
-    id: str
-    pipeline: Pipeline
-
-    def uids(self) -> set[str]:
-        return set(self.pipeline.uids())
-
-
-def _label(node: Node) -> str:
-    return getattr(node, "uid", None) or node.name
-
-
-class Stream:
-    def __init__(self, pipeline: Pipeline, node: Node) -> None:
-        self.pipeline, self.node = pipeline, node
-
-    def _then(self, node: Node) -> Stream:
-        return Stream(self.pipeline, self.pipeline._add(node))
-
-    def map(self, fn: Callable[[Any], Any], *, name: str = "map") -> Stream:
-        return self._then(TransformNode(self.pipeline._next_id(), [self.node.id], name, "map", fn))
-
-    def flat_map(self, fn: Callable[[Any], Iterable[Any]], *, name: str = "flat_map") -> Stream:
-        node = TransformNode(self.pipeline._next_id(), [self.node.id], name, "flat_map", fn)
-        return self._then(node)
-
-    def filter(self, fn: Callable[[Any], bool], *, name: str = "filter") -> Stream:
-        node = TransformNode(self.pipeline._next_id(), [self.node.id], name, "filter", fn)
-        return self._then(node)
-
-    def key_by(self, key_fn: Callable[[Any], Any]) -> KeyedStream:
-        return KeyedStream(self, key_fn)
-
-    def sink(self, sink: Sink, *, uid: str) -> None:
-        self.pipeline._check_uid(uid, "sink")
-        self.pipeline._add(
-            SinkNode(self.pipeline._next_id(), [self.node.id], f"sink:{uid}", uid, sink)
-        )
-
-
-class KeyedStream:
-    def __init__(self, stream: Stream, key_fn: Callable[[Any], Any]) -> None:
-        if not callable(key_fn):
-            raise PipelineError(f"key_by needs a function of the record, got {key_fn!r}")
-        self.stream, self.key_fn = stream, key_fn
-
-    @property
-    def _p(self) -> Pipeline:
-        return self.stream.pipeline
-
-    def process(
-        self, function: KeyedProcessFunction, *, uid: str, parallelism: int | None = None
-    ) -> Stream:
-        if not isinstance(function, KeyedProcessFunction):
-            raise PipelineError(
-                f"process() needs a KeyedProcessFunction instance, got {type(function).__name__}"
-            )
-        self._p._check_uid(uid, "keyed operator")
-        node = ProcessNode(
-            self._p._next_id(),
-            [self.stream.node.id],
-            f"process:{uid}",
-            uid,
-            self.key_fn,
-            parallelism,
-            function,
-        )
-        return Stream(self._p, self._p._add(node))
-
-    def reduce(
-        self,
-        reduce_fn: Callable[[Any, Any], Any],
-        *,
-        uid: str,
-        value: Callable[[Any], Any] = lambda r: r,
-        parallelism: int | None = None,
-    ) -> Stream:
-        """Running aggregate per key; emits ``(key, total)`` once per epoch per changed key."""
-        self._p._check_uid(uid, "keyed operator")
-        node = ReduceNode(
-            self._p._next_id(),
-            [self.stream.node.id],
-            f"reduce:{uid}",
-            uid,
-            self.key_fn,
-            parallelism,
-            value,
-            reduce_fn,
-        )
-        return Stream(self._p, self._p._add(node))
-
-    def window(
-        self,
-        assigner: Any,
-        aggregate: Any,
-        *,
-        uid: str,
-        allowed_lateness_ms: int = 0,
-        parallelism: int | None = None,
-    ) -> Stream:
-        """Event-time windows (stator.api.windows: Tumbling, Sliding, Session) aggregated with
-        ``aggregate`` (Count, Sum, Collect or your own); emits ``Windowed`` records."""
-        from .windows import WindowFunction  # noqa: PLC0415 - windows build on this module
-
-        return self.process(
-            WindowFunction(assigner, aggregate, allowed_lateness_ms),
-            uid=uid,
-            parallelism=parallelism,
-        )
-
-    def count(self, *, uid: str, parallelism: int | None = None) -> Stream:
-        """Running count per key; emits ``(key, count)`` once per epoch per changed key."""
-        return self.reduce(_add, uid=uid, value=_one, parallelism=parallelism)
-
-    def sum(
-        self, value: Callable[[Any], Any], *, uid: str, parallelism: int | None = None
-    ) -> Stream:
-        return self.reduce(_add, uid=uid, value=value, parallelism=parallelism)
-
-
-def _add(a: Any, b: Any) -> Any:
-    return a + b
-
-
-def _one(_: Any) -> int:
-    return 1

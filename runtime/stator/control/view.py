@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ..api.pipeline import Pipeline
+from ..api.graph import PipelineGraph
 from ..checkpoint.metadata import CheckpointMetadata
 from ..driver.handover import Handover
 from ..driver.parallelism import Parallelism
@@ -23,7 +23,7 @@ class JobView(Protocol):
     """What the control API reads from a running job (the job driver provides it)."""
 
     job: str
-    pipeline: Pipeline
+    pipeline: PipelineGraph
     parallelism: Parallelism
 
     @property

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..api.pipeline import KeyedNode, Pipeline, SinkNode, SourceNode
+from ..api.graph import KeyedNode, PipelineGraph, SinkNode, SourceNode
 from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.ownership import Ownership
 from ..cluster.jvm import live_executors, load_helper
@@ -78,7 +78,7 @@ class RegionLoop:
 
     def __init__(
         self,
-        pipeline: Pipeline,
+        pipeline: PipelineGraph,
         config: JobConfig,
         parallelism: Parallelism,
         store: ObjectStore,

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..api.pipeline import Pipeline, SinkNode
+from ..api.graph import PipelineGraph, SinkNode
 from ..checkpoint.coordinator import now_ms
 from ..checkpoint.metadata import CheckpointMetadata
 from ..cluster.jvm import live_executors
@@ -65,7 +65,7 @@ class Job:
 
     def __init__(
         self,
-        pipeline: Pipeline,
+        pipeline: PipelineGraph,
         config: JobConfig,
         spark: Any = None,
         python_path: Sequence[str] = (),

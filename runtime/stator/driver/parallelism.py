@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..api.pipeline import KeyedNode, Pipeline
+from ..api.graph import KeyedNode, PipelineGraph
 from ..config import JobConfig
 from ..errors import ConfigError
 from ..keygroups import DEFAULT_MAX_PARALLELISM, check_parallelism
@@ -39,7 +39,7 @@ class Parallelism:
         )
 
 
-def resolve_parallelism(pipeline: Pipeline, config: JobConfig) -> Parallelism:
+def resolve_parallelism(pipeline: PipelineGraph, config: JobConfig) -> Parallelism:
     declared, configured = pipeline.max_parallelism, config.max_parallelism
     if declared is not None and configured is not None and declared != configured:
         raise ConfigError(

@@ -2,7 +2,7 @@
 runs on its own, so a failure in one restarts that region alone while the others keep
 processing and committing.
 
-A region is a weakly connected part of the graph (``Pipeline.split``): no record crosses
+A region is a weakly connected part of the graph (``PipelineGraph.split``): no record crosses
 from one to another, so each can advance its own epochs, source positions, pending sink
 output and checkpoints. Each is run by a :class:`~stator.driver.epoch_loop.RegionLoop` on the
 region's pipeline, with its checkpoints under ``<job>/regions/<region>/`` and its own restart

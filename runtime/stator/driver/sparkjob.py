@@ -11,7 +11,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from ..api.pipeline import KeyedNode, Pipeline, SinkNode, SourceNode
+from ..api.graph import KeyedNode, PipelineGraph, SinkNode, SourceNode
 from ..cluster.jvm import prefer_locations
 from ..epoch.reports import Report
 from ..epoch.spec import EpochSpec
@@ -76,7 +76,11 @@ def run_epoch_job(
 
 
 def _connect(
-    pipeline: Pipeline, node_id: int, rdd: Any, inputs: dict[int, list[Any]], terminals: list[Any]
+    pipeline: PipelineGraph,
+    node_id: int,
+    rdd: Any,
+    inputs: dict[int, list[Any]],
+    terminals: list[Any],
 ) -> None:
     """Feed ``rdd`` (a source's or keyed operator's output) to the keyed operators downstream,
     or mark it terminal (its sinks are chained into its tasks)."""
@@ -92,7 +96,7 @@ def _connect(
         )
 
 
-def _keyed_targets(pipeline: Pipeline, node_id: int) -> list[KeyedNode]:
+def _keyed_targets(pipeline: PipelineGraph, node_id: int) -> list[KeyedNode]:
     found: list[KeyedNode] = []
     for consumer in pipeline.consumers(node_id):
         if isinstance(consumer, KeyedNode):

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..api.pipeline import Pipeline
+from ..api.graph import PipelineGraph
 from ..checkpoint.metadata import RemoteFile, SubtaskSnapshot
 from ..savepoint.metadata import SavepointMetadata
 from ..sources.base import SplitRange
@@ -125,7 +125,7 @@ class EpochSpec:
     epoch: int
     base_epoch: int  # the epoch every stateful task's state must be at before this one
     processing_time_ms: int
-    pipeline: Pipeline
+    pipeline: PipelineGraph
     parallelism: dict[str, int]  # keyed operator uid -> subtasks
     max_parallelism: int
     local_dir: str

@@ -13,7 +13,7 @@ from operator import is_
 from typing import Any
 
 from ..api.functions import KeyCursor, KeyedProcessFunction, RuntimeContext
-from ..api.pipeline import ProcessNode, ReduceNode, _add, _one
+from ..api.graph import ProcessNode, ReduceNode, _add, _one
 from ..keygroups import decode_key
 from ..state.backend import KeyedBackend
 from ..state.descriptors import ListStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor

@@ -15,7 +15,7 @@ from itertools import compress
 from typing import Any
 
 from .. import pickling
-from ..api.pipeline import KeyedNode, Pipeline, ReduceNode, SinkNode, TransformNode, _add, _one
+from ..api.graph import KeyedNode, PipelineGraph, ReduceNode, SinkNode, TransformNode, _add, _one
 from ..epoch.reports import SinkReport
 from ..keygroups import encode_keys, stable_hash
 from ..sinks.base import SinkWriter
@@ -55,7 +55,7 @@ class Router:
 
     def __init__(
         self,
-        pipeline: Pipeline,
+        pipeline: PipelineGraph,
         parallelism: dict[str, int],
         max_parallelism: int,
         open_writer: Any,
