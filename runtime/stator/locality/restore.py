@@ -41,12 +41,10 @@ Opening subtask S for epoch E (its state must be at ``base_epoch`` = E-1):
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from pathlib import Path
-from typing import Any
 
-from ..api.time import MAX_TIMESTAMP, MIN_TIMESTAMP
+from ..api.time import MIN_TIMESTAMP
 from ..checkpoint.metadata import SubtaskSnapshot
 from ..checkpoint.transfer import download_snapshot
 from ..cluster.jvm import executor_location, task_is_retry, task_location, task_sent_to_gone
@@ -54,10 +52,11 @@ from ..epoch.reports import NO_RESTORE, RestoreReport
 from ..epoch.spec import EpochSpec, RestoreTask
 from ..errors import StateMismatchError, StatorError, StorageError
 from ..keygroups import KeyGroupRange
-from ..savepoint.transfer import database_rows, import_rows, savepoint_rows, state_catalog
+from ..savepoint.transfer import import_rows, savepoint_rows
 from ..state.backend import KeyedBackend
 from ..state.discard import discard, sweep
 from . import local_copy, standby_copy
+from .rescale import rescale_into
 
 log = logging.getLogger("stator.tasks")
 
@@ -396,7 +395,7 @@ def restore_into(
             )
             watermark = op.watermark
         else:
-            watermark, read = _rescale_from(restore, spec, uid, key_groups, path, target)
+            watermark, read = rescale_into(restore, spec, uid, key_groups, path, target)
         target.commit(spec.base_epoch, watermark)
     finally:
         target.close()
@@ -422,48 +421,3 @@ def _resume_at(spec: EpochSpec, uid: str, key_groups: KeyGroupRange, path: Path)
     with KeyedBackend(path, spec.rocksdb, key_groups, spec.max_parallelism, uid) as db:
         if db.epoch != spec.base_epoch:
             db.commit(spec.base_epoch, db.watermark)
-
-
-def _rescale_from(
-    restore: RestoreTask,
-    spec: EpochSpec,
-    uid: str,
-    key_groups: KeyGroupRange,
-    path: Path,
-    target: KeyedBackend,
-) -> tuple[int, int]:
-    """Copy the owned key-groups out of each old subtask's snapshot that overlaps them.
-    Returns the restored watermark and the bytes downloaded."""
-    sources = [
-        s for s in restore.rescale[uid] if KeyGroupRange(*s.key_groups).intersect(key_groups)
-    ]
-    catalog: dict[str, dict[str, Any]] = {}
-    watermark = MAX_TIMESTAMP
-    staged = []
-    read = 0
-    for old in sources:
-        where = path.parent / f".rescale-{old.index}"
-        read += download_snapshot(restore.store, old.files, where)
-        staged.append((old, where))
-        with KeyedBackend(
-            where, spec.rocksdb, KeyGroupRange(*old.key_groups), spec.max_parallelism, uid
-        ) as probe:
-            catalog.update(state_catalog(probe.registry))
-            watermark = min(watermark, probe.watermark)
-    names = sorted(catalog)
-    try:
-        import_rows(
-            target,
-            catalog,
-            (
-                batch
-                for old, where in staged
-                for batch in database_rows(
-                    where, KeyGroupRange(*old.key_groups).intersect(key_groups), names
-                )
-            ),
-        )
-    finally:
-        for _, where in staged:
-            shutil.rmtree(where, ignore_errors=True)
-    return (watermark if sources else MIN_TIMESTAMP), read
