@@ -8,7 +8,7 @@ import pytest
 
 from stator.driver import spark_session
 from stator.driver.spark_session import placement_conf
-from stator.epoch.reports import RestoreReport, StateReport
+from stator.epoch.reports import RestoreReport, RestoreSource, StateReport
 from stator.epoch.spec import NODE_NAME_ENV, STATE_DIR_ENV
 from stator.errors import ConfigError
 from stator.locality.inventory import Holding, list_copies
@@ -21,9 +21,9 @@ from stator.locality.placement import (
 
 
 def report(
-    subtask: int, executor: str, host: str = "10.0.0.1", restored: str = "none"
+    subtask: int, executor: str, host: str = "10.0.0.1", restored: str = RestoreSource.NONE
 ) -> StateReport:
-    restore = RestoreReport(restored)
+    restore = RestoreReport(RestoreSource(restored))
     return StateReport("count", subtask, 1, 0, 0, 0, restore=restore, executor=executor, host=host)
 
 

@@ -371,7 +371,7 @@ def test_no_orders_without_a_checkpoint_a_second_executor_or_the_same_parallelis
 
 
 def test_the_placement_status_names_each_subtasks_standby() -> None:
-    from stator.epoch.reports import RestoreReport, StateReport
+    from stator.epoch.reports import RestoreReport, RestoreSource, StateReport
 
     t = PlacementTracker()
     reports = [
@@ -382,7 +382,7 @@ def test_the_placement_status_names_each_subtasks_standby() -> None:
             0,
             0,
             0,
-            restore=RestoreReport("none"),
+            restore=RestoreReport(RestoreSource.NONE),
             executor=e,
             host=f"10.0.0.{e}",
             node=f"n{e}",

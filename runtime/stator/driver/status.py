@@ -16,7 +16,7 @@ from typing import Any
 from ..checkpoint.coordinator import now_ms
 from ..checkpoint.metadata import CheckpointMetadata
 from ..checkpoint.pending import CheckpointResult
-from ..epoch.reports import StandbyTally, StateReport
+from ..epoch.reports import RestoreSource, StandbyTally, StateReport
 from ..locality.placement import EpochPlacement
 
 log = logging.getLogger("stator.driver")
@@ -77,8 +77,8 @@ class RestoreCounts:
     local_bytes: int = 0
     remote_bytes: int = 0
 
-    def add(self, source: str, local_bytes: int, remote_bytes: int) -> None:
-        if source == "local":
+    def add(self, source: RestoreSource, local_bytes: int, remote_bytes: int) -> None:
+        if source == RestoreSource.LOCAL:
             self.local += 1
         else:
             self.remote += 1

@@ -8,6 +8,7 @@ and (camel-cased) in the operator's status.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from ..checkpoint.metadata import SubtaskSnapshot
@@ -67,6 +68,14 @@ class SavepointPart:
     snapshot: SubtaskSnapshot | None = None
 
 
+class RestoreSource(StrEnum):
+    """Where a keyed subtask's state came from at the start of an epoch."""
+
+    NONE = "none"  # its local database was at the expected epoch, or it started empty
+    LOCAL = "local"  # the executor's copy of the checkpoint
+    REMOTE = "remote"  # the object store: a checkpoint, a rescaled checkpoint or a savepoint
+
+
 @dataclass(frozen=True)
 class RestoreReport:
     """How a keyed subtask got its state at the start of an epoch.
@@ -80,7 +89,7 @@ class RestoreReport:
     (``checkpoint_id`` is then 0).
     """
 
-    source: str
+    source: RestoreSource
     checkpoint_id: int = 0
     savepoint: bool = False
     local_bytes: int = 0
@@ -90,10 +99,10 @@ class RestoreReport:
 
     @property
     def restored(self) -> bool:
-        return self.source != "none"
+        return self.source != RestoreSource.NONE
 
 
-NO_RESTORE = RestoreReport("none")
+NO_RESTORE = RestoreReport(RestoreSource.NONE)
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..cluster.jvm import executor_location, live_executors
-from ..epoch.reports import StateReport
+from ..epoch.reports import RestoreSource, StateReport
 from .inventory import Copy, Holding, Inventory
 
 log = logging.getLogger("stator.cluster")
@@ -215,7 +215,7 @@ class PlacementTracker:
             now = Where(s.executor, s.host, s.node)
             total += 1
             # "none": its database was here at the expected epoch (or it had no state yet).
-            local += s.restore.source != "remote"
+            local += s.restore.source != RestoreSource.REMOTE
             before = self._where.get(key)
             if before is not None and before.executor != now.executor:
                 with self._left_lock:

@@ -48,7 +48,7 @@ from ..api.time import MIN_TIMESTAMP
 from ..checkpoint.metadata import SubtaskSnapshot
 from ..checkpoint.transfer import download_snapshot
 from ..cluster.jvm import executor_location, task_is_retry, task_location, task_sent_to_gone
-from ..epoch.reports import NO_RESTORE, RestoreReport
+from ..epoch.reports import NO_RESTORE, RestoreReport, RestoreSource
 from ..epoch.spec import EpochSpec, RestoreTask
 from ..errors import StateMismatchError, StatorError, StorageError
 from ..keygroups import KeyGroupRange
@@ -142,7 +142,7 @@ def _open_state(
         )
         if fallback is None:
             return backend, RestoreReport(
-                "local",
+                RestoreSource.LOCAL,
                 restore.checkpoint_id,
                 local_bytes=snapshot.state_bytes - fetched,
                 remote_bytes=fetched,
@@ -176,7 +176,7 @@ def _open_state(
     # (``_held_here``); a standby copy's catching up may have read some of them just before.
     linked = snapshot.state_bytes - read if snapshot and not restore.savepoint else 0
     return backend, RestoreReport(
-        "remote",
+        RestoreSource.REMOTE,
         restore.checkpoint_id,
         savepoint=restore.savepoint is not None,
         local_bytes=max(0, linked - fetched),
