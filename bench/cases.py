@@ -29,7 +29,7 @@ from stator import INT64, EpochResult, Job, KeyedProcessFunction, Pipeline, Valu
 from stator.checkpoint.metadata import CheckpointMetadata
 from stator.config import SparkConfig, load_config
 from stator.driver.spark_session import create_session
-from stator.keygroups import range_for_subtask
+from stator.keygroups import SubtaskId, range_for_subtask
 from stator.sinks.base import Sink, SinkWriter
 from stator.sources import GeneratorSource, KeyedEvents, SweepEvents
 
@@ -648,7 +648,7 @@ def local_restore(total_bytes: int, storage: str, value_bytes: int = 4096) -> di
                 epoch=e,
                 base_epoch=e - 1,
                 completed_checkpoint=1,
-                commits={("op", 0): last},
+                commits={SubtaskId("op", 0): last},
             ),
             "op",
             0,
@@ -657,7 +657,7 @@ def local_restore(total_bytes: int, storage: str, value_bytes: int = 4096) -> di
         b.commit(e, 0)
         last = b.commit_token
         b.close()
-    restore = RestoreTask(store, 1, 1, snapshots={("op", 0): snap}, local_copies=True)
+    restore = RestoreTask(store, 1, 1, snapshots={SubtaskId("op", 0): snap}, local_copies=True)
     again = dataclasses.replace(
         base, epoch=2, base_epoch=1, restore=restore, completed_checkpoint=1
     )

@@ -12,7 +12,7 @@ import pickle
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 MAX_MAX_PARALLELISM = 32768  # key-groups are stored as 2 bytes; 0xFFFF prefixes metadata
 # Key-groups of a job whose config and pipeline leave max_parallelism unset (the only default).
@@ -66,6 +66,15 @@ def key_group(key_bytes: bytes, max_parallelism: int) -> int:
 
 def subtask_for_key_group(kg: int, max_parallelism: int, parallelism: int) -> int:
     return kg * parallelism // max_parallelism
+
+
+class SubtaskId(NamedTuple):
+    """One parallel instance of a keyed operator: the key of everything kept per subtask
+    (snapshots, commit tokens, restores, pinned executors). A tuple, so it compares, hashes
+    and pickles as ``(operator, subtask)`` does."""
+
+    operator: str  # the operator's uid
+    subtask: int  # 0 .. parallelism - 1
 
 
 @dataclass(frozen=True, order=True)

@@ -26,6 +26,7 @@ from .checkpoint.metadata import (
 )
 from .checkpoint.metadata import metadata_key as checkpoint_metadata_key
 from .errors import CheckpointNotFoundError, StatorError, StorageError
+from .keygroups import SubtaskId
 from .savepoint.metadata import METADATA_NAME, OperatorSavepoint, SavepointMetadata
 from .storage import ObjectStore, S3Options, open_store
 
@@ -190,13 +191,13 @@ class Target:
             part = replace(meta, operators=snaps, sources=sources, sinks=sinks)
         return Target(part, self.store)
 
-    def commits(self, parallelism: dict[str, int]) -> dict[tuple[str, int], str]:
+    def commits(self, parallelism: dict[str, int]) -> dict[SubtaskId, str]:
         """The database commit each keyed subtask's restored state is, for the operators
         whose parallelism is the one the snapshot was taken at (``EpochSpec.commits``)."""
         operators: dict[str, OperatorSnapshot] | dict[str, OperatorSavepoint]
         operators = self.meta.operators
         return {
-            (uid, subtask): commit
+            SubtaskId(uid, subtask): commit
             for uid, op in operators.items()
             if op.parallelism == parallelism.get(uid)
             for subtask, commit in op.commits.items()

@@ -14,12 +14,13 @@ checkpoint:
 from __future__ import annotations
 
 from ..checkpoint.metadata import CheckpointMetadata, RemoteFile
+from ..keygroups import SubtaskId
 from ..lineage import Target
 from ..locality.placement import LocalRestore
 from ..storage import ObjectStore
 
 # (operator uid, subtask) -> file name -> the file as stored
-SharedFiles = dict[tuple[str, int], dict[str, RemoteFile]]
+SharedFiles = dict[SubtaskId, dict[str, RemoteFile]]
 
 
 def own_checkpoint(target: Target | None, store: ObjectStore) -> CheckpointMetadata | None:
@@ -50,11 +51,11 @@ def incremental_base(
 
 def shared_with(meta: CheckpointMetadata, parallelism: dict[str, int]) -> SharedFiles:
     """The files of each subtask of ``meta`` whose operator keeps its parallelism."""
-    previous = {}
+    previous: SharedFiles = {}
     for uid, op in meta.operators.items():
         if op.parallelism == parallelism.get(uid):
             for snap in op.subtasks:
-                previous[(uid, snap.index)] = {f.name: f for f in snap.files}
+                previous[SubtaskId(uid, snap.index)] = {f.name: f for f in snap.files}
     return previous
 
 

@@ -43,6 +43,7 @@ from ..epoch.reports import Report, SinkReport, SplitFailure, SplitReport, State
 from ..epoch.spec import EpochSpec, SavepointTask
 from ..errors import JobFailed
 from ..ha.fencing import guard
+from ..keygroups import SubtaskId
 from ..lineage import Target
 from ..locality.placement import PlacementTracker, uses_placement
 from ..storage import ObjectStore
@@ -342,7 +343,7 @@ class RegionLoop:
         states = [r for r in reports if isinstance(r, StateReport)]
         self.status.records_in += records_in
         self.status.records_out += records_out
-        self.recovery.advance(spec.epoch, {(r.uid, r.subtask): r.commit for r in states})
+        self.recovery.advance(spec.epoch, {SubtaskId(r.uid, r.subtask): r.commit for r in states})
         self.status.epoch = spec.epoch
         placed = (
             self.placement.record(states, self.parallelism.operators)

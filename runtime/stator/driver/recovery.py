@@ -42,6 +42,7 @@ from ..checkpoint.coordinator import CheckpointCoordinator
 from ..checkpoint.metadata import CheckpointMetadata
 from ..config import JobConfig
 from ..errors import ConfigError, JobFailed, StatorError
+from ..keygroups import SubtaskId
 from ..lineage import Target, load_target
 from ..storage import ObjectStore
 from .checkpoint_base import own_checkpoint
@@ -68,7 +69,7 @@ class Position:
     # The first epoch after a restore checks that the code declares every restored state.
     verify_states: bool = False
     # (uid, subtask) -> the database commit of its state at ``epoch`` (``EpochSpec.commits``).
-    commits: dict[tuple[str, int], str] = field(default_factory=dict)
+    commits: dict[SubtaskId, str] = field(default_factory=dict)
 
 
 class Recovery:
@@ -195,7 +196,7 @@ class Recovery:
         )
         self.output.rewind(epoch, pending)
 
-    def advance(self, epoch: int, commits: dict[tuple[str, int], str]) -> None:
+    def advance(self, epoch: int, commits: dict[SubtaskId, str]) -> None:
         """Every keyed subtask committed ``epoch``: ``commits`` are their database commits."""
         self.position.epoch = epoch
         self.position.commits.update(commits)

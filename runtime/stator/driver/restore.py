@@ -5,8 +5,10 @@ key-group files)."""
 
 from __future__ import annotations
 
+from ..checkpoint.metadata import SubtaskSnapshot
 from ..epoch.spec import RestoreTask
 from ..errors import ConfigError
+from ..keygroups import SubtaskId
 from ..lineage import Target
 from ..savepoint.metadata import SavepointMetadata
 from ..storage import ObjectStore
@@ -41,13 +43,13 @@ def restore_task(
     meta = target.meta
     if isinstance(meta, SavepointMetadata) and not meta.native:
         return RestoreTask(target.store, 0, meta.epoch, savepoint=meta)
-    snapshots = {}
+    snapshots: dict[SubtaskId, SubtaskSnapshot] = {}
     rescale = {}
     for uid, op in meta.operators.items():
         if uid not in parallelism:
             continue  # dropped (allow_non_restored_state)
         if op.parallelism == parallelism[uid]:
-            snapshots.update({(uid, s.index): s for s in op.subtasks})
+            snapshots.update({SubtaskId(uid, s.index): s for s in op.subtasks})
         else:
             rescale[uid] = op.subtasks
     if isinstance(meta, SavepointMetadata):  # native: restored as a checkpoint's databases are

@@ -17,6 +17,7 @@ from ..checkpoint.coordinator import now_ms
 from ..checkpoint.metadata import CheckpointMetadata
 from ..checkpoint.pending import CheckpointResult
 from ..epoch.reports import RestoreSource, StandbyTally, StateReport
+from ..keygroups import SubtaskId
 from ..locality.placement import EpochPlacement
 
 log = logging.getLogger("stator.driver")
@@ -143,7 +144,7 @@ class JobStatus:
     keyed_tasks_total: int = 0
     last_placement: EpochPlacement | None = None
     # (uid, subtask) -> the latest restore of that subtask, for the control API.
-    last_restores: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    last_restores: dict[SubtaskId, dict[str, Any]] = field(default_factory=dict)
     startup: StartupTimes = field(default_factory=StartupTimes)
 
     @property
@@ -177,7 +178,7 @@ class JobStatus:
                 f"; not local: {r.fallback}" if r.fallback else "",
             )
             self.restores.add(r.source, r.local_bytes, r.remote_bytes)
-            self.last_restores[(s.uid, s.subtask)] = {
+            self.last_restores[SubtaskId(s.uid, s.subtask)] = {
                 "operator": s.uid,
                 "subtask": s.subtask,
                 "epoch": epoch,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..api.graph import PipelineGraph
 from ..checkpoint.metadata import RemoteFile, SubtaskSnapshot
+from ..keygroups import SubtaskId
 from ..savepoint.metadata import SavepointMetadata
 from ..sources.base import SplitRange
 from ..state.options import RocksDBOptions
@@ -42,7 +43,7 @@ class CheckpointTask:
     incremental: bool
     # (uid, subtask) -> files of the checkpoint it builds on: the newest in flight, else the
     # latest completed (base for incremental)
-    previous: dict[tuple[str, int], dict[str, RemoteFile]]
+    previous: dict[SubtaskId, dict[str, RemoteFile]]
     # Keep the snapshot as the executor's local copy (local_recovery.enabled).
     keep_local: bool = True
     # Hand the upload to the worker's uploader and return (``checkpoint/uploads.py``), which
@@ -73,7 +74,7 @@ class RestoreTask:
     # The epoch the source's state is at: a task may restore from it only when the job
     # expects that epoch (``EpochSpec.base_epoch``); otherwise the job must rewind to it.
     epoch: int
-    snapshots: dict[tuple[str, int], SubtaskSnapshot] = field(default_factory=dict)
+    snapshots: dict[SubtaskId, SubtaskSnapshot] = field(default_factory=dict)
     rescale: dict[str, tuple[SubtaskSnapshot, ...]] = field(default_factory=dict)
     savepoint: SavepointMetadata | None = None
     # This job's own checkpoint: an executor's local copy of it may serve the restore.
@@ -152,12 +153,12 @@ class EpochSpec:
     # epoch's reports, or the restore source's metadata): local state at that epoch but of
     # another commit is of another lineage and is restored over. Absent: nothing local is
     # trusted but at epoch 0.
-    commits: dict[tuple[str, int], str] = field(default_factory=dict)
+    commits: dict[SubtaskId, str] = field(default_factory=dict)
     # (uid, subtask) -> the executor location (``executor_<host>_<id>``) the driver sent the
     # subtask to because its state is there (``locality/placement.py``): a Spark retry of
     # its task elsewhere fails rather than restore from the object store, so that the
     # driver can wait for that executor's replacement (``locality/restore.py``, step 3).
-    pinned: dict[tuple[str, int], str] = field(default_factory=dict)
+    pinned: dict[SubtaskId, str] = field(default_factory=dict)
     # Standby copies of the latest completed checkpoint to keep (``locality/standby.py``).
     standby: StandbyTask | None = None
     # The driver's random key for the warm cache files its tasks write (``state/warm.py``):

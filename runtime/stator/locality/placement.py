@@ -45,6 +45,7 @@ from typing import Any
 
 from ..cluster.jvm import executor_location, live_executors
 from ..epoch.reports import RestoreSource, StateReport
+from ..keygroups import SubtaskId
 from .inventory import Copy, Holding, Inventory
 
 log = logging.getLogger("stator.cluster")
@@ -92,7 +93,7 @@ class EpochLocations:
     (``EpochSpec.pinned``)."""
 
     by_operator: dict[str, list[str]]
-    pinned: dict[tuple[str, int], str]
+    pinned: dict[SubtaskId, str]
     live: dict[str, str] = field(default_factory=dict)  # executor id -> host, when planned
     # Subtasks whose executor is gone, handed to the executors keeping their standby copies
     # (:func:`standby_holdings`): they restore a completed checkpoint there.
@@ -155,12 +156,12 @@ class PlacementTracker:
         parallelism), the only case in which the driver waits for a lost executor's
         replacement; otherwise a retry elsewhere may as well restore at once."""
         by_operator: dict[str, list[str]] = {}
-        pinned: dict[tuple[str, int], str] = {}
+        pinned: dict[SubtaskId, str] = {}
         for uid, p in sorted(parallelism.items()):
             locations, held = self._choose(uid, p, live, holdings, restore)
             by_operator[uid] = locations
             if restore is not None and uid in restore.operators:
-                pinned.update({(uid, s): locations[s] for s in range(p) if held[s]})
+                pinned.update({SubtaskId(uid, s): locations[s] for s in range(p) if held[s]})
         return EpochLocations(by_operator, pinned, dict(live))
 
     def _choose(

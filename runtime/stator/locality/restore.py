@@ -51,7 +51,7 @@ from ..cluster.jvm import executor_location, task_is_retry, task_location, task_
 from ..epoch.reports import NO_RESTORE, RestoreReport, RestoreSource
 from ..epoch.spec import EpochSpec, RestoreTask
 from ..errors import StateMismatchError, StatorError, StorageError
-from ..keygroups import KeyGroupRange
+from ..keygroups import KeyGroupRange, SubtaskId
 from ..savepoint.transfer import import_rows, savepoint_rows
 from ..state.backend import KeyedBackend
 from ..state.discard import discard, sweep
@@ -134,7 +134,7 @@ def _open_state(
             f"job expects epoch {spec.base_epoch} and no checkpoint of that epoch was given"
         )
     started = time.monotonic()
-    snapshot = restore.snapshots.get((uid, subtask))
+    snapshot = restore.snapshots.get(SubtaskId(uid, subtask))
     fallback, fetched = None, 0
     if snapshot is not None and restore.savepoint is None:  # savepoints have no local copies
         fallback, fetched = _restore_from_copy(
@@ -219,7 +219,7 @@ def _restore_remote(
             restore.checkpoint_id, f"operator '{uid}' subtask {subtask}: {exc}"
         ) from exc
     # The files contradict their own metadata; with local files linked, so may their commit.
-    snapshot = restore.snapshots.get((uid, subtask))
+    snapshot = restore.snapshots.get(SubtaskId(uid, subtask))
     commit = snapshot.commit if held and snapshot is not None else ""
     if (why := _differs(backend, spec.base_epoch, commit)) is not None:
         backend.close()
@@ -241,7 +241,7 @@ def _differs(backend: KeyedBackend, epoch: int, commit: str) -> str | None:
 def _refuse_retry_elsewhere(spec: EpochSpec, uid: str, subtask: int, checkpoint_id: int) -> None:
     """Step 3's exception: a retry, away from the executor that holds the state, does not
     read it from the object store."""
-    pinned = spec.pinned.get((uid, subtask))
+    pinned = spec.pinned.get(SubtaskId(uid, subtask))
     if pinned is None:
         return
     executor, host = task_location()
@@ -325,7 +325,7 @@ def _open_local(spec: EpochSpec, uid: str, subtask: int, backend: KeyedBackend) 
     if backend.epoch != spec.base_epoch:
         backend.close()
         return f"local state is at epoch {backend.epoch}"
-    expected = spec.commits.get((uid, subtask), "")
+    expected = spec.commits.get(SubtaskId(uid, subtask), "")
     if expected and backend.commit_token == expected:
         return None
     backend.close()
@@ -353,7 +353,7 @@ def _all_present(restore: RestoreTask, uid: str, subtask: int) -> bool:
     """After a storage error: are the snapshot's files all there with their sizes? Raises
     :class:`StorageError` itself if the store cannot be asked (unreachable: not the
     checkpoint's fault). Only a checkpoint with missing or resized files is corrupt."""
-    snapshot = restore.snapshots.get((uid, subtask))
+    snapshot = restore.snapshots.get(SubtaskId(uid, subtask))
     files = snapshot.files if snapshot is not None else ()
     if snapshot is None:
         files = tuple(f for s in restore.rescale.get(uid, ()) for f in s.files)
@@ -372,7 +372,7 @@ def restore_into(
     """Materialize the subtask's restored state in ``path`` (replacing what is there),
     linking the files of ``held`` (store key -> local file) instead of reading them.
     Returns the bytes of checkpoint files read from the object store."""
-    snapshot = restore.snapshots.get((uid, subtask))
+    snapshot = restore.snapshots.get(SubtaskId(uid, subtask))
     if snapshot is not None:
         if tuple(snapshot.key_groups) != (key_groups.start, key_groups.end):
             raise StateMismatchError(

@@ -11,7 +11,7 @@ from ..checkpoint import uploads
 from ..checkpoint.metadata import SubtaskSnapshot
 from ..checkpoint.transfer import plan_upload, send_files
 from ..epoch.spec import EpochSpec
-from ..keygroups import KeyGroupRange
+from ..keygroups import KeyGroupRange, SubtaskId
 from ..state.backend import KeyedBackend
 from . import local_copy
 
@@ -35,7 +35,7 @@ def take_snapshot(
         subtask,
         local,
         files,
-        ck.previous.get((uid, subtask), {}),
+        ck.previous.get(SubtaskId(uid, subtask), {}),
         ck.incremental,
         ck.inline_max_bytes,
     )
