@@ -13,7 +13,7 @@ from typing import Any
 
 from stator.control.wire import camel
 
-from .outcomes import Phase
+from .outcomes import EventReason, Phase
 from .pipeline_spec import UpgradeMode
 
 
@@ -32,6 +32,17 @@ class OpKind(StrEnum):
     def phase(self) -> Phase:
         """``status.phase`` while an operation of this kind runs."""
         return _PHASES[self]
+
+    @property
+    def step_reason(self) -> EventReason:
+        """The event an operation of this kind posts at each step: ``UpgradeStep``."""
+        return EventReason(f"{self.capitalize()}Step")
+
+    @property
+    def completed_reason(self) -> EventReason:
+        """The event once its driver is ready: ``UpgradeCompleted`` (only the kinds that
+        bring a driver up have one)."""
+        return EventReason(f"{self.capitalize()}Completed")
 
 
 _PHASES = {

@@ -30,7 +30,7 @@ from .naming import (
 )
 from .observer import Observation
 from .operation import PERIODIC, OpKind, Step
-from .outcomes import ConditionType, Phase, PodPhase, Restore
+from .outcomes import ConditionReason, ConditionType, EventReason, Phase, PodPhase, Restore
 from .pipeline_spec import Pinning, PipelineSpec, SpecError, UpgradeMode
 from .pipeline_status import PipelineStatus
 from .ports import EventSink, KubeApi, NotOwned
@@ -68,13 +68,13 @@ class Reconciler:
         try:
             result = self.flows.advance(op, obs)
         except NotOwned as exc:  # the step waits (its status says where) until that is fixed
-            self._spec_invalid(NAME_TAKEN, str(exc))
+            self._spec_invalid(ConditionReason.NAME_TAKEN, str(exc))
             return NOT_OWNED_WAIT_S
         except SpecError as exc:  # a stored spec the checks of today refuse
-            self._spec_invalid("InvalidSpec", f"the operation's spec: {exc}")
+            self._spec_invalid(ConditionReason.INVALID_SPEC, f"the operation's spec: {exc}")
             return NOT_OWNED_WAIT_S
         valid = self.pipeline.has_condition(ConditionType.SPEC_VALID, False)
-        if valid and self._invalid_reason() == NAME_TAKEN:
+        if valid and self._invalid_reason() == ConditionReason.NAME_TAKEN:
             self._spec_accepted()
         if isinstance(result, DriverFailed):
             target = PipelineSpec.read(op.target) if op.target else self.pipeline.spec
@@ -110,7 +110,7 @@ class Reconciler:
                 return 0.0 if isinstance(result, DriverFailed) else result
             self.event(
                 "Warning",
-                "DeleteTimedOut",
+                EventReason.DELETE_TIMED_OUT,
                 f"final savepoint not done after {timeout:.0f}s; removing the driver",
             )
             self.kube.delete_drivers(self.pipeline.namespace, self.pipeline.name)
@@ -119,11 +119,11 @@ class Reconciler:
         for executors in self.kube.executor_sets(p.namespace, spark_app_id(p.namespace, p.name)):
             claims += self.kube.delete_claims(p.namespace, executors, 0)
         if claims:
-            self.event("Normal", "ClaimsDeleted", f"executors' state claims: {claims}")
+            self.event("Normal", EventReason.CLAIMS_DELETED, f"executors' state claims: {claims}")
         ran = PipelineSpec.read(op.target) if op.target else spec
         problem = self.storage.release_checkpoints(p.namespace, ran, p.name, p.uid)
         if problem:  # a pipeline created again under the name needs checkpointing.adopt
-            self.event("Warning", "CheckpointsNotReleased", problem)
+            self.event("Warning", EventReason.CHECKPOINTS_NOT_RELEASED, problem)
         if spec.savepoints.dispose_on_delete:
             # The final savepoint this deletion took is kept unless asked: it is the state.
             final = spec.deletion.dispose_final_savepoint
@@ -134,8 +134,10 @@ class Reconciler:
                     continue
                 self.storage.dispose(self.pipeline.namespace, spec, sp.path, sp.root)
             also = f"; kept the final savepoint {kept[-1]}" if kept else ""
-            self.event("Normal", "SavepointsDisposed", f"disposed the savepoint history{also}")
-        self.event("Normal", "Deleted", "pipeline deleted")
+            self.event(
+                "Normal", EventReason.SAVEPOINTS_DISPOSED, f"disposed the savepoint history{also}"
+            )
+        self.event("Normal", EventReason.DELETED, "pipeline deleted")
         return None
 
     # ------------------------------------------------------------------ no flow in flight
@@ -184,7 +186,9 @@ class Reconciler:
         flow records the change's decision (``rescales``) for its steps to read."""
         mode = spec.upgrade_mode
         kind = change.kind or OpKind.UPGRADE
-        self.event("Normal", "SpecChanged", f"{kind} ({mode}): {', '.join(change.fields)}")
+        self.event(
+            "Normal", EventReason.SPEC_CHANGED, f"{kind} ({mode}): {', '.join(change.fields)}"
+        )
         self.pipeline.write(restartHistory=None)  # a new spec gets a fresh restart budget
         fields: dict[str, Any] = {"target": spec.raw, "rescales": change.rescales}
         if kind is OpKind.RESCALE or mode is UpgradeMode.SAVEPOINT:
@@ -202,14 +206,15 @@ class Reconciler:
                 self.pipeline.write(phase=Phase.SUSPENDED)
                 self.event(
                     "Normal",
-                    "Suspended",
+                    EventReason.SUSPENDED,
                     "created suspended: nothing runs until spec.state is running",
                 )
             return 30.0
         restore = spec.restore.initial_savepoint or Restore.LATEST
         if restore != Restore.LATEST and obs.restore_problem is not None:
             self._spec_invalid(
-                "UnreadableSavepoint", f"spec.restore.initialSavepoint: {obs.restore_problem}"
+                ConditionReason.UNREADABLE_SAVEPOINT,
+                f"spec.restore.initialSavepoint: {obs.restore_problem}",
             )
             return 30.0
         self._spec_accepted()
@@ -277,7 +282,7 @@ class Reconciler:
         after = "" if downtime is None else f" {downtime:.1f} s after the operation began"
         self.event(
             "Normal",
-            "ProcessingAgain",
+            EventReason.PROCESSING_AGAIN,
             f"driver {status.deployment.id} ran its first epoch{after} (start-up: {split})",
         )
 
@@ -286,7 +291,7 @@ class Reconciler:
         if obs.phase == PodPhase.SUCCEEDED:  # a bounded job read all its input
             if self.pipeline.status.phase is not Phase.FINISHED:
                 self.pipeline.write(phase=Phase.FINISHED)
-                self.event("Normal", "Finished", "the job finished its input")
+                self.event("Normal", EventReason.FINISHED, "the job finished its input")
             return 10.0
         if obs.phase == PodPhase.FAILED and obs.exit_code == STOPPED_EXIT_CODE:
             return self._stopped_outside(running)
@@ -315,7 +320,7 @@ class Reconciler:
             f"{obs.lease.silent_s:.0f} s (lease duration {obs.lease.duration_s} s): its node is "
             f"lost or it hangs"
         )
-        self.event("Warning", "DriverLost", f"{reason}; removing it")
+        self.event("Warning", EventReason.DRIVER_LOST, f"{reason}; removing it")
         self.kube.delete_pod(self.pipeline.namespace, pod, grace_s=0)
         avoid = None if node == "?" else node
         return self._driver_failed(OpKind.RESTART, running, None, reason, avoid_node=avoid)
@@ -332,7 +337,7 @@ class Reconciler:
         if moved:
             self.event(
                 "Warning",
-                "ExecutorsMoved",
+                EventReason.EXECUTORS_MOVED,
                 f"executor pod(s) {moved} were on an unreachable node; their local volumes "
                 f"are released and they start on another node (pinning: preferred)",
             )
@@ -345,8 +350,8 @@ class Reconciler:
         p = self.pipeline
         cause = obs.termination_message or p.status.last_error or "the job failed (exit 2)"
         p.write(operation=None, phase=Phase.FAILED, lastError=cause)
-        p.condition(ConditionType.READY, False, "JobFailed", cause)
-        self.event("Warning", "JobFailed", cause)
+        p.condition(ConditionType.READY, False, ConditionReason.JOB_FAILED, cause)
+        self.event("Warning", EventReason.JOB_FAILED, cause)
         return 60.0
 
     def _stopped_outside(self, running: PipelineSpec) -> float:
@@ -357,7 +362,7 @@ class Reconciler:
             "the job was stopped with a savepoint the operator did not request; "
             "redeploying from its latest checkpoint"
         )
-        self.event("Warning", "StoppedOutsideOperator", message)
+        self.event("Warning", EventReason.STOPPED_OUTSIDE_OPERATOR, message)
         self.pipeline.write(lastError=message)
         restore, lineage = self._running_run()
         return self._start(
@@ -387,11 +392,11 @@ class Reconciler:
             and (fingerprint(target.raw) != fingerprint(stable))
         )
         if (kind in (OpKind.UPGRADE, OpKind.RESCALE) or changed) and stable is not None:
-            self.event("Warning", "UpgradeFailed", f"{reason}; rolling back")
+            self.event("Warning", EventReason.UPGRADE_FAILED, f"{reason}; rolling back")
             p.condition(
                 ConditionType.UPGRADE_SUCCEEDED,
                 False,
-                "RolledBack",
+                ConditionReason.ROLLED_BACK,
                 f"{reason}; rolled back to the last stable spec. Change the spec to try again",
             )
             p.write(failedSpec=attempt_fingerprint(target.raw))
@@ -409,12 +414,14 @@ class Reconciler:
                 restarts=restarts,
                 restartHistory=decision.history.to_json(),
             )
-            self.event("Warning", "Failed", gave_up)
-            p.condition(ConditionType.READY, False, "RestartsExhausted", gave_up)
+            self.event("Warning", EventReason.FAILED, gave_up)
+            p.condition(ConditionType.READY, False, ConditionReason.RESTARTS_EXHAUSTED, gave_up)
             return 60.0
         p.write(restarts=restarts, restartHistory=decision.history.to_json())
         delay_s = decision.delay_ms / 1000
-        self.event("Warning", "DriverFailed", f"{reason}; {decision.why}, in {delay_s:.1f}s")
+        self.event(
+            "Warning", EventReason.DRIVER_FAILED, f"{reason}; {decision.why}, in {delay_s:.1f}s"
+        )
         restore, lineage = run or self._running_run()
         return self._start(
             OpKind.RESTART,
@@ -457,16 +464,16 @@ class Reconciler:
                 with_ = (p.status.suspended_with or Restore.LATEST) if suspended else None
                 check_transition(PipelineSpec.read(running), spec, with_)
         except ValueError as exc:
-            self._spec_invalid("InvalidSpec", str(exc))
+            self._spec_invalid(ConditionReason.INVALID_SPEC, str(exc))
             return None
         return spec
 
-    def _spec_invalid(self, reason: str, message: str) -> None:
+    def _spec_invalid(self, reason: ConditionReason, message: str) -> None:
         """Report a spec that cannot run: condition, lastError, one event per new message;
         ``phase: Failed`` only if nothing runs (a running job keeps its last good spec)."""
         p = self.pipeline
         if p.status.last_error != message:
-            self.event("Warning", "InvalidSpec", message)
+            self.event("Warning", EventReason.INVALID_SPEC, message)
         p.condition(ConditionType.SPEC_VALID, False, reason, message)
         if p.status.last_reconciled_spec is None:
             # One patch: no reader sees the phase without its cause.
@@ -481,7 +488,9 @@ class Reconciler:
     def _spec_accepted(self) -> None:
         """A spec that was reported invalid has been fixed: say so once."""
         if self.pipeline.has_condition(ConditionType.SPEC_VALID, False):
-            self.pipeline.condition(ConditionType.SPEC_VALID, True, "Valid", "the spec is accepted")
+            self.pipeline.condition(
+                ConditionType.SPEC_VALID, True, ConditionReason.VALID, "the spec is accepted"
+            )
             self.pipeline.write(lastError=None)
 
 
@@ -562,7 +571,6 @@ PLACED_FIELDS = ("subtask", "node", "executor", "key_groups", "checkpoint_id")
 # previous ended, the first at the end of the operator's deploy step (or at the hand-over, if
 # step 3 sent it). A pre-started driver reached the first marks before that (0 s each: they
 # were no downtime).
-NAME_TAKEN = "NameTaken"  # SpecValid's reason while an object of the pipeline's is someone else's
 NOT_OWNED_WAIT_S = 10.0
 
 STARTUP_STEPS = (

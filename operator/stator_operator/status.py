@@ -10,7 +10,7 @@ import datetime as dt
 from typing import Any
 
 from .operation import Operation
-from .outcomes import ConditionType
+from .outcomes import ConditionReason, ConditionType
 from .pipeline_spec import PipelineSpec
 from .pipeline_status import Condition, Deployment, PipelineStatus, SavepointRecord
 from .ports import StatusApi
@@ -85,7 +85,9 @@ class StatusWriter:
                 status[key] = _stored(value, patch=False)
         self.body["status"] = status
 
-    def condition(self, ctype: ConditionType, ok: bool, reason: str, message: str) -> None:
+    def condition(
+        self, ctype: ConditionType, ok: bool, reason: ConditionReason, message: str
+    ) -> None:
         kept = tuple(c for c in self.status.conditions if c.type != ctype)
         self.write(conditions=(*kept, Condition(ctype, ok, reason, message[:1000], now())))
 

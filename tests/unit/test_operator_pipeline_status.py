@@ -7,7 +7,7 @@ from typing import Any
 
 from stator.driver.status import JobState
 from stator_operator.operation import OpKind, Step
-from stator_operator.outcomes import ConditionType, DriverState, Phase
+from stator_operator.outcomes import ConditionType, DriverState, EventReason, Phase
 from stator_operator.pipeline_status import Condition, Deployment, PipelineStatus, SavepointRecord
 
 STORED: dict[str, Any] = {
@@ -108,3 +108,10 @@ def test_an_empty_status_is_nothing_deployed() -> None:
 
 def test_the_driver_states_the_operator_reads_are_the_drivers() -> None:
     assert {str(s) for s in DriverState} <= {str(s) for s in JobState}
+
+
+def test_every_operation_kind_has_its_step_event_and_the_deploying_ones_a_completed_one() -> None:
+    assert [str(k.step_reason) for k in OpKind][:3] == ["DeployStep", "UpgradeStep", "RescaleStep"]
+    deploying = (OpKind.DEPLOY, OpKind.UPGRADE, OpKind.RESCALE, OpKind.RESUME)
+    completed = [k.completed_reason for k in (*deploying, OpKind.RESTART, OpKind.ROLLBACK)]
+    assert completed[-1] == "RollbackCompleted" and EventReason.RESCALE_COMPLETED in completed
