@@ -98,7 +98,7 @@ from .outcomes import (
     SavepointStatus,
 )
 from .pipeline_spec import Pinning, PipelineSpec
-from .pipeline_status import Deployment, SavepointRecord
+from .pipeline_status import Deployment, LastOperation, SavepointRecord
 from .ports import DriverApi, EventSink, KubeApi
 from .resources import (
     config_map,
@@ -573,19 +573,17 @@ class Flows:
         steps = op.timings()
         p.write(
             # A merge patch: the steps this operation skipped are nulled, not left over.
-            lastOperation={
-                "kind": op.kind.value,
-                "id": op.id,
-                "stepSeconds": {**dict.fromkeys(s.label for s in Step), **steps},
-                "totalSeconds": round(sum(steps.values()), 2),
-                "readyAtMs": int(time.time() * 1000),
-                "processingStoppedAtMs": op.processing_stopped_ms,
-                "handedOverAtMs": op.handed_over_ms,
-                # Filled in once the new driver has run its first epoch (reconciler.py).
-                "processingAgainAt": None,
-                "driverStartupSeconds": None,
-                "downtimeSeconds": None,
-            },
+            # The start-up split and the downtime follow once the new driver has run its
+            # first epoch (reconciler.py).
+            lastOperation=LastOperation(
+                kind=op.kind,
+                id=op.id,
+                step_seconds=steps,
+                total_seconds=round(sum(steps.values()), 2),
+                ready_at_ms=int(time.time() * 1000),
+                processing_stopped_at_ms=op.processing_stopped_ms,
+                handed_over_at_ms=op.handed_over_ms,
+            ),
             operation=None,
             phase=Phase.RUNNING,
             lastReconciledSpec=spec.raw,

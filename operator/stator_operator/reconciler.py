@@ -5,7 +5,7 @@ driver's progress, restart or roll back a failed driver, or delete the pipeline.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from stator.control.schema import JobInfo, mirror
@@ -32,7 +32,7 @@ from .observer import Observation
 from .operation import PERIODIC, OpKind, Step
 from .outcomes import ConditionReason, ConditionType, EventReason, Phase, PodPhase, Restore
 from .pipeline_spec import Pinning, PipelineSpec, SpecError, UpgradeMode
-from .pipeline_status import PipelineStatus
+from .pipeline_status import LastOperation, PipelineStatus
 from .ports import EventSink, KubeApi, NotOwned
 from .spec import (
     Change,
@@ -277,8 +277,9 @@ class Reconciler:
         if not again or status.deployment is None:
             return
         self.pipeline.write(lastOperation=again)
-        split = ", ".join(f"{k} {v:.1f} s" for k, v in again["driverStartupSeconds"].items())
-        downtime = again.get("downtimeSeconds")
+        startup = again.driver_startup_seconds or {}
+        split = ", ".join(f"{k} {v:.1f} s" for k, v in startup.items())
+        downtime = again.downtime_seconds
         after = "" if downtime is None else f" {downtime:.1f} s after the operation began"
         self.event(
             "Normal",
@@ -581,39 +582,41 @@ STARTUP_STEPS = (
     ("recovery", "recovered_ms"),  # finding and reading the checkpoint or savepoint
     ("first-epoch", "first_epoch_ms"),  # the state restore and the first records
 )
-DOWNTIME_KINDS = ("upgrade", "rescale")  # flows that stop the old driver when they begin
+DOWNTIME_KINDS = (OpKind.UPGRADE, OpKind.RESCALE)  # flows that stop the old driver at once
 
 
-def processing_again(status: PipelineStatus, job: JobInfo) -> dict[str, Any] | None:
-    """Once the driver a flow brought up has finished its first epoch: when, how its
-    start-up split, and for an upgrade or rescale the downtime: from the moment the old
-    driver stopped processing (its stop-with-savepoint's epoch began, after its last epoch
-    of records) to the end of that first epoch; without that moment (no savepoint: a
+def processing_again(status: PipelineStatus, job: JobInfo) -> LastOperation | None:
+    """Once the driver a flow brought up has finished its first epoch: the flow's record with
+    when, how its start-up split, and for an upgrade or rescale the downtime: from the moment
+    the old driver stopped processing (its stop-with-savepoint's epoch began, after its last
+    epoch of records) to the end of that first epoch; without that moment (no savepoint: a
     fallback to the latest checkpoint), from the savepoint step. Driver and operator clocks
     are compared: on one cluster they agree to well under these seconds."""
     last = status.last_operation
     startup = job.startup
     first = startup.first_epoch_ms
-    ready_at = last.get("readyAtMs")
     deployment = status.deployment.id if status.deployment else None
-    if not first or not ready_at or last.get("processingAgainAt") or last.get("id") != deployment:
+    if last is None or not first or last.processing_again_at or last.id != deployment:
         return None
-    steps = last.get("stepSeconds") or {}
+    steps = last.step_seconds
+    ready_at = last.ready_at_ms
     # The hand-over at step 3 (before the old driver was removed), else the deploy step's end.
-    mark = last.get("handedOverAtMs") or ready_at - 1000 * (steps.get("await-ready") or 0.0)
+    mark = last.handed_over_at_ms or ready_at - 1000 * (steps.get("await-ready") or 0.0)
     split: dict[str, float] = {}
     for label, key in STARTUP_STEPS:
         at = getattr(startup, key)
         if at:
             split[label] = round(max(0.0, (at - mark) / 1000), 2)
             mark = max(mark, at)
-    out: dict[str, Any] = {
-        "processingAgainAt": stamp_ms(first),
-        "driverStartupSeconds": split,
-    }
-    if last.get("kind") in DOWNTIME_KINDS:  # step 0 (pre-start) is no downtime
-        total = float(last.get("totalSeconds") or 0.0) - float(steps.get("prestart") or 0.0)
-        stopped = last.get("processingStoppedAtMs")
+    downtime = None
+    if last.kind in DOWNTIME_KINDS:  # step 0 (pre-start) is no downtime
+        total = last.total_seconds - (steps.get("prestart") or 0.0)
+        stopped = last.processing_stopped_at_ms
         began = stopped / 1000 if stopped else ready_at / 1000 - total
-        out["downtimeSeconds"] = round(first / 1000 - began, 2)
-    return out
+        downtime = round(first / 1000 - began, 2)
+    return replace(
+        last,
+        processing_again_at=stamp_ms(first),
+        driver_startup_seconds=split,
+        downtime_seconds=downtime,
+    )

@@ -12,7 +12,13 @@ from typing import Any
 from .operation import Operation
 from .outcomes import ConditionReason, ConditionType
 from .pipeline_spec import PipelineSpec
-from .pipeline_status import Condition, Deployment, PipelineStatus, SavepointRecord
+from .pipeline_status import (
+    Condition,
+    Deployment,
+    LastOperation,
+    PipelineStatus,
+    SavepointRecord,
+)
 from .ports import StatusApi
 
 STAMP = "%Y-%m-%dT%H:%M:%SZ"
@@ -100,6 +106,8 @@ def _stored(value: Any, patch: bool) -> Any:
     """A typed status value in its stored form (as a merge patch, or as stored)."""
     if isinstance(value, Operation):
         return value.to_patch() if patch else value.to_json()
+    if isinstance(value, LastOperation):
+        return value.to_patch() if patch else value.to_dict()
     if isinstance(value, Deployment | SavepointRecord | Condition):
         return value.to_dict()
     if isinstance(value, tuple):
