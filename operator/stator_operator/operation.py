@@ -95,6 +95,10 @@ class Operation:
     mode: UpgradeMode | None = None
     # The change changes the parallelism (spec.Change.rescales, decided when it began).
     rescales: bool = False
+    # The flow brings up a spec other than the one that ran (classify's decision when it
+    # began: an upgrade, a rescale, a resume of a spec changed while suspended), so its failed
+    # driver rolls back. None: a flow classify did not start, or recorded before this field.
+    changes_spec: bool | None = None
     nonce: int | None = None  # savepoints.triggerNonce answered by this savepoint
     trigger: str | None = None  # PERIODIC; else the kind is the trigger
     savepoint_request: str | None = None  # the driver's request id (step 2)
@@ -153,7 +157,7 @@ class Operation:
         out: dict[str, Any] = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if value is None or value is False:
+            if value is None or (value is False and field.default is False):
                 continue
             out[_KEYS[field.name]] = value.value if isinstance(value, StrEnum) else value
         out["step"] = int(self.step)

@@ -29,7 +29,7 @@ from .naming import (
     spark_app_id,
 )
 from .observer import Observation
-from .operation import PERIODIC, OpKind, Step
+from .operation import PERIODIC, Operation, OpKind, Step
 from .outcomes import ConditionReason, ConditionType, EventReason, Phase, PodPhase, Restore
 from .pipeline_spec import Pinning, PipelineSpec, SpecError, UpgradeMode
 from .pipeline_status import LastOperation, PipelineStatus
@@ -83,7 +83,8 @@ class Reconciler:
             savepoint = op.savepoint
             if op.kind is OpKind.RESUME and op.restore not in (None, *Restore):
                 savepoint = op.restore  # what a rollback of the resumed spec restores
-            return self._driver_failed(op.kind, target, savepoint, result.reason, run=run)
+            rolls_back = self._changes_spec(op, target)
+            return self._driver_failed(rolls_back, target, savepoint, result.reason, run=run)
         return result
 
     def delete(self, obs: Observation) -> float | None:
@@ -164,7 +165,13 @@ class Reconciler:
             # resumes (as it would have kept running), until the spec changes.
             failed = status.failed_spec == attempt_fingerprint(spec.raw)
             target = ran if failed else spec.raw
-            return self._start(OpKind.RESUME, Step.DEPLOY, target=target, restore=restore)
+            return self._start(
+                OpKind.RESUME,
+                Step.DEPLOY,
+                target=target,
+                restore=restore,
+                changes_spec=bool(change.fields) and not failed,
+            )
         if status.suspended:
             return 30.0
         if change.kind is None and status.phase in (Phase.FINISHED, Phase.FAILED):
@@ -190,7 +197,11 @@ class Reconciler:
             "Normal", EventReason.SPEC_CHANGED, f"{kind} ({mode}): {', '.join(change.fields)}"
         )
         self.pipeline.write(restartHistory=None)  # a new spec gets a fresh restart budget
-        fields: dict[str, Any] = {"target": spec.raw, "rescales": change.rescales}
+        fields: dict[str, Any] = {
+            "target": spec.raw,
+            "rescales": change.rescales,
+            "changes_spec": True,
+        }
         if kind is OpKind.RESCALE or mode is UpgradeMode.SAVEPOINT:
             first = Step.PRESTART if spec.driver.prestart else Step.SAVEPOINT
             return self._start(kind, first, mode=UpgradeMode.SAVEPOINT, **fields)
@@ -301,7 +312,7 @@ class Reconciler:
         if obs.pod is None or obs.phase == PodPhase.FAILED:
             gone = "gone" if obs.pod is None else obs.phase
             reason = f"driver pod {gone} (exit {obs.exit_code})"
-            return self._driver_failed(OpKind.RESTART, running, None, reason)
+            return self._driver_failed(False, running, None, reason)
         pod = (obs.pod or {}).get("metadata", {}).get("name")
         if obs.lease is not None and obs.lease.lapsed and obs.lease.holder == pod:
             return self._driver_lost(obs, running)
@@ -324,7 +335,7 @@ class Reconciler:
         self.event("Warning", EventReason.DRIVER_LOST, f"{reason}; removing it")
         self.kube.delete_pod(self.pipeline.namespace, pod, grace_s=0)
         avoid = None if node == "?" else node
-        return self._driver_failed(OpKind.RESTART, running, None, reason, avoid_node=avoid)
+        return self._driver_failed(False, running, None, reason, avoid_node=avoid)
 
     def _release_lost_executors(self) -> None:
         """``localRecovery.pinning: preferred``: an executor whose node is unreachable gives
@@ -370,29 +381,36 @@ class Reconciler:
             OpKind.RESTART, Step.REMOVE_DRIVER, target=running.raw, restore=restore, lineage=lineage
         )
 
+    def _changes_spec(self, op: Operation, target: PipelineSpec) -> bool:
+        """Whether the flow brings up a spec other than the one that ran: classify's decision,
+        as the flow recorded it. A flow recorded by an operator before ``changes_spec``: an
+        upgrade or rescale by its kind, a resume by comparing its spec with the last stable
+        one (as that operator did)."""
+        if op.changes_spec is not None:
+            return op.changes_spec
+        stable = self.pipeline.status.last_stable_spec
+        if op.kind is OpKind.RESUME:
+            return stable is not None and fingerprint(target.raw) != fingerprint(stable)
+        return op.kind in (OpKind.UPGRADE, OpKind.RESCALE)
+
     def _driver_failed(
         self,
-        kind: OpKind,
+        rolls_back: bool,
         target: PipelineSpec,
         savepoint: str | None,
         reason: str,
         avoid_node: str | None = None,
         run: tuple[str, str | None] | None = None,
     ) -> float:
-        """A driver failed (or never became ready). A failed upgrade or rescale rolls back to
-        the last stable spec and remembers the failed one, so it is not retried; anything
-        else restarts from the latest checkpoint when the job's restart strategy
+        """A driver failed (or never became ready). A flow that brought up a new spec
+        (``rolls_back``: an upgrade, a rescale, a resume of a spec changed while suspended)
+        rolls back to the last stable spec and remembers the failed one, so it is not
+        retried; anything else restarts from the latest checkpoint when the job's restart strategy
         (``spec.failover``, the same rules as the driver's) says, or gives up."""
         p = self.pipeline
         stable = p.status.last_stable_spec
         p.write(lastError=reason)
-        # A resume that brings up a spec changed while suspended is an upgrade too.
-        changed = (
-            kind is OpKind.RESUME
-            and stable is not None
-            and (fingerprint(target.raw) != fingerprint(stable))
-        )
-        if (kind in (OpKind.UPGRADE, OpKind.RESCALE) or changed) and stable is not None:
+        if rolls_back and stable is not None:
             self.event("Warning", EventReason.UPGRADE_FAILED, f"{reason}; rolling back")
             p.condition(
                 ConditionType.UPGRADE_SUCCEEDED,
