@@ -224,9 +224,9 @@ class PipelineStatus:
     restarts: int
     restart_history: Any  # stator.driver.restart.History's stored form
     last_operation: LastOperation | None
-    # The status as stored, for the fields mirrored from the driver's answer (reconciler.py
-    # writes them by their stored names and compares them so).
-    raw: Mapping[str, Any]
+    # The fields mirrored from the running driver's answer (MIRRORED), as stored: the
+    # reconciler writes them by their stored names and compares them so, never reads them.
+    mirrored: Mapping[str, Json]
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> PipelineStatus:
@@ -249,7 +249,7 @@ class PipelineStatus:
             restarts=int(restarts) if isinstance(restarts, int | float) else 0,
             restart_history=raw.get("restartHistory"),
             last_operation=LastOperation.from_dict(_mapping(raw.get("lastOperation"))),
-            raw=raw,
+            mirrored={key: raw[key] for key in MIRRORED if key in raw},
         )
 
     def condition(self, ctype: ConditionType) -> Condition | None:
@@ -259,6 +259,19 @@ class PipelineStatus:
     def suspended(self) -> bool:
         return self.phase is Phase.SUSPENDED
 
+
+# The status fields a running driver's answer gives (``reconciler._job_fields``).
+MIRRORED = (
+    "epoch",
+    "parallelism",
+    "jobState",
+    "latestCheckpoint",
+    "lastError",
+    "standbyCopies",
+    "restores",
+    "regions",
+    "placement",
+)
 
 _PHASES = {str(p) for p in Phase}  # another value (a corrupt one) reads as no phase
 

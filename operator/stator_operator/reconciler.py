@@ -270,13 +270,14 @@ class Reconciler:
         if obs.phase == PodPhase.RUNNING and status.phase is not Phase.RUNNING:
             self.pipeline.write(phase=Phase.RUNNING)  # the phase follows the driver that runs now
         job = obs.job
+        fields: dict[str, Json]
         if obs.job_invalid is not None:  # a malformed answer: an error in status, no crash
             fields = {"lastError": f"the driver's status could not be read: {obs.job_invalid:.300}"}
         elif job is not None:
             fields = bounded_fields(_job_fields(job))
         else:
             return 2.0
-        if any(status.raw.get(k) != v for k, v in fields.items()):
+        if any(status.mirrored.get(k) != v for k, v in fields.items()):
             self.pipeline.write(**fields)
         if job is not None:
             self._report_processing_again(status, job)
