@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Any
 
-from stator.control.wire import camel
+from stator.control.wire import Json, camel
 
 from .outcomes import EventReason, Phase
 from .pipeline_spec import UpgradeMode
@@ -152,9 +152,9 @@ class Operation:
             out[label] = round(out.get(label, 0.0) + time.time() - self.step_started, 2)
         return out
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Json]:
         """The stored form: camelCase keys, unset fields left out."""
-        out: dict[str, Any] = {}
+        out: dict[str, Json] = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if value is None or (value is False and field.default is False):
@@ -164,7 +164,7 @@ class Operation:
         out["stepName"] = self.step.label
         return out
 
-    def to_patch(self) -> dict[str, Any]:
+    def to_patch(self) -> dict[str, Json]:
         """The stored form as a merge patch: unset fields as null, so no key of the operation
         this one replaces is left behind."""
         return {**dict.fromkeys([*_KEYS.values(), "stepName"]), **self.to_json()}

@@ -67,7 +67,7 @@ class Deployment:
             executor_set=_str(raw, "executorSet") or None,
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Json]:
         """Every key, unset ones as null (a merge patch: no key of the previous one stays)."""
         return {
             "id": self.id,
@@ -101,8 +101,8 @@ class SavepointRecord:
             epoch=_int(raw, "epoch"),
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"path": self.path, "time": self.time, "trigger": self.trigger}
+    def to_dict(self) -> dict[str, Json]:
+        out: dict[str, Json] = {"path": self.path, "time": self.time, "trigger": self.trigger}
         if self.root is not None:
             out["root"] = self.root
         out["epoch"] = self.epoch
@@ -129,7 +129,7 @@ class Condition:
             last_transition_time=_str(raw, "lastTransitionTime"),
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Json]:
         return {
             "type": self.type,
             "status": "True" if self.ok else "False",
