@@ -87,9 +87,18 @@ from .naming import (
 )
 from .observer import Observation, PrestartedDriver
 from .operation import PERIODIC, Operation, OpKind, Step
-from .outcomes import ConditionType, DriverState, Phase, PodPhase, Restore, SavepointStatus
+from .outcomes import (
+    ConditionReason,
+    ConditionType,
+    DriverState,
+    EventReason,
+    Phase,
+    PodPhase,
+    Restore,
+    SavepointStatus,
+)
 from .pipeline_spec import Pinning, PipelineSpec
-from .pipeline_status import Deployment, SavepointRecord
+from .pipeline_status import Deployment, LastOperation, SavepointRecord
 from .ports import DriverApi, EventSink, KubeApi
 from .resources import (
     config_map,
@@ -196,8 +205,8 @@ class Flows:
         return op
 
     def _announce(self, op: Operation) -> None:
-        reason, step = f"{op.kind.capitalize()}Step", f"step {int(op.step)} ({op.step.label})"
-        self.event("Normal", reason, f"{op.kind}: {step}")
+        step = f"step {int(op.step)} ({op.step.label})"
+        self.event("Normal", op.kind.step_reason, f"{op.kind}: {step}")
 
     # ------------------------------------------------------------------ 0: pre-start
 
@@ -214,7 +223,7 @@ class Flows:
             executors = f", with executor set {op.executor_set} of its own" if start else ""
             self.event(
                 "Normal",
-                "DriverPrestarted",
+                EventReason.DRIVER_PRESTARTED,
                 f"driver pod {pod} started ahead of the savepoint{executors}; it waits for "
                 "the hand-over",
             )
@@ -238,7 +247,7 @@ class Flows:
             return 1.0
         self.event(
             "Warning",
-            "PrestartFailed",
+            EventReason.PRESTART_FAILED,
             f"pre-started driver pod {pod}: {problem}; it is removed, and the new driver "
             "starts once the old one has stopped",
         )
@@ -312,8 +321,10 @@ class Flows:
         taken = SavepointRecord(path, now(), op.trigger or op.kind.value, root, epoch)
         history = (*self.pipeline.status.savepoints, taken)
         self.pipeline.write(savepoints=self.prune(history))
-        self.event("Normal", "SavepointCompleted", f"savepoint at {path}")
-        self.pipeline.condition(ConditionType.SAVEPOINT_SUCCEEDED, True, "Completed", path)
+        self.event("Normal", EventReason.SAVEPOINT_COMPLETED, f"savepoint at {path}")
+        self.pipeline.condition(
+            ConditionType.SAVEPOINT_SUCCEEDED, True, ConditionReason.COMPLETED, path
+        )
         if op.kind is OpKind.SAVEPOINT:
             self._end_savepoint(op)
             return 5.0
@@ -348,11 +359,14 @@ class Flows:
             )
         self.event(
             "Warning",
-            "SavepointFailed",
+            EventReason.SAVEPOINT_FAILED,
             f"{reason}; continuing from the latest completed checkpoint",
         )
         self.pipeline.condition(
-            ConditionType.SAVEPOINT_SUCCEEDED, False, "FellBackToCheckpoint", reason
+            ConditionType.SAVEPOINT_SUCCEEDED,
+            False,
+            ConditionReason.FELL_BACK_TO_CHECKPOINT,
+            reason,
         )
         if op.kind is OpKind.SAVEPOINT:  # a savepoint on its own: nothing to redeploy
             self._end_savepoint(op, lastError=reason)
@@ -369,11 +383,13 @@ class Flows:
         self.kube.delete_pod(p.namespace, driver_pod_name(p.name, op.id))
         if op.new_executor_set and op.executor_set:  # its executors went with its pod
             self.kube.delete_claims(p.namespace, op.executor_set, 0)
-        self.event("Warning", "UpgradeFailed", f"{reason}; the running job is left as it is")
+        self.event(
+            "Warning", EventReason.UPGRADE_FAILED, f"{reason}; the running job is left as it is"
+        )
         p.condition(
             ConditionType.UPGRADE_SUCCEEDED,
             False,
-            "NotStarted",
+            ConditionReason.NOT_STARTED,
             f"{reason}; the running job was not changed. Change the spec to try again",
         )
         p.write(
@@ -433,7 +449,7 @@ class Flows:
             log.info("released the driver lease of %s, whose pod is gone", released)
         if op.kind is OpKind.SUSPEND:
             self.pipeline.write(operation=None, phase=Phase.SUSPENDED, suspendedWith=op.restore)
-            self.event("Normal", "Suspended", f"suspended with {op.restore}")
+            self.event("Normal", EventReason.SUSPENDED, f"suspended with {op.restore}")
             return 30.0
         if op.kind is OpKind.DELETE:
             self.pipeline.write(operation=replace(op, done=True))
@@ -502,7 +518,9 @@ class Flows:
     def _deployed(self, op: Operation, restore: str, how: str) -> float:
         """The new driver restores from ``restore``: on to step 5."""
         pod = driver_pod_name(self.pipeline.name, op.id)
-        self.event("Normal", "DriverCreated", f"driver pod {pod} restoring from {restore}{how}")
+        self.event(
+            "Normal", EventReason.DRIVER_CREATED, f"driver pod {pod} restoring from {restore}{how}"
+        )
         self._goto(op, Step.AWAIT_READY, deployed_at=time.time())
         return 0.5
 
@@ -530,7 +548,7 @@ class Flows:
             return 1.0  # no address yet
         self.event(
             "Warning",
-            "PrestartFailed",
+            EventReason.PRESTART_FAILED,
             f"pre-started driver pod {pod}: {problem}; it is removed and a new one created",
         )
         self._goto(op, Step.REMOVE_DRIVER, prestarted=False)
@@ -555,19 +573,17 @@ class Flows:
         steps = op.timings()
         p.write(
             # A merge patch: the steps this operation skipped are nulled, not left over.
-            lastOperation={
-                "kind": op.kind.value,
-                "id": op.id,
-                "stepSeconds": {**dict.fromkeys(s.label for s in Step), **steps},
-                "totalSeconds": round(sum(steps.values()), 2),
-                "readyAtMs": int(time.time() * 1000),
-                "processingStoppedAtMs": op.processing_stopped_ms,
-                "handedOverAtMs": op.handed_over_ms,
-                # Filled in once the new driver has run its first epoch (reconciler.py).
-                "processingAgainAt": None,
-                "driverStartupSeconds": None,
-                "downtimeSeconds": None,
-            },
+            # The start-up split and the downtime follow once the new driver has run its
+            # first epoch (reconciler.py).
+            lastOperation=LastOperation(
+                kind=op.kind,
+                id=op.id,
+                step_seconds=steps,
+                total_seconds=round(sum(steps.values()), 2),
+                ready_at_ms=int(time.time() * 1000),
+                processing_stopped_at_ms=op.processing_stopped_ms,
+                handed_over_at_ms=op.handed_over_ms,
+            ),
             operation=None,
             phase=Phase.RUNNING,
             lastReconciledSpec=spec.raw,
@@ -604,14 +620,20 @@ class Flows:
             kept = keep if executors == op.executor_set else 0
             surplus += self.kube.delete_claims(p.namespace, executors, kept)
         if surplus:
-            self.event("Normal", "ClaimsDeleted", f"state claims no executor uses: {surplus}")
+            self.event(
+                "Normal", EventReason.CLAIMS_DELETED, f"state claims no executor uses: {surplus}"
+            )
         if op.kind in (OpKind.UPGRADE, OpKind.RESCALE):
-            p.condition(ConditionType.UPGRADE_SUCCEEDED, True, "Completed", f"running {op.id}")
-        p.condition(ConditionType.READY, True, "DriverReady", f"driver {op.id} is running")
+            p.condition(
+                ConditionType.UPGRADE_SUCCEEDED, True, ConditionReason.COMPLETED, f"running {op.id}"
+            )
+        p.condition(
+            ConditionType.READY, True, ConditionReason.DRIVER_READY, f"driver {op.id} is running"
+        )
         split = ", ".join(f"{label} {seconds:.1f} s" for label, seconds in steps.items())
         self.event(
             "Normal",
-            f"{op.kind.capitalize()}Completed",
+            op.kind.completed_reason,
             f"{op.kind} complete: running {op.id} from {op.restore} ({split})",
         )
 

@@ -16,6 +16,7 @@ from kubernetes.client.rest import ApiException
 from . import resources
 from .flows import QUICK_S
 from .k8s import GROUP, PLURAL, VERSION, Kube
+from .outcomes import EventReason
 from .pipeline import Pipeline
 
 MAX_STEPS_PER_CALL = 16
@@ -82,7 +83,7 @@ def _pipeline(state: Shared, body: Any) -> Pipeline:
         "status": dict(body.get("status") or {}),
     }
 
-    def event(etype: str, reason: str, message: str) -> None:
+    def event(etype: str, reason: EventReason, message: str) -> None:
         state.kube.post_event(resources.event(raw, etype, reason, message))
 
     return Pipeline.build(state.kube, raw, event, require_restricted=state.require_restricted)

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Any
 
-from stator.control.wire import camel
+from stator.control.wire import Json, camel
 
-from .outcomes import Phase
+from .outcomes import EventReason, Phase
 from .pipeline_spec import UpgradeMode
 
 
@@ -32,6 +32,17 @@ class OpKind(StrEnum):
     def phase(self) -> Phase:
         """``status.phase`` while an operation of this kind runs."""
         return _PHASES[self]
+
+    @property
+    def step_reason(self) -> EventReason:
+        """The event an operation of this kind posts at each step: ``UpgradeStep``."""
+        return EventReason(f"{self.capitalize()}Step")
+
+    @property
+    def completed_reason(self) -> EventReason:
+        """The event once its driver is ready: ``UpgradeCompleted`` (only the kinds that
+        bring a driver up have one)."""
+        return EventReason(f"{self.capitalize()}Completed")
 
 
 _PHASES = {
@@ -84,6 +95,10 @@ class Operation:
     mode: UpgradeMode | None = None
     # The change changes the parallelism (spec.Change.rescales, decided when it began).
     rescales: bool = False
+    # The flow brings up a spec other than the one that ran (classify's decision when it
+    # began: an upgrade, a rescale, a resume of a spec changed while suspended), so its failed
+    # driver rolls back. None: a flow classify did not start, or recorded before this field.
+    changes_spec: bool | None = None
     nonce: int | None = None  # savepoints.triggerNonce answered by this savepoint
     trigger: str | None = None  # PERIODIC; else the kind is the trigger
     savepoint_request: str | None = None  # the driver's request id (step 2)
@@ -137,19 +152,19 @@ class Operation:
             out[label] = round(out.get(label, 0.0) + time.time() - self.step_started, 2)
         return out
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Json]:
         """The stored form: camelCase keys, unset fields left out."""
-        out: dict[str, Any] = {}
+        out: dict[str, Json] = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if value is None or value is False:
+            if value is None or (value is False and field.default is False):
                 continue
             out[_KEYS[field.name]] = value.value if isinstance(value, StrEnum) else value
         out["step"] = int(self.step)
         out["stepName"] = self.step.label
         return out
 
-    def to_patch(self) -> dict[str, Any]:
+    def to_patch(self) -> dict[str, Json]:
         """The stored form as a merge patch: unset fields as null, so no key of the operation
         this one replaces is left behind."""
         return {**dict.fromkeys([*_KEYS.values(), "stepName"]), **self.to_json()}

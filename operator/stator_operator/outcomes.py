@@ -1,6 +1,6 @@
-"""The operator's outcome vocabulary: status phases, condition types and reasons, restore
-sources, savepoint request results. StrEnums, so the status and event format is the
-strings it always was."""
+"""The operator's outcome vocabulary: status phases, condition types and reasons, event
+reasons, restore sources, savepoint request results. StrEnums, so the status and event format
+is the strings it always was (e2e tests and docs/operator.md match them)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,66 @@ class ConditionType(StrEnum):
     SPEC_VALID = "SpecValid"
     UPGRADE_SUCCEEDED = "UpgradeSucceeded"
     SAVEPOINT_SUCCEEDED = "SavepointSucceeded"
+
+
+class ConditionReason(StrEnum):
+    """The ``reason`` of a condition the operator sets."""
+
+    VALID = "Valid"  # SpecValid
+    INVALID_SPEC = "InvalidSpec"
+    UNREADABLE_SAVEPOINT = "UnreadableSavepoint"  # spec.restore.initialSavepoint
+    NAME_TAKEN = "NameTaken"  # an object of the pipeline's is someone else's
+    DRIVER_READY = "DriverReady"  # Ready
+    JOB_FAILED = "JobFailed"
+    RESTARTS_EXHAUSTED = "RestartsExhausted"
+    COMPLETED = "Completed"  # UpgradeSucceeded, SavepointSucceeded
+    ROLLED_BACK = "RolledBack"  # UpgradeSucceeded: the new spec failed, the last stable runs
+    NOT_STARTED = "NotStarted"  # UpgradeSucceeded: given up before the running job stopped
+    FELL_BACK_TO_CHECKPOINT = "FellBackToCheckpoint"  # SavepointSucceeded
+
+
+class EventReason(StrEnum):
+    """The ``reason`` of a Kubernetes event the operator posts on a pipeline."""
+
+    SPEC_CHANGED = "SpecChanged"
+    INVALID_SPEC = "InvalidSpec"
+    SUSPENDED = "Suspended"
+    DRIVER_PRESTARTED = "DriverPrestarted"
+    PRESTART_FAILED = "PrestartFailed"
+    SAVEPOINT_COMPLETED = "SavepointCompleted"
+    SAVEPOINT_FAILED = "SavepointFailed"
+    DRIVER_CREATED = "DriverCreated"
+    PROCESSING_AGAIN = "ProcessingAgain"
+    UPGRADE_FAILED = "UpgradeFailed"
+    DRIVER_FAILED = "DriverFailed"
+    DRIVER_LOST = "DriverLost"
+    JOB_FAILED = "JobFailed"
+    FAILED = "Failed"  # restarts exhausted
+    FINISHED = "Finished"
+    STOPPED_OUTSIDE_OPERATOR = "StoppedOutsideOperator"
+    EXECUTORS_MOVED = "ExecutorsMoved"
+    CLAIMS_DELETED = "ClaimsDeleted"
+    DELETE_TIMED_OUT = "DeleteTimedOut"
+    CHECKPOINTS_NOT_RELEASED = "CheckpointsNotReleased"
+    SAVEPOINTS_DISPOSED = "SavepointsDisposed"
+    DELETED = "Deleted"
+    # A flow moved on a step (flows.py ``_announce``): "<Kind>Step", for each operation kind.
+    DEPLOY_STEP = "DeployStep"
+    UPGRADE_STEP = "UpgradeStep"
+    RESCALE_STEP = "RescaleStep"
+    SUSPEND_STEP = "SuspendStep"
+    RESUME_STEP = "ResumeStep"
+    RESTART_STEP = "RestartStep"
+    ROLLBACK_STEP = "RollbackStep"
+    SAVEPOINT_STEP = "SavepointStep"
+    DELETE_STEP = "DeleteStep"
+    # A flow's driver is ready: "<Kind>Completed", for each kind that brings a driver up.
+    DEPLOY_COMPLETED = "DeployCompleted"
+    UPGRADE_COMPLETED = "UpgradeCompleted"
+    RESCALE_COMPLETED = "RescaleCompleted"
+    RESUME_COMPLETED = "ResumeCompleted"
+    RESTART_COMPLETED = "RestartCompleted"
+    ROLLBACK_COMPLETED = "RollbackCompleted"
 
 
 class Restore(StrEnum):

@@ -7,11 +7,14 @@ raw lookups before it did. ``to_dict`` gives the stored form, camelCase keys unc
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .operation import Operation
+from stator.control.wire import Json, camel
+
+from .operation import Operation, OpKind, Step
 from .outcomes import ConditionType, Phase
 
 
@@ -25,8 +28,19 @@ def _int(raw: Mapping[str, Any], key: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _number(value: Any) -> float | None:
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
+
+
+def _seconds(value: Any) -> dict[str, float] | None:
+    """A stored ``{label: seconds}``: the entries that are numbers."""
+    if not isinstance(value, Mapping):
+        return None
+    return {str(k): float(v) for k, v in value.items() if _number(v) is not None}
 
 
 @dataclass(frozen=True)
@@ -53,7 +67,7 @@ class Deployment:
             executor_set=_str(raw, "executorSet") or None,
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Json]:
         """Every key, unset ones as null (a merge patch: no key of the previous one stays)."""
         return {
             "id": self.id,
@@ -87,8 +101,8 @@ class SavepointRecord:
             epoch=_int(raw, "epoch"),
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"path": self.path, "time": self.time, "trigger": self.trigger}
+    def to_dict(self) -> dict[str, Json]:
+        out: dict[str, Json] = {"path": self.path, "time": self.time, "trigger": self.trigger}
         if self.root is not None:
             out["root"] = self.root
         out["epoch"] = self.epoch
@@ -115,7 +129,7 @@ class Condition:
             last_transition_time=_str(raw, "lastTransitionTime"),
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Json]:
         return {
             "type": self.type,
             "status": "True" if self.ok else "False",
@@ -123,6 +137,69 @@ class Condition:
             "message": self.message,
             "lastTransitionTime": self.last_transition_time,
         }
+
+
+@dataclass(frozen=True)
+class LastOperation:
+    """``status.lastOperation``: how long the last flow that brought a driver up took, step by
+    step (written by flows.py when the driver is ready), and once that driver has run its
+    first epoch, its start-up split and the downtime (``reconciler.processing_again``)."""
+
+    kind: OpKind | None  # None: a kind this operator does not know
+    id: str  # the deployment it brought up
+    step_seconds: Mapping[str, float]  # by Step.label, the steps it took
+    total_seconds: float
+    ready_at_ms: int
+    processing_stopped_at_ms: int | None = None  # Operation.processing_stopped_ms
+    handed_over_at_ms: int | None = None  # Operation.handed_over_ms
+    processing_again_at: str | None = None
+    driver_startup_seconds: Mapping[str, float] | None = None
+    downtime_seconds: float | None = None  # upgrades and rescales
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> LastOperation | None:
+        value = {name: raw.get(key) for name, key in _LAST_KEYS.items()}
+        ready_at = _number(value["ready_at_ms"])
+        if not value["id"] or not ready_at:
+            return None
+        stopped, handed = (
+            _number(value["processing_stopped_at_ms"]),
+            _number(value["handed_over_at_ms"]),
+        )
+        again = value["processing_again_at"]
+        return cls(
+            kind=OpKind(value["kind"]) if value["kind"] in _KINDS else None,
+            id=str(value["id"]),
+            step_seconds=_seconds(value["step_seconds"]) or {},
+            total_seconds=float(_number(value["total_seconds"]) or 0.0),
+            ready_at_ms=int(ready_at),
+            processing_stopped_at_ms=None if stopped is None else int(stopped),
+            handed_over_at_ms=None if handed is None else int(handed),
+            processing_again_at=None if again is None else str(again),
+            driver_startup_seconds=_seconds(value["driver_startup_seconds"]),
+            downtime_seconds=_number(value["downtime_seconds"]),
+        )
+
+    def to_dict(self) -> dict[str, Json]:
+        """The stored form: camelCase keys, unset fields left out."""
+        out: dict[str, Json] = {}
+        for name, key in _LAST_KEYS.items():
+            value = getattr(self, name)
+            if isinstance(value, Mapping):
+                out[key] = dict(value)
+            elif value is not None:
+                out[key] = str(value) if isinstance(value, OpKind) else value
+        return out
+
+    def to_patch(self) -> dict[str, Json]:
+        """The stored form as a merge patch: unset fields and the steps this operation skipped
+        as null, so nothing of the record it replaces is left behind."""
+        steps: dict[str, Json] = {**dict.fromkeys(s.label for s in Step), **self.step_seconds}
+        return {**dict.fromkeys(_LAST_KEYS.values()), **self.to_dict(), "stepSeconds": steps}
+
+
+_LAST_KEYS = {field.name: camel(field.name) for field in dataclasses.fields(LastOperation)}
+_KINDS = {str(k) for k in OpKind}
 
 
 def _listed(raw: Any, read: Any) -> tuple[Any, ...]:
@@ -146,12 +223,10 @@ class PipelineStatus:
     periodic_savepoint_at: str | None
     restarts: int
     restart_history: Any  # stator.driver.restart.History's stored form
-    # Written by flows.py (at ready) and the reconciler (once processing again); read back by
-    # processing_again only, in its stored form.
-    last_operation: Mapping[str, Any]
-    # The status as stored, for the fields mirrored from the driver's answer (reconciler.py
-    # writes them by their stored names and compares them so).
-    raw: Mapping[str, Any]
+    last_operation: LastOperation | None
+    # The fields mirrored from the running driver's answer (MIRRORED), as stored: the
+    # reconciler writes them by their stored names and compares them so, never reads them.
+    mirrored: Mapping[str, Json]
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> PipelineStatus:
@@ -173,8 +248,8 @@ class PipelineStatus:
             periodic_savepoint_at=_str(raw, "periodicSavepointAt"),
             restarts=int(restarts) if isinstance(restarts, int | float) else 0,
             restart_history=raw.get("restartHistory"),
-            last_operation=_mapping(raw.get("lastOperation")),
-            raw=raw,
+            last_operation=LastOperation.from_dict(_mapping(raw.get("lastOperation"))),
+            mirrored={key: raw[key] for key in MIRRORED if key in raw},
         )
 
     def condition(self, ctype: ConditionType) -> Condition | None:
@@ -184,6 +259,19 @@ class PipelineStatus:
     def suspended(self) -> bool:
         return self.phase is Phase.SUSPENDED
 
+
+# The status fields a running driver's answer gives (``reconciler._job_fields``).
+MIRRORED = (
+    "epoch",
+    "parallelism",
+    "jobState",
+    "latestCheckpoint",
+    "lastError",
+    "standbyCopies",
+    "restores",
+    "regions",
+    "placement",
+)
 
 _PHASES = {str(p) for p in Phase}  # another value (a corrupt one) reads as no phase
 

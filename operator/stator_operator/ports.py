@@ -9,6 +9,8 @@ from typing import Any, Protocol
 
 from stator.control.schema import HandoverAnswer, JobInfo, Readiness, SavepointRequest
 
+from .outcomes import EventReason
+
 
 class NotOwned(ValueError):
     """An object the pipeline needs exists under its name but belongs to someone else: the
@@ -100,4 +102,5 @@ class Connect(Protocol):
     def __call__(self, base_url: str, *, token: str | None = None) -> DriverApi: ...
 
 
-EventSink = Callable[[str, str, str], None]  # (type, reason, message) -> a Kubernetes event
+# (type, reason, message): a Kubernetes event on the pipeline
+EventSink = Callable[[str, EventReason, str], None]

@@ -5,7 +5,7 @@ driver's progress, restart or roll back a failed driver, or delete the pipeline.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from stator.control.schema import JobInfo, mirror
@@ -29,10 +29,10 @@ from .naming import (
     spark_app_id,
 )
 from .observer import Observation
-from .operation import PERIODIC, OpKind, Step
-from .outcomes import ConditionType, Phase, PodPhase, Restore
+from .operation import PERIODIC, Operation, OpKind, Step
+from .outcomes import ConditionReason, ConditionType, EventReason, Phase, PodPhase, Restore
 from .pipeline_spec import Pinning, PipelineSpec, SpecError, UpgradeMode
-from .pipeline_status import PipelineStatus
+from .pipeline_status import LastOperation, PipelineStatus
 from .ports import EventSink, KubeApi, NotOwned
 from .spec import (
     Change,
@@ -68,13 +68,13 @@ class Reconciler:
         try:
             result = self.flows.advance(op, obs)
         except NotOwned as exc:  # the step waits (its status says where) until that is fixed
-            self._spec_invalid(NAME_TAKEN, str(exc))
+            self._spec_invalid(ConditionReason.NAME_TAKEN, str(exc))
             return NOT_OWNED_WAIT_S
         except SpecError as exc:  # a stored spec the checks of today refuse
-            self._spec_invalid("InvalidSpec", f"the operation's spec: {exc}")
+            self._spec_invalid(ConditionReason.INVALID_SPEC, f"the operation's spec: {exc}")
             return NOT_OWNED_WAIT_S
         valid = self.pipeline.has_condition(ConditionType.SPEC_VALID, False)
-        if valid and self._invalid_reason() == NAME_TAKEN:
+        if valid and self._invalid_reason() == ConditionReason.NAME_TAKEN:
             self._spec_accepted()
         if isinstance(result, DriverFailed):
             target = PipelineSpec.read(op.target) if op.target else self.pipeline.spec
@@ -83,7 +83,8 @@ class Reconciler:
             savepoint = op.savepoint
             if op.kind is OpKind.RESUME and op.restore not in (None, *Restore):
                 savepoint = op.restore  # what a rollback of the resumed spec restores
-            return self._driver_failed(op.kind, target, savepoint, result.reason, run=run)
+            rolls_back = self._changes_spec(op, target)
+            return self._driver_failed(rolls_back, target, savepoint, result.reason, run=run)
         return result
 
     def delete(self, obs: Observation) -> float | None:
@@ -110,7 +111,7 @@ class Reconciler:
                 return 0.0 if isinstance(result, DriverFailed) else result
             self.event(
                 "Warning",
-                "DeleteTimedOut",
+                EventReason.DELETE_TIMED_OUT,
                 f"final savepoint not done after {timeout:.0f}s; removing the driver",
             )
             self.kube.delete_drivers(self.pipeline.namespace, self.pipeline.name)
@@ -119,11 +120,11 @@ class Reconciler:
         for executors in self.kube.executor_sets(p.namespace, spark_app_id(p.namespace, p.name)):
             claims += self.kube.delete_claims(p.namespace, executors, 0)
         if claims:
-            self.event("Normal", "ClaimsDeleted", f"executors' state claims: {claims}")
+            self.event("Normal", EventReason.CLAIMS_DELETED, f"executors' state claims: {claims}")
         ran = PipelineSpec.read(op.target) if op.target else spec
         problem = self.storage.release_checkpoints(p.namespace, ran, p.name, p.uid)
         if problem:  # a pipeline created again under the name needs checkpointing.adopt
-            self.event("Warning", "CheckpointsNotReleased", problem)
+            self.event("Warning", EventReason.CHECKPOINTS_NOT_RELEASED, problem)
         if spec.savepoints.dispose_on_delete:
             # The final savepoint this deletion took is kept unless asked: it is the state.
             final = spec.deletion.dispose_final_savepoint
@@ -134,8 +135,10 @@ class Reconciler:
                     continue
                 self.storage.dispose(self.pipeline.namespace, spec, sp.path, sp.root)
             also = f"; kept the final savepoint {kept[-1]}" if kept else ""
-            self.event("Normal", "SavepointsDisposed", f"disposed the savepoint history{also}")
-        self.event("Normal", "Deleted", "pipeline deleted")
+            self.event(
+                "Normal", EventReason.SAVEPOINTS_DISPOSED, f"disposed the savepoint history{also}"
+            )
+        self.event("Normal", EventReason.DELETED, "pipeline deleted")
         return None
 
     # ------------------------------------------------------------------ no flow in flight
@@ -162,7 +165,13 @@ class Reconciler:
             # resumes (as it would have kept running), until the spec changes.
             failed = status.failed_spec == attempt_fingerprint(spec.raw)
             target = ran if failed else spec.raw
-            return self._start(OpKind.RESUME, Step.DEPLOY, target=target, restore=restore)
+            return self._start(
+                OpKind.RESUME,
+                Step.DEPLOY,
+                target=target,
+                restore=restore,
+                changes_spec=bool(change.fields) and not failed,
+            )
         if status.suspended:
             return 30.0
         if change.kind is None and status.phase in (Phase.FINISHED, Phase.FAILED):
@@ -184,9 +193,15 @@ class Reconciler:
         flow records the change's decision (``rescales``) for its steps to read."""
         mode = spec.upgrade_mode
         kind = change.kind or OpKind.UPGRADE
-        self.event("Normal", "SpecChanged", f"{kind} ({mode}): {', '.join(change.fields)}")
+        self.event(
+            "Normal", EventReason.SPEC_CHANGED, f"{kind} ({mode}): {', '.join(change.fields)}"
+        )
         self.pipeline.write(restartHistory=None)  # a new spec gets a fresh restart budget
-        fields: dict[str, Any] = {"target": spec.raw, "rescales": change.rescales}
+        fields: dict[str, Any] = {
+            "target": spec.raw,
+            "rescales": change.rescales,
+            "changes_spec": True,
+        }
         if kind is OpKind.RESCALE or mode is UpgradeMode.SAVEPOINT:
             first = Step.PRESTART if spec.driver.prestart else Step.SAVEPOINT
             return self._start(kind, first, mode=UpgradeMode.SAVEPOINT, **fields)
@@ -202,14 +217,15 @@ class Reconciler:
                 self.pipeline.write(phase=Phase.SUSPENDED)
                 self.event(
                     "Normal",
-                    "Suspended",
+                    EventReason.SUSPENDED,
                     "created suspended: nothing runs until spec.state is running",
                 )
             return 30.0
         restore = spec.restore.initial_savepoint or Restore.LATEST
         if restore != Restore.LATEST and obs.restore_problem is not None:
             self._spec_invalid(
-                "UnreadableSavepoint", f"spec.restore.initialSavepoint: {obs.restore_problem}"
+                ConditionReason.UNREADABLE_SAVEPOINT,
+                f"spec.restore.initialSavepoint: {obs.restore_problem}",
             )
             return 30.0
         self._spec_accepted()
@@ -254,13 +270,14 @@ class Reconciler:
         if obs.phase == PodPhase.RUNNING and status.phase is not Phase.RUNNING:
             self.pipeline.write(phase=Phase.RUNNING)  # the phase follows the driver that runs now
         job = obs.job
+        fields: dict[str, Json]
         if obs.job_invalid is not None:  # a malformed answer: an error in status, no crash
             fields = {"lastError": f"the driver's status could not be read: {obs.job_invalid:.300}"}
         elif job is not None:
             fields = bounded_fields(_job_fields(job))
         else:
             return 2.0
-        if any(status.raw.get(k) != v for k, v in fields.items()):
+        if any(status.mirrored.get(k) != v for k, v in fields.items()):
             self.pipeline.write(**fields)
         if job is not None:
             self._report_processing_again(status, job)
@@ -272,12 +289,13 @@ class Reconciler:
         if not again or status.deployment is None:
             return
         self.pipeline.write(lastOperation=again)
-        split = ", ".join(f"{k} {v:.1f} s" for k, v in again["driverStartupSeconds"].items())
-        downtime = again.get("downtimeSeconds")
+        startup = again.driver_startup_seconds or {}
+        split = ", ".join(f"{k} {v:.1f} s" for k, v in startup.items())
+        downtime = again.downtime_seconds
         after = "" if downtime is None else f" {downtime:.1f} s after the operation began"
         self.event(
             "Normal",
-            "ProcessingAgain",
+            EventReason.PROCESSING_AGAIN,
             f"driver {status.deployment.id} ran its first epoch{after} (start-up: {split})",
         )
 
@@ -286,7 +304,7 @@ class Reconciler:
         if obs.phase == PodPhase.SUCCEEDED:  # a bounded job read all its input
             if self.pipeline.status.phase is not Phase.FINISHED:
                 self.pipeline.write(phase=Phase.FINISHED)
-                self.event("Normal", "Finished", "the job finished its input")
+                self.event("Normal", EventReason.FINISHED, "the job finished its input")
             return 10.0
         if obs.phase == PodPhase.FAILED and obs.exit_code == STOPPED_EXIT_CODE:
             return self._stopped_outside(running)
@@ -295,7 +313,7 @@ class Reconciler:
         if obs.pod is None or obs.phase == PodPhase.FAILED:
             gone = "gone" if obs.pod is None else obs.phase
             reason = f"driver pod {gone} (exit {obs.exit_code})"
-            return self._driver_failed(OpKind.RESTART, running, None, reason)
+            return self._driver_failed(False, running, None, reason)
         pod = (obs.pod or {}).get("metadata", {}).get("name")
         if obs.lease is not None and obs.lease.lapsed and obs.lease.holder == pod:
             return self._driver_lost(obs, running)
@@ -315,10 +333,10 @@ class Reconciler:
             f"{obs.lease.silent_s:.0f} s (lease duration {obs.lease.duration_s} s): its node is "
             f"lost or it hangs"
         )
-        self.event("Warning", "DriverLost", f"{reason}; removing it")
+        self.event("Warning", EventReason.DRIVER_LOST, f"{reason}; removing it")
         self.kube.delete_pod(self.pipeline.namespace, pod, grace_s=0)
         avoid = None if node == "?" else node
-        return self._driver_failed(OpKind.RESTART, running, None, reason, avoid_node=avoid)
+        return self._driver_failed(False, running, None, reason, avoid_node=avoid)
 
     def _release_lost_executors(self) -> None:
         """``localRecovery.pinning: preferred``: an executor whose node is unreachable gives
@@ -332,7 +350,7 @@ class Reconciler:
         if moved:
             self.event(
                 "Warning",
-                "ExecutorsMoved",
+                EventReason.EXECUTORS_MOVED,
                 f"executor pod(s) {moved} were on an unreachable node; their local volumes "
                 f"are released and they start on another node (pinning: preferred)",
             )
@@ -345,8 +363,8 @@ class Reconciler:
         p = self.pipeline
         cause = obs.termination_message or p.status.last_error or "the job failed (exit 2)"
         p.write(operation=None, phase=Phase.FAILED, lastError=cause)
-        p.condition(ConditionType.READY, False, "JobFailed", cause)
-        self.event("Warning", "JobFailed", cause)
+        p.condition(ConditionType.READY, False, ConditionReason.JOB_FAILED, cause)
+        self.event("Warning", EventReason.JOB_FAILED, cause)
         return 60.0
 
     def _stopped_outside(self, running: PipelineSpec) -> float:
@@ -357,41 +375,48 @@ class Reconciler:
             "the job was stopped with a savepoint the operator did not request; "
             "redeploying from its latest checkpoint"
         )
-        self.event("Warning", "StoppedOutsideOperator", message)
+        self.event("Warning", EventReason.STOPPED_OUTSIDE_OPERATOR, message)
         self.pipeline.write(lastError=message)
         restore, lineage = self._running_run()
         return self._start(
             OpKind.RESTART, Step.REMOVE_DRIVER, target=running.raw, restore=restore, lineage=lineage
         )
 
+    def _changes_spec(self, op: Operation, target: PipelineSpec) -> bool:
+        """Whether the flow brings up a spec other than the one that ran: classify's decision,
+        as the flow recorded it. A flow recorded by an operator before ``changes_spec``: an
+        upgrade or rescale by its kind, a resume by comparing its spec with the last stable
+        one (as that operator did)."""
+        if op.changes_spec is not None:
+            return op.changes_spec
+        stable = self.pipeline.status.last_stable_spec
+        if op.kind is OpKind.RESUME:
+            return stable is not None and fingerprint(target.raw) != fingerprint(stable)
+        return op.kind in (OpKind.UPGRADE, OpKind.RESCALE)
+
     def _driver_failed(
         self,
-        kind: OpKind,
+        rolls_back: bool,
         target: PipelineSpec,
         savepoint: str | None,
         reason: str,
         avoid_node: str | None = None,
         run: tuple[str, str | None] | None = None,
     ) -> float:
-        """A driver failed (or never became ready). A failed upgrade or rescale rolls back to
-        the last stable spec and remembers the failed one, so it is not retried; anything
-        else restarts from the latest checkpoint when the job's restart strategy
+        """A driver failed (or never became ready). A flow that brought up a new spec
+        (``rolls_back``: an upgrade, a rescale, a resume of a spec changed while suspended)
+        rolls back to the last stable spec and remembers the failed one, so it is not
+        retried; anything else restarts from the latest checkpoint when the job's restart strategy
         (``spec.failover``, the same rules as the driver's) says, or gives up."""
         p = self.pipeline
         stable = p.status.last_stable_spec
         p.write(lastError=reason)
-        # A resume that brings up a spec changed while suspended is an upgrade too.
-        changed = (
-            kind is OpKind.RESUME
-            and stable is not None
-            and (fingerprint(target.raw) != fingerprint(stable))
-        )
-        if (kind in (OpKind.UPGRADE, OpKind.RESCALE) or changed) and stable is not None:
-            self.event("Warning", "UpgradeFailed", f"{reason}; rolling back")
+        if rolls_back and stable is not None:
+            self.event("Warning", EventReason.UPGRADE_FAILED, f"{reason}; rolling back")
             p.condition(
                 ConditionType.UPGRADE_SUCCEEDED,
                 False,
-                "RolledBack",
+                ConditionReason.ROLLED_BACK,
                 f"{reason}; rolled back to the last stable spec. Change the spec to try again",
             )
             p.write(failedSpec=attempt_fingerprint(target.raw))
@@ -409,12 +434,14 @@ class Reconciler:
                 restarts=restarts,
                 restartHistory=decision.history.to_json(),
             )
-            self.event("Warning", "Failed", gave_up)
-            p.condition(ConditionType.READY, False, "RestartsExhausted", gave_up)
+            self.event("Warning", EventReason.FAILED, gave_up)
+            p.condition(ConditionType.READY, False, ConditionReason.RESTARTS_EXHAUSTED, gave_up)
             return 60.0
         p.write(restarts=restarts, restartHistory=decision.history.to_json())
         delay_s = decision.delay_ms / 1000
-        self.event("Warning", "DriverFailed", f"{reason}; {decision.why}, in {delay_s:.1f}s")
+        self.event(
+            "Warning", EventReason.DRIVER_FAILED, f"{reason}; {decision.why}, in {delay_s:.1f}s"
+        )
         restore, lineage = run or self._running_run()
         return self._start(
             OpKind.RESTART,
@@ -457,16 +484,16 @@ class Reconciler:
                 with_ = (p.status.suspended_with or Restore.LATEST) if suspended else None
                 check_transition(PipelineSpec.read(running), spec, with_)
         except ValueError as exc:
-            self._spec_invalid("InvalidSpec", str(exc))
+            self._spec_invalid(ConditionReason.INVALID_SPEC, str(exc))
             return None
         return spec
 
-    def _spec_invalid(self, reason: str, message: str) -> None:
+    def _spec_invalid(self, reason: ConditionReason, message: str) -> None:
         """Report a spec that cannot run: condition, lastError, one event per new message;
         ``phase: Failed`` only if nothing runs (a running job keeps its last good spec)."""
         p = self.pipeline
         if p.status.last_error != message:
-            self.event("Warning", "InvalidSpec", message)
+            self.event("Warning", EventReason.INVALID_SPEC, message)
         p.condition(ConditionType.SPEC_VALID, False, reason, message)
         if p.status.last_reconciled_spec is None:
             # One patch: no reader sees the phase without its cause.
@@ -481,7 +508,9 @@ class Reconciler:
     def _spec_accepted(self) -> None:
         """A spec that was reported invalid has been fixed: say so once."""
         if self.pipeline.has_condition(ConditionType.SPEC_VALID, False):
-            self.pipeline.condition(ConditionType.SPEC_VALID, True, "Valid", "the spec is accepted")
+            self.pipeline.condition(
+                ConditionType.SPEC_VALID, True, ConditionReason.VALID, "the spec is accepted"
+            )
             self.pipeline.write(lastError=None)
 
 
@@ -562,7 +591,6 @@ PLACED_FIELDS = ("subtask", "node", "executor", "key_groups", "checkpoint_id")
 # previous ended, the first at the end of the operator's deploy step (or at the hand-over, if
 # step 3 sent it). A pre-started driver reached the first marks before that (0 s each: they
 # were no downtime).
-NAME_TAKEN = "NameTaken"  # SpecValid's reason while an object of the pipeline's is someone else's
 NOT_OWNED_WAIT_S = 10.0
 
 STARTUP_STEPS = (
@@ -573,39 +601,41 @@ STARTUP_STEPS = (
     ("recovery", "recovered_ms"),  # finding and reading the checkpoint or savepoint
     ("first-epoch", "first_epoch_ms"),  # the state restore and the first records
 )
-DOWNTIME_KINDS = ("upgrade", "rescale")  # flows that stop the old driver when they begin
+DOWNTIME_KINDS = (OpKind.UPGRADE, OpKind.RESCALE)  # flows that stop the old driver at once
 
 
-def processing_again(status: PipelineStatus, job: JobInfo) -> dict[str, Any] | None:
-    """Once the driver a flow brought up has finished its first epoch: when, how its
-    start-up split, and for an upgrade or rescale the downtime: from the moment the old
-    driver stopped processing (its stop-with-savepoint's epoch began, after its last epoch
-    of records) to the end of that first epoch; without that moment (no savepoint: a
+def processing_again(status: PipelineStatus, job: JobInfo) -> LastOperation | None:
+    """Once the driver a flow brought up has finished its first epoch: the flow's record with
+    when, how its start-up split, and for an upgrade or rescale the downtime: from the moment
+    the old driver stopped processing (its stop-with-savepoint's epoch began, after its last
+    epoch of records) to the end of that first epoch; without that moment (no savepoint: a
     fallback to the latest checkpoint), from the savepoint step. Driver and operator clocks
     are compared: on one cluster they agree to well under these seconds."""
     last = status.last_operation
     startup = job.startup
     first = startup.first_epoch_ms
-    ready_at = last.get("readyAtMs")
     deployment = status.deployment.id if status.deployment else None
-    if not first or not ready_at or last.get("processingAgainAt") or last.get("id") != deployment:
+    if last is None or not first or last.processing_again_at or last.id != deployment:
         return None
-    steps = last.get("stepSeconds") or {}
+    steps = last.step_seconds
+    ready_at = last.ready_at_ms
     # The hand-over at step 3 (before the old driver was removed), else the deploy step's end.
-    mark = last.get("handedOverAtMs") or ready_at - 1000 * (steps.get("await-ready") or 0.0)
+    mark = last.handed_over_at_ms or ready_at - 1000 * (steps.get("await-ready") or 0.0)
     split: dict[str, float] = {}
     for label, key in STARTUP_STEPS:
         at = getattr(startup, key)
         if at:
             split[label] = round(max(0.0, (at - mark) / 1000), 2)
             mark = max(mark, at)
-    out: dict[str, Any] = {
-        "processingAgainAt": stamp_ms(first),
-        "driverStartupSeconds": split,
-    }
-    if last.get("kind") in DOWNTIME_KINDS:  # step 0 (pre-start) is no downtime
-        total = float(last.get("totalSeconds") or 0.0) - float(steps.get("prestart") or 0.0)
-        stopped = last.get("processingStoppedAtMs")
+    downtime = None
+    if last.kind in DOWNTIME_KINDS:  # step 0 (pre-start) is no downtime
+        total = last.total_seconds - (steps.get("prestart") or 0.0)
+        stopped = last.processing_stopped_at_ms
         began = stopped / 1000 if stopped else ready_at / 1000 - total
-        out["downtimeSeconds"] = round(first / 1000 - began, 2)
-    return out
+        downtime = round(first / 1000 - began, 2)
+    return replace(
+        last,
+        processing_again_at=stamp_ms(first),
+        driver_startup_seconds=split,
+        downtime_seconds=downtime,
+    )

@@ -28,6 +28,7 @@ from .naming import (
     labels,
     spark_app_id,
 )
+from .outcomes import EventReason
 from .owned import reserved_env
 from .pipeline_spec import PipelineSpec
 from .podsecurity import OPERATOR_OWNED, TEMPLATE_METADATA, TEMPLATE_SPEC
@@ -45,7 +46,7 @@ def owner(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def event(body: dict[str, Any], etype: str, reason: str, message: str) -> dict[str, Any]:
+def event(body: dict[str, Any], etype: str, reason: EventReason, message: str) -> dict[str, Any]:
     """A Kubernetes event on the pipeline (posted by ``Kube.post_event``)."""
     meta = body["metadata"]
     now = datetime.now(UTC)

@@ -10,9 +10,15 @@ import datetime as dt
 from typing import Any
 
 from .operation import Operation
-from .outcomes import ConditionType
+from .outcomes import ConditionReason, ConditionType
 from .pipeline_spec import PipelineSpec
-from .pipeline_status import Condition, Deployment, PipelineStatus, SavepointRecord
+from .pipeline_status import (
+    Condition,
+    Deployment,
+    LastOperation,
+    PipelineStatus,
+    SavepointRecord,
+)
 from .ports import StatusApi
 
 STAMP = "%Y-%m-%dT%H:%M:%SZ"
@@ -85,7 +91,9 @@ class StatusWriter:
                 status[key] = _stored(value, patch=False)
         self.body["status"] = status
 
-    def condition(self, ctype: ConditionType, ok: bool, reason: str, message: str) -> None:
+    def condition(
+        self, ctype: ConditionType, ok: bool, reason: ConditionReason, message: str
+    ) -> None:
         kept = tuple(c for c in self.status.conditions if c.type != ctype)
         self.write(conditions=(*kept, Condition(ctype, ok, reason, message[:1000], now())))
 
@@ -98,6 +106,8 @@ def _stored(value: Any, patch: bool) -> Any:
     """A typed status value in its stored form (as a merge patch, or as stored)."""
     if isinstance(value, Operation):
         return value.to_patch() if patch else value.to_json()
+    if isinstance(value, LastOperation):
+        return value.to_patch() if patch else value.to_dict()
     if isinstance(value, Deployment | SavepointRecord | Condition):
         return value.to_dict()
     if isinstance(value, tuple):

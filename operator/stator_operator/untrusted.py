@@ -10,7 +10,9 @@ a note saying so.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping
+
+from stator.control.wire import Json
 
 MAX_TEXT = 2000  # characters of one string (an error message keeps its first lines)
 MAX_ITEMS = 256  # entries of one list or mapping (placement lists one per subtask)
@@ -18,7 +20,7 @@ MAX_DEPTH = 8
 MAX_PART_BYTES = 256 * 1024  # one status field, as JSON
 
 
-def bounded(value: Any, depth: int = 0) -> Any:
+def bounded(value: object, depth: int = 0) -> Json:
     """``value`` with every string, list and mapping cut to the bounds above; anything that
     is not JSON data becomes its (cut) text."""
     if depth > MAX_DEPTH:
@@ -35,10 +37,10 @@ def bounded(value: Any, depth: int = 0) -> Any:
     return bounded(str(value), depth + 1)
 
 
-def bounded_fields(fields: dict[str, Any]) -> dict[str, Any]:
+def bounded_fields(fields: Mapping[str, Json]) -> dict[str, Json]:
     """Status fields from a driver, each bounded; a field still over ``MAX_PART_BYTES`` is
     replaced by a note (the status write must go through)."""
-    out: dict[str, Any] = {}
+    out: dict[str, Json] = {}
     for key, value in fields.items():
         small = bounded(value)
         size = len(json.dumps(small, default=str))

@@ -7,8 +7,14 @@ from typing import Any
 
 from stator.driver.status import JobState
 from stator_operator.operation import OpKind, Step
-from stator_operator.outcomes import ConditionType, DriverState, Phase
-from stator_operator.pipeline_status import Condition, Deployment, PipelineStatus, SavepointRecord
+from stator_operator.outcomes import ConditionType, DriverState, EventReason, Phase
+from stator_operator.pipeline_status import (
+    Condition,
+    Deployment,
+    LastOperation,
+    PipelineStatus,
+    SavepointRecord,
+)
 
 STORED: dict[str, Any] = {
     "phase": "Running",
@@ -44,6 +50,17 @@ STORED: dict[str, Any] = {
             "lastTransitionTime": "t",
         },
     ],
+    "lastOperation": {
+        "kind": "rescale",
+        "id": "ab12cd34",
+        "stepSeconds": {"savepoint": 0.5, "deploy": 1.25, "await-ready": 4.0},
+        "totalSeconds": 5.75,
+        "readyAtMs": 1767225600000,
+        "processingStoppedAtMs": 1767225594000,
+        "processingAgainAt": "2026-01-01T00:00:03Z",
+        "driverStartupSeconds": {"pod-start": 1.0, "first-epoch": 2.0},
+        "downtimeSeconds": 9.0,
+    },
     "restarts": 2,
     "savepointNonce": 3,
     "lastReconciledSpec": {"image": "i"},
@@ -76,6 +93,23 @@ def test_the_stored_status_reads_typed_and_writes_back_the_same() -> None:
         OpKind.SAVEPOINT,
         Step.AWAIT_SAVEPOINT,
     )
+    last = status.last_operation
+    assert last is not None and last.to_dict() == STORED["lastOperation"]
+    assert (last.kind, last.ready_at_ms, last.handed_over_at_ms) == (
+        OpKind.RESCALE,
+        1767225600000,
+        None,
+    )
+    assert last.step_seconds["deploy"] == 1.25 and last.downtime_seconds == 9.0
+
+
+def test_the_last_operation_patch_leaves_nothing_of_the_record_it_replaces() -> None:
+    last = LastOperation(OpKind.RESTART, "ef56", {"deploy": 1.0}, 1.0, 1767225600000)
+    patch = last.to_patch()
+    assert patch["kind"] == "restart" and patch["readyAtMs"] == 1767225600000
+    assert patch["downtimeSeconds"] is None and patch["processingAgainAt"] is None
+    assert patch["stepSeconds"] == {**dict.fromkeys(s.label for s in Step), "deploy": 1.0}
+    assert "downtimeSeconds" not in last.to_dict()
 
 
 def test_corrupt_fields_read_as_absent() -> None:
@@ -87,12 +121,17 @@ def test_corrupt_fields_read_as_absent() -> None:
             "conditions": {"type": "Ready"},
             "restarts": "many",
             "lastReconciledSpec": "x",
+            "lastOperation": {"id": "ab12", "readyAtMs": "soon"},
         }
     )
     assert status.phase is None and status.deployment is None
     assert status.savepoints == (SavepointRecord("s3://b/sp/1", None, None, None, None),)
     assert status.conditions == () and status.restarts == 0
     assert status.last_reconciled_spec is None and status.operation is None
+    assert status.last_operation is None
+    odd = {"kind": "teleport", "id": "ab12", "readyAtMs": 5, "stepSeconds": {"deploy": "x"}}
+    last = LastOperation.from_dict(odd)
+    assert last is not None and (last.kind, dict(last.step_seconds)) == (None, {})
 
 
 def test_an_empty_status_is_nothing_deployed() -> None:
@@ -108,3 +147,10 @@ def test_an_empty_status_is_nothing_deployed() -> None:
 
 def test_the_driver_states_the_operator_reads_are_the_drivers() -> None:
     assert {str(s) for s in DriverState} <= {str(s) for s in JobState}
+
+
+def test_every_operation_kind_has_its_step_event_and_the_deploying_ones_a_completed_one() -> None:
+    assert [str(k.step_reason) for k in OpKind][:3] == ["DeployStep", "UpgradeStep", "RescaleStep"]
+    deploying = (OpKind.DEPLOY, OpKind.UPGRADE, OpKind.RESCALE, OpKind.RESUME)
+    completed = [k.completed_reason for k in (*deploying, OpKind.RESTART, OpKind.ROLLBACK)]
+    assert completed[-1] == "RollbackCompleted" and EventReason.RESCALE_COMPLETED in completed

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from stator.control.schema import JobInfo
+from stator_operator.pipeline_status import MIRRORED as STATUS_MIRRORED
 from stator_operator.reconciler import _job_fields
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,6 +139,7 @@ def paths(value: Any, prefix: str = "") -> set[str]:
 def test_the_mirror_writes_exactly_the_status_fields_it_always_wrote() -> None:
     fields = _job_fields(JobInfo.from_wire(ANSWER))
     assert paths(fields) == MIRRORED
+    assert set(fields) == set(STATUS_MIRRORED), "the fields PipelineStatus.mirrored reads back"
     assert fields["latestCheckpoint"]["time"] == "2023-11-14T22:13:20Z"
     assert fields["placement"]["subtasks"][0]["keyGroups"] == [0, 64], "JSON data: lists"
 
