@@ -172,7 +172,7 @@ class Flows:
         own = (
             op.kind in (OpKind.UPGRADE, OpKind.RESCALE)
             and op.step is Step.PRESTART
-            and (running is None or running.executor is None or op.changes_parallelism)
+            and (running is None or running.executor is None or op.rescales)
         )
         if own:
             return replace(
@@ -262,11 +262,11 @@ class Flows:
         stop = op.kind is not OpKind.SAVEPOINT
         # A rescale reads only the key-groups each new subtask owns from a canonical
         # savepoint, whole overlapping databases from a native one (docs/savepoints.md):
-        # also an upgrade that changes replicas with other fields (``op.changes_parallelism``).
+        # also an upgrade that changes replicas with other fields (``op.rescales``).
         # Named on every request: the running driver's default is the format of the spec it
         # was deployed with, and a change of formatType alone does not redeploy.
         chosen = self.pipeline.spec.savepoints.format_type or "canonical"
-        format_type = "canonical" if op.changes_parallelism else chosen
+        format_type = "canonical" if op.rescales else chosen
         try:
             request = obs.driver.trigger_savepoint(stop=stop, format_type=format_type)
         except ControlUnreachable as exc:

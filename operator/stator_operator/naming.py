@@ -52,8 +52,8 @@ def is_executor_set_of(app_id: str, base: str) -> bool:
 
 def running_executor_set(recorded: str | None, namespace: str, name: str) -> str:
     """The executor set the running deployment runs (``recorded``:
-    ``status.deployment.executorSet``), or the pipeline's first (a deployment recorded before
-    executor sets)."""
+    ``status.deployment.executorSet``), or the pipeline's first (a deployment without
+    executor pods records none)."""
     return recorded or spark_app_id(namespace, name)
 
 

@@ -148,7 +148,8 @@ class Observer:
         return base
 
     def _token(self, pipeline: StatusWriter) -> str | None:
-        """The control API's bearer token (None for a driver deployed before tokens)."""
+        """The control API's bearer token; None if its Secret is gone (deleted by hand: the
+        operator makes it before any driver, which then refuses the calls, as a wrong token)."""
         try:
             data = self.kube.read_secret(pipeline.namespace, control_secret_name(pipeline.name))
         except LookupError:

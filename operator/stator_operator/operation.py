@@ -93,7 +93,8 @@ class Operation:
     # it is up (a spec applied meanwhile is the next flow's).
     generation: int | None = None
     mode: UpgradeMode | None = None
-    # The change changes the parallelism (spec.Change.rescales, decided when it began).
+    # The change changes the parallelism (spec.Change.rescales, decided when it began; a
+    # rescale's always does): its steps read this, never the kind or the specs again.
     rescales: bool = False
     # The flow brings up a spec other than the one that ran (classify's decision when it
     # began: an upgrade, a rescale, a resume of a spec changed while suspended), so its failed
@@ -125,12 +126,6 @@ class Operation:
     # pre-started driver starts its executors while the old driver still processes).
     executor_set: str | None = None
     new_executor_set: bool = False
-
-    @property
-    def changes_parallelism(self) -> bool:
-        """The change's recorded decision; a rescale recorded before ``rescales`` was is
-        one by its kind."""
-        return self.rescales or self.kind is OpKind.RESCALE
 
     def at(self, step: Step, started_at: str, **changes: Any) -> Operation:
         """This operation moved on to ``step``."""
@@ -171,7 +166,7 @@ class Operation:
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Operation:
-        """Read a stored operation, also one written by an earlier operator version."""
+        """Read a stored operation (``to_json``'s form: an unset field is left out)."""
         values = {name: raw[key] for name, key in _KEYS.items() if raw.get(key) is not None}
         values["kind"] = OpKind(raw["kind"])
         values["step"] = Step(int(raw["step"]))

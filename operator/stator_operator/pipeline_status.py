@@ -1,9 +1,10 @@
 """``status`` of a StatefulPipeline, typed: what the reconciler, the flows and the observer
 read, and the values they write (status.py patches them).
 
-``from_dict`` reads what any operator version wrote: a field of the wrong shape reads as
-absent (a savepoint history entry or a condition that is not a mapping is skipped), as the
-raw lookups before it did. ``to_dict`` gives the stored form, camelCase keys unchanged."""
+``from_dict`` reads the stored form; a field of the wrong shape (a status edited by hand)
+reads as absent (a savepoint history entry or a condition that is not a mapping is skipped)
+rather than stopping the reconciler. ``to_dict`` gives the stored form, camelCase keys
+unchanged."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ class Deployment:
     lineage: str | None
     driver_pod: str | None
     ready_at: str | None
-    executor_set: str | None  # None: the pipeline's first (recorded before executor sets)
+    executor_set: str | None  # None: no executor pods (a later set is the pipeline's first)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Deployment | None:

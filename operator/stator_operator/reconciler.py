@@ -458,7 +458,7 @@ class Reconciler:
         (``restore.lineage``), else where that run began (a savepoint, empty state). Not
         ``latest`` alone: before the run's first checkpoint that is the storage's newest
         checkpoint of another run, or none at all, and the job would start empty. A
-        deployment recorded before lineages were: ``latest``."""
+        deployment whose lineage is unreadable (a status edited by hand): ``latest``."""
         deployment = self.pipeline.status.deployment
         if deployment is None or not deployment.lineage:
             return Restore.LATEST, None

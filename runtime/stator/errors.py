@@ -40,6 +40,19 @@ class CheckpointNotFoundError(StatorError):
     """No usable checkpoint at the given location."""
 
 
+class UnknownVersionError(CheckpointNotFoundError):
+    """Stored metadata of a format version this Stator does not read: refused by its
+    version, never read by guesswork (there is one version of each format)."""
+
+    def __init__(self, what: str, where: str, version: int, current: int) -> None:
+        super().__init__(
+            f"{what} {where} has format version {version}, this Stator reads version "
+            f"{current} only: restore it with the Stator version that wrote it, or start "
+            f"without it (another restore.source, or restore.source: none)"
+        )
+        self.version = version
+
+
 class StateMismatchError(StatorError):
     """A task found its local state at another epoch than the coordinator expects.
 

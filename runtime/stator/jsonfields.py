@@ -30,10 +30,8 @@ class Fields:
             raise ValueError(f"{self._at(key)} is missing")
         return self.raw[key]
 
-    def integer(self, key: str, default: int | None = None, low: int | None = None) -> int:
-        """An integer field (not a bool, not a float); ``default`` if absent and not None."""
-        if default is not None and key not in self.raw:
-            return default
+    def integer(self, key: str, low: int | None = None) -> int:
+        """An integer field (not a bool, not a float)."""
         value = self.value(key)
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"{self._at(key)} must be an integer, got {_kind(value)}")
@@ -66,10 +64,8 @@ class Fields:
             raise ValueError(f"{self._at(key)} must be a JSON array, got {_kind(value)}")
         return value
 
-    def fields(self, key: str, optional: bool = False) -> Fields:
-        """A nested object; an absent optional one reads as empty."""
-        if optional and key not in self.raw:
-            return Fields({}, self._at(key))
+    def fields(self, key: str) -> Fields:
+        """A nested object."""
         return Fields(self.value(key), self._at(key))
 
     def texts(self, key: str) -> list[str]:

@@ -13,6 +13,8 @@ from stator.checkpoint.metadata import (
 )
 from stator.state.backend import LocalFile
 
+SUM = "xxh3:0123456789abcdef"  # a stored file's checksum (its bytes are never read here)
+
 FILES = {
     "CURRENT": b"MANIFEST-000005\n",
     "MANIFEST-000005": b"m" * 900,

@@ -18,6 +18,8 @@ from stator.epoch.reports import SinkReport, SplitReport, StateReport
 from stator.sinks.base import Sink
 from stator.sources.generator import list_source
 
+SUM = "xxh3:0123456789abcdef"  # a stored file's checksum (its bytes are never read here)
+
 
 class RecordingSink(Sink):
     """Remembers which epochs were committed and what was discarded."""
@@ -86,7 +88,7 @@ def fake_job(driver: epoch_loop.RegionLoop, behaviour: Behaviour) -> Callable[..
             if error is None:
                 key = f"shared/cnt/{next(counter):04d}-000001.sst"
                 store.put(key, b"x" * 10)
-                files = (RemoteFile("000001.sst", key, 10, True),)
+                files = (RemoteFile("000001.sst", key, 10, True, checksum=SUM),)
                 snap = SubtaskSnapshot(0, 1, (0, 8), spec.epoch, files, 10, f"c{spec.epoch}")
         reports.append(
             StateReport("cnt", 0, spec.epoch, 0, 0, 0, snap, error, None, commit=f"c{spec.epoch}")

@@ -17,6 +17,8 @@ from stator.locality.placement import LocalRestore
 from stator.savepoint.metadata import SavepointMetadata
 from stator.storage import open_store
 
+SUM = "xxh3:0123456789abcdef"  # a stored file's checksum (its bytes are never read here)
+
 
 def _checkpoint(checkpoint_id: int, parallelism: dict[str, int]) -> CheckpointMetadata:
     operators = {
@@ -25,7 +27,11 @@ def _checkpoint(checkpoint_id: int, parallelism: dict[str, int]) -> CheckpointMe
             p,
             tuple(
                 SubtaskSnapshot(
-                    i, p, (0, 0), 3, (RemoteFile(f"{i}.sst", f"shared/{uid}-{i}", 10, True),)
+                    i,
+                    p,
+                    (0, 0),
+                    3,
+                    (RemoteFile(f"{i}.sst", f"shared/{uid}-{i}", 10, True, checksum=SUM),),
                 )
                 for i in range(p)
             ),
@@ -43,8 +49,8 @@ def test_the_base_is_the_newest_checkpoint_in_flight_else_the_jobs_own(tmp_path:
     base, shared = incremental_base(None, restored, store, now, incremental=True)
     assert base == 0
     assert shared == {
-        ("count", 0): {"0.sst": RemoteFile("0.sst", "shared/count-0", 10, True)},
-        ("count", 1): {"1.sst": RemoteFile("1.sst", "shared/count-1", 10, True)},
+        ("count", 0): {"0.sst": RemoteFile("0.sst", "shared/count-0", 10, True, checksum=SUM)},
+        ("count", 1): {"1.sst": RemoteFile("1.sst", "shared/count-1", 10, True, checksum=SUM)},
     }
     in_flight = _checkpoint(6, {"count": 2, "sum": 3})
     base, shared = incremental_base(in_flight, restored, store, now, incremental=True)

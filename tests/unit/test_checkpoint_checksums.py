@@ -75,5 +75,6 @@ def test_checksums_survive_the_metadata_and_a_malformed_one_is_refused(tmp_path:
     stored["checksum"] = "md5:abc"
     with pytest.raises(CheckpointNotFoundError, match="checksum"):
         CheckpointMetadata.from_json(json.dumps(raw).encode(), "chk-1/_metadata")
-    stored["checksum"] = ""  # an older Stator's: the size is checked, as before
-    assert CheckpointMetadata.from_json(json.dumps(raw).encode()).files()
+    stored["checksum"] = ""  # a stored file's checksum is required
+    with pytest.raises(CheckpointNotFoundError, match="checksum '' is not an xxh3"):
+        CheckpointMetadata.from_json(json.dumps(raw).encode(), "chk-1/_metadata")

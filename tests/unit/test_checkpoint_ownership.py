@@ -14,14 +14,14 @@ from stator.checkpoint.metadata import RemoteFile
 from stator.checkpoint.ownership import OWNER_KEY, NotOwner, Ownership, read_owner, release
 from stator.errors import StorageError
 from stator.storage import FileStore
-from tests.unit.checkpoint_fixtures import make_meta
+from tests.unit.checkpoint_fixtures import SUM, make_meta
 
 
 def run_checkpoints(coord: CheckpointCoordinator, store: FileStore, count: int) -> None:
     """``count`` checkpoints, each with a shared file of its own, subsumed as the driver does."""
     for _ in range(count):
         cid = coord.new_checkpoint_id()
-        f = RemoteFile(f"{cid}.sst", f"shared/op/{cid:06d}.sst", 3, True)
+        f = RemoteFile(f"{cid}.sst", f"shared/op/{cid:06d}.sst", 3, True, checksum=SUM)
         store.put(f.key, b"sst")
         coord.complete(make_meta(cid, [f]))
         coord.subsume()
@@ -72,7 +72,7 @@ def test_an_adopted_root_stops_its_old_owner_before_it_deletes(tmp_path: Path) -
     # a (a zombie of the earlier pipeline) completes one more checkpoint: it stops before
     # subsuming, so nothing b retains is deleted.
     cid = a.new_checkpoint_id() + 100
-    f = RemoteFile("late.sst", f"shared/op/{cid:06d}.sst", 3, True)
+    f = RemoteFile("late.sst", f"shared/op/{cid:06d}.sst", 3, True, checksum=SUM)
     store.put(f.key, b"sst")
     a.complete(make_meta(cid, [f]))
     with pytest.raises(NotOwner, match="taken over by 'uid-b'"):

@@ -20,7 +20,7 @@ from stator.checkpoint.metadata import (
 from stator.checkpoint.registry import SharedStateRegistry
 from stator.errors import StorageError
 from stator.storage import FileStore
-from tests.unit.checkpoint_fixtures import make_meta
+from tests.unit.checkpoint_fixtures import SUM, make_meta
 
 # Each step: which of the previous checkpoint's shared files to keep (by index), how many new
 # shared files to add, and whether the checkpoint fails instead of completing.
@@ -36,6 +36,7 @@ steps = st.lists(
 def test_coordinator_never_deletes_a_needed_file(
     tmp_path_factory: object, steps: list, retained: int
 ) -> None:
+
     root = tmp_path_factory.mktemp("store")  # type: ignore[attr-defined]
     store = FileStore(f"file://{root}")
     coord = CheckpointCoordinator(store, retained)
@@ -48,10 +49,10 @@ def test_coordinator_never_deletes_a_needed_file(
         uploaded = []
         for _ in range(new):
             n += 1
-            f = RemoteFile(f"{n:06d}.sst", f"shared/op/{n:06d}.sst", 3, True)
+            f = RemoteFile(f"{n:06d}.sst", f"shared/op/{n:06d}.sst", 3, True, checksum=SUM)
             store.put(f.key, b"sst")
             uploaded.append(f)
-        private = RemoteFile("MANIFEST", f"chk-{cid:010d}/op/0/MANIFEST", 1, False)
+        private = RemoteFile("MANIFEST", f"chk-{cid:010d}/op/0/MANIFEST", 1, False, checksum=SUM)
         store.put(private.key, b"m")
         files += [*uploaded, private]
         if fails:
@@ -83,7 +84,7 @@ def test_coordinator_never_deletes_a_needed_file(
 def test_recover_deletes_files_of_a_checkpoint_that_never_completed(tmp_path: Path) -> None:
     store = FileStore(f"file://{tmp_path}")
     coord = CheckpointCoordinator(store, 2)
-    good = RemoteFile("1.sst", "shared/op/a-1.sst", 3, True)
+    good = RemoteFile("1.sst", "shared/op/a-1.sst", 3, True, checksum=SUM)
     store.put(good.key, b"sst")
     coord.complete(make_meta(coord.new_checkpoint_id(), [good]))
     coord.subsume()
@@ -102,7 +103,7 @@ def test_corrupt_or_incomplete_latest_falls_back_and_is_kept(tmp_path: Path) -> 
     store = FileStore(f"file://{tmp_path}")
     coord = CheckpointCoordinator(store, 3)
     for cid in (1, 2, 3):
-        f = RemoteFile(f"{cid}.sst", f"shared/op/{cid}.sst", 3, True)
+        f = RemoteFile(f"{cid}.sst", f"shared/op/{cid}.sst", 3, True, checksum=SUM)
         store.put(f.key, b"sst")
         coord.complete(make_meta(coord.new_checkpoint_id(), [f]))
         coord.subsume()
@@ -119,10 +120,10 @@ def test_corrupt_or_incomplete_latest_falls_back_and_is_kept(tmp_path: Path) -> 
 
 
 def test_metadata_round_trip() -> None:
-    meta = make_meta(7, [RemoteFile("1.sst", "shared/op/1.sst", 10, True)])
+    meta = make_meta(7, [RemoteFile("1.sst", "shared/op/1.sst", 10, True, checksum=SUM)])
     again = CheckpointMetadata.from_json(meta.to_json())
     assert again == meta
-    assert json.loads(meta.to_json())["format_version"] == 1  # no inline file: readable by all
+    assert json.loads(meta.to_json())["format_version"] == 2  # the one version
 
 
 def test_registry_release_returns_only_unreferenced() -> None:
@@ -134,16 +135,15 @@ def test_registry_release_returns_only_unreferenced() -> None:
     assert reg.keys() == set()
 
 
-def test_metadata_is_version_2_only_with_an_inline_file() -> None:
-    from stator.checkpoint.metadata import version_for
+def test_metadata_is_written_as_the_one_version_with_or_without_inline_files() -> None:
+    from stator.checkpoint.metadata import FORMAT_VERSION, version_for
 
-    assert (
-        version_for(make_meta(7, [RemoteFile("1.sst", "shared/op/1.sst", 10, True)]).operators) == 1
-    )
+    stored = make_meta(7, [RemoteFile("1.sst", "shared/op/1.sst", 10, True, checksum=SUM)])
     inline = make_meta(7, [RemoteFile("CURRENT", "", 3, False, "YWJj")])
-    assert version_for(inline.operators) == 2
-    written = replace(inline, format_version=version_for(inline.operators))
-    assert CheckpointMetadata.from_json(written.to_json()) == written
+    for meta in (stored, inline):
+        assert version_for(meta.operators) == FORMAT_VERSION == 2
+        written = replace(meta, format_version=version_for(meta.operators))
+        assert CheckpointMetadata.from_json(written.to_json()) == written
 
 
 def test_a_metadata_object_the_store_fails_to_return_fails_the_recovery(tmp_path: Path) -> None:

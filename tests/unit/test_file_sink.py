@@ -30,14 +30,6 @@ def test_only_the_reported_attempt_is_committed_and_a_late_one_changes_nothing(
     assert read_committed(f"file://{tmp_path}/out") == [{"k": 1}, {"k": 2}]
 
 
-def test_a_part_an_earlier_version_staged_is_still_committed(tmp_path: Path) -> None:
-    """Checkpoints written before staged keys were reported list only the part name."""
-    sink = FileSink(f"file://{tmp_path}/out")
-    sink.store.put("_staging/epoch=0000000004/op-1.jsonl", b'{"k":7}\n')
-    sink.commit("out", 4, [{"part": "op-1", "records": 1}], [])
-    assert read_committed(f"file://{tmp_path}/out") == [{"k": 7}]
-
-
 def test_discard_after_removes_staged_output_of_later_epochs_only(tmp_path: Path) -> None:
     sink = FileSink(f"file://{tmp_path}/out")
     kept = stage(sink, 2, "op-0", [{"k": 1}])

@@ -18,12 +18,13 @@ from stator.checkpoint.metadata import (
     SubtaskSnapshot,
     metadata_key,
 )
-from stator.errors import CheckpointNotFoundError
+from stator.errors import CheckpointNotFoundError, UnknownVersionError
 from stator.lineage import list_checkpoints, list_savepoints
 from stator.savepoint.metadata import OperatorSavepoint, SavepointMetadata
 from stator.storage import open_store
 
 KG = {"file": "totals/kg-00000.bin", "bytes": 10, "entries": 1}
+CHECKSUM = "xxh3:0123456789abcdef"
 STATE = {"kind": "value", "serializer": "pickle", "version": 1}
 
 
@@ -49,8 +50,18 @@ def _checkpoint() -> dict[str, Any]:
                     "parallelism": 1,
                     "key_groups": [0, 31],
                     "epoch": 4,
-                    "files": [{"name": "a.sst", "key": "shared/a.sst", "size": 3, "shared": True}],
+                    "files": [
+                        {
+                            "name": "a.sst",
+                            "key": "shared/a.sst",
+                            "size": 3,
+                            "shared": True,
+                            "inline": "",
+                            "checksum": CHECKSUM,
+                        }
+                    ],
                     "incremental_bytes": 3,
+                    "commit": "",
                 }
             ],
         }
@@ -129,7 +140,20 @@ CHECKPOINT_CASES = [
     ("operators.totals.subtasks.0.commit", None, "subtasks[0].commit must be a string, got null"),
     ("operators.totals.subtasks.0.files.0.inline", "AAAA", "has both a key and inline bytes"),
     ("operators.totals.subtasks.0.files.0.key", "", "files[0].inline holds 0 bytes, its size is 3"),
-    ("format_version", 3, "format version 3 is not supported"),
+    ("operators.totals.subtasks.0.files.0.checksum", "", "files[0].checksum '' is not an xxh3"),
+    ("format_version", "2", 'format_version must be an integer, got "2"'),
+]
+
+# Every field of the one version is required (none is read a second way, nor defaulted).
+CHECKPOINT_FIELDS = [
+    ("", "lineage"),
+    ("", "duration_ms"),
+    ("", "format_version"),
+    ("operators.totals", "states"),
+    ("operators.totals.subtasks.0", "incremental_bytes"),
+    ("operators.totals.subtasks.0", "commit"),
+    ("operators.totals.subtasks.0.files.0", "inline"),
+    ("operators.totals.subtasks.0.files.0", "checksum"),
 ]
 
 
@@ -143,22 +167,45 @@ def test_checkpoint_metadata_of_the_wrong_shape_is_corrupt(
     assert message in str(info.value)
 
 
+@pytest.mark.parametrize(("parent", "key"), CHECKPOINT_FIELDS)
+def test_checkpoint_metadata_without_a_field_is_corrupt(parent: str, key: str) -> None:
+    raw = _checkpoint()
+    node: Any = raw
+    for part in parent.split(".") if parent else []:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    del node[key]
+    with pytest.raises(CheckpointNotFoundError, match=f"{key} is missing"):
+        CheckpointMetadata.from_json(json.dumps(raw).encode(), "file:///ck/_metadata")
+
+
+@pytest.mark.parametrize("version", [1, 3, 0])
+def test_checkpoint_metadata_of_another_version_is_refused_by_its_version(version: int) -> None:
+    raw = _checkpoint()
+    assert raw["format_version"] == 2
+    raw["format_version"] = version
+    with pytest.raises(UnknownVersionError) as info:
+        CheckpointMetadata.from_json(json.dumps(raw).encode(), "file:///ck/_metadata")
+    assert info.value.version == version
+    assert str(info.value).startswith(
+        f"checkpoint metadata file:///ck/_metadata has format version {version}, "
+        "this Stator reads version 2 only: restore it with the Stator version that wrote it"
+    )
+
+
 def test_well_formed_metadata_still_reads() -> None:
     sp = SavepointMetadata.from_json(json.dumps(_savepoint()).encode())
     assert sp.operators["totals"].key_groups == {0: KG} and sp.state_bytes == 10
+    assert SavepointMetadata.from_json(sp.to_json()) == sp
     ck = CheckpointMetadata.from_json(json.dumps(_checkpoint()).encode())
     assert ck.state_bytes == 3 and ck.sinks["out"][0].parts == ("p",)
+    assert ck.incremental_bytes == 3 and ck.files()[0].checksum == CHECKSUM
     assert CheckpointMetadata.from_json(ck.to_json()) == ck
-    old = _checkpoint()  # "uploaded_bytes": written by Stator before 0.2
-    old["operators"]["totals"]["subtasks"][0].pop("incremental_bytes")
-    old["operators"]["totals"]["subtasks"][0]["uploaded_bytes"] = 2
-    assert CheckpointMetadata.from_json(json.dumps(old).encode()).incremental_bytes == 2
 
 
 def test_restore_sources_name_the_commit_each_subtask_must_be() -> None:
     """Local state is kept only if it is the commit the restore source was taken from
     (``locality/restore.py``, step 1): for the subtasks of an operator at the parallelism
-    the source was taken at; metadata of an older Stator (no commits) names none."""
+    the source was taken at; a subtask whose commit is empty names none."""
     from stator.lineage import Target
 
     store = open_store("file:///tmp/unused-commits")
@@ -180,8 +227,9 @@ def test_restore_sources_name_the_commit_each_subtask_must_be() -> None:
     assert SavepointMetadata.from_json(meta.to_json()) == meta
     assert Target(meta, store).commits({"totals": 2}) == {("totals", 0): "s0"}
     assert Target(meta, store).commits({"totals": 3}) == {}
-    old = SavepointMetadata.from_json(json.dumps(_savepoint()).encode())
-    assert old.operators["totals"].commits == {} and Target(old, store).commits({"totals": 2}) == {}
+    none = SavepointMetadata.from_json(json.dumps(_savepoint()).encode())
+    assert none.operators["totals"].commits == {}
+    assert Target(none, store).commits({"totals": 2}) == {}
 
 
 def test_listings_report_a_wrong_shape_and_go_on(tmp_path: Path) -> None:
@@ -206,7 +254,11 @@ def _native() -> dict[str, Any]:
     """A native savepoint: each subtask's database files, as a checkpoint names them."""
     parts = tuple(
         SubtaskSnapshot(
-            i, 2, (16 * i, 16 * i + 16), 3, (RemoteFile("1.sst", f"totals/{i}/t/1.sst", 7, False),)
+            i,
+            2,
+            (16 * i, 16 * i + 16),
+            3,
+            (RemoteFile("1.sst", f"totals/{i}/t/1.sst", 7, False, checksum=CHECKSUM),),
         )
         for i in range(2)
     )
@@ -214,9 +266,7 @@ def _native() -> dict[str, Any]:
     meta = SavepointMetadata(
         "team.counts", 3, 1_700_000_000_000, 32, {"totals": op}, {}, 0, "rocksdb"
     )
-    raw: dict[str, Any] = json.loads(
-        replace(meta, format_type="native", format_version=2).to_json()
-    )
+    raw: dict[str, Any] = json.loads(replace(meta, format_type="native").to_json())
     return raw
 
 
@@ -229,7 +279,6 @@ NATIVE_CASES = [
     ("operators.totals.subtasks.1.parallelism", 3, "subtasks must all have parallelism 2"),
     ("operators.totals.subtasks.1.key_groups", [17, 32], "do not cover [0, 32) once"),
     ("operators.totals.subtasks.1.key_groups", [16, 31], "do not cover [0, 32) once"),
-    ("format_version", 1, "a native savepoint has format version >= 2"),
     ("operators.totals.subtasks.0.files.0.name", "../../x", "is not a database file's name"),
     ("operators.totals.subtasks.0.files.0.name", "/etc/x", "is not a database file's name"),
 ]
@@ -244,7 +293,7 @@ def test_native_savepoint_metadata_of_the_wrong_shape_is_unusable(
 
 def test_native_savepoints_read_back_and_restore_as_checkpoints_do() -> None:
     """Same parallelism: each subtask downloads its own files; another: the overlapping
-    databases are rescaled. A canonical savepoint (no format_type, as before) is unchanged."""
+    databases are rescaled. A canonical savepoint is unchanged."""
     from stator.driver.restore import restore_task
     from stator.lineage import Target
 
@@ -257,22 +306,48 @@ def test_native_savepoints_read_back_and_restore_as_checkpoints_do() -> None:
     assert sorted(same.snapshots) == [("totals", 0), ("totals", 1)] and not same.rescale
     other = restore_task(Target(meta, store), {"totals": 3})
     assert not other.snapshots and [s.index for s in other.rescale["totals"]] == [0, 1]
-    old = _savepoint()
-    assert (old["format_type"], old["format_version"]) == ("canonical", 1)
-    old.pop("format_type")
-    canonical = SavepointMetadata.from_json(json.dumps(old).encode())
+    raw = _savepoint()
+    assert (raw["format_type"], raw["format_version"]) == ("canonical", 2)
+    canonical = SavepointMetadata.from_json(json.dumps(raw).encode())
     assert not canonical.native
     task = restore_task(Target(canonical, store), {"totals": 3})
     assert task.savepoint is canonical and not task.snapshots and not task.rescale
 
 
-def test_a_native_savepoint_is_newer_than_a_stator_before_them() -> None:
-    """Version 2: what a Stator that reads version 1 only says (its own check, reproduced)."""
-    raw = _native()
+# Every field of the one version is required, of either format type.
+SAVEPOINT_FIELDS = [
+    "format_type",
+    "region_epochs",
+    "region_uids",
+    "duration_ms",
+    "operators.totals.commits",
+    "operators.totals.key_groups.0.entries",
+]
+
+
+@pytest.mark.parametrize("path", SAVEPOINT_FIELDS)
+def test_savepoint_metadata_without_a_field_is_unusable(path: str) -> None:
+    raw = _savepoint()
+    *parents, key = path.split(".")
+    node: Any = raw
+    for part in parents:
+        node = node[part]
+    del node[key]
+    _assert_unusable(raw, "", raw, f"{key} is missing")
+
+
+@pytest.mark.parametrize(("version", "make"), [(1, _savepoint), (1, _native), (3, _native)])
+def test_a_savepoint_of_another_version_is_refused_by_its_version(version: int, make: Any) -> None:
+    raw = make()
     assert raw["format_version"] == 2
-    raw["format_version"] = 3
-    with pytest.raises(CheckpointNotFoundError, match="format version 3 is newer than this"):
-        SavepointMetadata.from_json(json.dumps(raw).encode())
+    raw["format_version"] = version
+    with pytest.raises(UnknownVersionError) as info:
+        SavepointMetadata.from_json(json.dumps(raw).encode(), "s3://b/sp/_savepoint.json")
+    assert info.value.version == version
+    assert str(info.value).startswith(
+        f"savepoint metadata s3://b/sp/_savepoint.json has format version {version}, "
+        "this Stator reads version 2 only: restore it with the Stator version that wrote it"
+    )
 
 
 def test_files_of_attempts_the_driver_did_not_keep_are_strays() -> None:
@@ -300,9 +375,12 @@ def test_files_of_attempts_the_driver_did_not_keep_are_strays() -> None:
 def test_inline_files_are_checked_when_read(inline: str, shared: bool, message: str) -> None:
     raw = _checkpoint()
     f = raw["operators"]["totals"]["subtasks"][0]["files"][0]
-    f.update(key="", inline=inline, shared=shared)
+    f.update(key="", inline=inline, shared=shared, checksum="")
     with pytest.raises(CheckpointNotFoundError, match=re.escape(message)):
         CheckpointMetadata.from_json(json.dumps(raw).encode(), "file:///ck/_metadata")
     f.update(inline="YWJj", shared=False)  # "abc": 3 bytes, as its size says
     meta = CheckpointMetadata.from_json(json.dumps(raw).encode())
     assert meta.files() == [] and meta.state_bytes == 3  # no object, but part of the state
+    f["checksum"] = CHECKSUM  # the metadata holds its bytes: nothing to check them against
+    with pytest.raises(CheckpointNotFoundError, match="is inline and has a checksum"):
+        CheckpointMetadata.from_json(json.dumps(raw).encode(), "file:///ck/_metadata")

@@ -1430,12 +1430,13 @@ def test_delete_of_a_pipeline_that_never_ran(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------- the stored operation
 
-OLD_FORMAT = {
+STORED = {
     "kind": "rescale",
     "startedAt": "2026-11-20T10:00:00Z",
     "id": "ab12cd34",
     "target": {"image": "stator-runtime:1", "replicas": 4},
     "mode": "savepoint",
+    "rescales": True,
     "step": 2,
     "stepName": "await-savepoint",
     "stepStartedAt": "2026-11-20T10:00:01Z",
@@ -1443,16 +1444,17 @@ OLD_FORMAT = {
 }
 
 
-def test_an_operation_written_by_the_previous_operator_is_read() -> None:
-    op = Operation.from_json(OLD_FORMAT)
-    assert (op.kind, op.step, op.mode, op.savepoint_request, op.id) == (
+def test_a_stored_operation_is_read_back_and_written_with_the_same_keys() -> None:
+    op = Operation.from_json(STORED)
+    assert (op.kind, op.step, op.mode, op.savepoint_request, op.id, op.rescales) == (
         OpKind.RESCALE,
         Step.AWAIT_SAVEPOINT,
         UpgradeMode.SAVEPOINT,
         "0123456789ab",
         "ab12cd34",
+        True,
     )
-    assert op.to_json() == OLD_FORMAT, "written back with the same keys"
+    assert op.to_json() == STORED, "written back with the same keys"
     restart = {
         "kind": "restart",
         "startedAt": "2026-11-20T10:00:00Z",
@@ -1473,23 +1475,23 @@ def test_an_operation_written_by_the_previous_operator_is_read() -> None:
         "done": True,
     }
     assert Operation.from_json(deleting).done is True
-    patch = Operation.from_json(OLD_FORMAT).to_patch()
+    patch = Operation.from_json(STORED).to_patch()
     assert patch["notBefore"] is None and patch["savepointRequest"] == "0123456789ab"
     assert json.loads(json.dumps(patch)) == patch
 
 
-def test_an_operator_upgraded_mid_flow_finishes_the_flow(tmp_path: Path) -> None:
+def test_an_operator_restarted_mid_flow_finishes_the_flow(tmp_path: Path) -> None:
     bed = Bed(tmp_path)
     driver = bed.deploy()
     bed.edit_spec(replicas=4)
     driver.trigger_savepoint(stop=True)
-    old = {
-        **OLD_FORMAT,
+    stored = {
+        **STORED,
         "target": bed.kube.pipeline["spec"],
         "savepointRequest": "req1",
         "stepStartedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    bed.kube.pipeline["status"].update(operation=old, phase="Rescaling")
+    bed.kube.pipeline["status"].update(operation=stored, phase="Rescaling")
     location = f"file://{tmp_path}/sp/team.counts/savepoint-0000000007-req1"
     driver.complete("req1", location)
     bed.finish()
@@ -1771,11 +1773,11 @@ def test_a_restart_of_a_stateless_upgrade_resumes_its_own_run_not_the_old_one(
     assert restore_arg(bed) == "none" and set_arg(bed, "restore.lineage") == run
 
 
-def test_a_deployment_recorded_without_a_lineage_restarts_from_latest(tmp_path: Path) -> None:
+def test_a_deployment_status_without_a_lineage_restarts_from_latest(tmp_path: Path) -> None:
     bed = Bed(tmp_path)
     bed.deploy()
     deployment = {k: v for k, v in bed.status["deployment"].items() if k != "lineage"}
-    bed.kube.pipeline["status"]["deployment"] = deployment  # written by an older operator
+    bed.kube.pipeline["status"]["deployment"] = deployment  # a status edited by hand
     bed.kube.set_phase(bed.driver_pod(), "Failed", exit_code=137)
     bed.step()
     op = bed.op

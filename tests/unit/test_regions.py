@@ -112,7 +112,7 @@ def checkpoint(
 
 
 def savepoint(epoch: int, uid: str, source: str) -> SavepointMetadata:
-    op = OperatorSavepoint(uid, 2, {}, {0: {"file": f"{uid}/kg-0", "bytes": 3}}, 5)
+    op = OperatorSavepoint(uid, 2, {}, {0: {"file": f"{uid}/kg-0", "bytes": 3, "entries": 1}}, 5)
     return SavepointMetadata("two", epoch, 1, 128, {uid: op}, {source: {}}, 5, "zlib")
 
 

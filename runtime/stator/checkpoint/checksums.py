@@ -26,7 +26,8 @@ def file_checksum(path: Path) -> str:
 
 
 def matches(path: Path, checksum: str) -> bool:
-    """Whether the file has ``checksum`` ("": none recorded, by an older Stator: it does)."""
+    """Whether the file has ``checksum`` ("": none asked for, e.g. a salvaged file, checked
+    when a restore uses it: it does)."""
     return not checksum or file_checksum(path) == checksum
 
 

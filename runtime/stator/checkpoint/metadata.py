@@ -10,16 +10,13 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..errors import CheckpointNotFoundError
+from ..errors import CheckpointNotFoundError, UnknownVersionError
 from ..jsonfields import Fields
 from .checksums import check_format
 
-# Version 2: some files are inline (``RemoteFile.inline``), and a Stator that reads only 1
-# refuses it instead of downloading a file from key "". Metadata without inline files is
-# still written as 1 (``version_for``), so it stays readable by older Stators.
-FORMAT_VERSION = 1
-INLINE_VERSION = 2
-READ_VERSIONS = (1, 2)
+# The one version this Stator writes and reads; every field of it is required. Metadata of
+# any other version is refused by name (``UnknownVersion``), never read by guesswork.
+FORMAT_VERSION = 2
 METADATA_NAME = "_metadata"
 
 
@@ -49,7 +46,7 @@ class RemoteFile:
     # no object of its own (``key`` is "").
     inline: str = ""
     # Of a stored file's bytes (``checksums.py``), checked on download and on a local copy;
-    # "": recorded by an older Stator (size checked only).
+    # "" for an inline file (its bytes are in the metadata).
     checksum: str = ""
 
     @property
@@ -66,8 +63,8 @@ class SubtaskSnapshot:
     epoch: int
     files: tuple[RemoteFile, ...]
     incremental_bytes: int = 0  # bytes this checkpoint uploaded for this subtask
-    # The database commit these files hold (``KeyedBackend.commit_token``; "": written by an
-    # older Stator): local state may stand in for them only if it is that commit.
+    # The database commit these files hold (``KeyedBackend.commit_token``): local state may
+    # stand in for them only if it is that commit.
     commit: str = ""
 
     @property
@@ -89,9 +86,18 @@ class OperatorSnapshot:
 
 
 def version_for(operators: dict[str, OperatorSnapshot]) -> int:
-    """The format version metadata holding ``operators`` is written as."""
-    inline = any(not f.stored for op in operators.values() for s in op.subtasks for f in s.files)
-    return INLINE_VERSION if inline else FORMAT_VERSION
+    """The format version metadata holding ``operators`` is written as: always
+    :data:`FORMAT_VERSION` (kept for its caller in ``driver/completion.py``)."""
+    return FORMAT_VERSION
+
+
+def check_version(raw: Fields, current: int, what: str, where: str) -> int:
+    """The document's ``format_version``, which must be ``current`` (checkpoint or savepoint
+    metadata: each format has one version)."""
+    version = raw.integer("format_version")
+    if version != current:
+        raise UnknownVersionError(what, where, version, current)
+    return version
 
 
 @dataclass(frozen=True)
@@ -145,8 +151,7 @@ class CheckpointMetadata:
     def from_json(data: bytes, where: str = "") -> CheckpointMetadata:
         try:
             raw = Fields(json.loads(data))
-            if raw.raw.get("format_version") not in READ_VERSIONS:
-                raise ValueError(f"format version {raw.raw.get('format_version')} is not supported")
+            version = check_version(raw, FORMAT_VERSION, "checkpoint metadata", where)
             return CheckpointMetadata(
                 raw.integer("checkpoint_id"),
                 raw.integer("epoch"),
@@ -158,9 +163,9 @@ class CheckpointMetadata:
                 raw.nested_objects("sources"),
                 _sinks(raw.fields("sinks")),
                 raw.integer("watermark"),
-                raw.integer("duration_ms", default=0, low=0),
-                raw.integer("format_version"),
-                raw.text("lineage") if "lineage" in raw.raw else "",
+                raw.integer("duration_ms", low=0),
+                version,
+                raw.text("lineage"),
             )
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise CheckpointNotFoundError(f"checkpoint metadata {where} is corrupt: {exc}") from exc
@@ -172,7 +177,7 @@ def _operator(op: Fields) -> OperatorSnapshot:
         op.text("uid"),
         op.integer("parallelism", low=1),
         tuple(subtask_snapshot(s) for s in op.items("subtasks")),
-        op.fields("states", optional=True).raw,
+        op.fields("states").raw,
     )
 
 
@@ -189,11 +194,8 @@ def subtask_snapshot(s: Fields) -> SubtaskSnapshot:
         (key_groups[0], key_groups[1]),
         s.integer("epoch"),
         tuple(_file(f) for f in s.items("files")),
-        # "uploaded_bytes": written by Stator before 0.2
-        s.integer(
-            "incremental_bytes" if "incremental_bytes" in s.raw else "uploaded_bytes", 0, low=0
-        ),
-        s.text("commit") if "commit" in s.raw else "",
+        s.integer("incremental_bytes", low=0),
+        s.text("commit"),
     )
 
 
@@ -217,7 +219,7 @@ def _file(f: Fields) -> RemoteFile:
     if not _FILE_NAME.fullmatch(name):
         raise ValueError(f"{f.path}.name {name!r} is not a database file's name")
     key, size = f.text("key"), f.integer("size", low=0)
-    inline = f.text("inline") if "inline" in f.raw else ""
+    inline, checksum = f.text("inline"), f.text("checksum")
     if not key:
         try:
             data = base64.b64decode(inline, validate=True)
@@ -230,7 +232,8 @@ def _file(f: Fields) -> RemoteFile:
     shared = f.flag("shared")
     if shared and not key:
         raise ValueError(f"{f.path}: an inline file cannot be shared")
-    checksum = f.text("checksum") if "checksum" in f.raw else ""
-    if checksum:
+    if key:
         check_format(checksum, f"{f.path}.checksum")
+    elif checksum:
+        raise ValueError(f"{f.path} is inline and has a checksum")
     return RemoteFile(name, key, size, shared, inline, checksum)

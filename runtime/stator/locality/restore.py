@@ -315,8 +315,8 @@ def _open_local(spec: EpochSpec, uid: str, subtask: int, backend: KeyedBackend) 
     commit the job's state descends from (None); otherwise say what is there, for the error
     that rewinds the job. At epoch 0 nothing was committed, so whatever lies there (the rows
     of a restore that was killed halfway, which builds in place) is not state: it is
-    started over. Without an expected commit (metadata of an older Stator, an operator the
-    restore source does not have) nothing local is trusted."""
+    started over. Without an expected commit (an operator the restore source does not have,
+    or was taken at another parallelism) nothing local is trusted."""
     if not backend.path.exists():
         return "there is no local state"
     if spec.base_epoch == 0:

@@ -14,16 +14,17 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..checkpoint.metadata import SubtaskSnapshot, subtask_snapshot
+from ..checkpoint.metadata import SubtaskSnapshot, check_version, subtask_snapshot
 from ..errors import CheckpointNotFoundError
 from ..jsonfields import Fields
 
 FORMAT = "stator-savepoint"
-# The newest version this Stator reads. A canonical savepoint is written as version 1 (every
-# Stator reads it), a native one as 2: a Stator from before native savepoints refuses it
-# instead of restoring its empty key-group list as empty state.
+# The one version this Stator writes and reads (both format types); every field of it is
+# required, and a savepoint of any other version is refused by name.
 FORMAT_VERSION = 2
-CANONICAL_VERSION, NATIVE_VERSION = 1, 2
+# The version each format type is written as: both the one version (``driver/savepoints.py``
+# still picks between them).
+CANONICAL_VERSION = NATIVE_VERSION = FORMAT_VERSION
 METADATA_NAME = "_savepoint.json"
 CANONICAL, NATIVE = "canonical", "native"
 FORMAT_TYPES = (CANONICAL, NATIVE)
@@ -41,8 +42,8 @@ class OperatorSavepoint:
     watermark: int
     # native: each subtask's database files (keys relative to the savepoint's directory)
     subtasks: tuple[SubtaskSnapshot, ...] = ()
-    # subtask -> the database commit its part was taken from (``KeyedBackend.commit_token``;
-    # empty: an older Stator): a restore at ``parallelism`` keeps local state of that commit.
+    # subtask -> the database commit its part was taken from (``KeyedBackend.commit_token``):
+    # a restore at ``parallelism`` keeps local state of that commit.
     commits: dict[int, str] = field(default_factory=dict)
 
     @property
@@ -63,7 +64,7 @@ class SavepointMetadata:
     compression: str
     duration_ms: int = 0
     format: str = FORMAT
-    format_version: int = CANONICAL_VERSION
+    format_version: int = FORMAT_VERSION
     # A job of several failover regions: each region's epoch when it took its part
     # (``epoch`` is the highest); a region resumes from its own (``driver/regions.py``).
     region_epochs: dict[str, int] = field(default_factory=dict)
@@ -88,19 +89,11 @@ class SavepointMetadata:
             raw = Fields(json.loads(data))
             if raw.raw.get("format") != FORMAT:
                 raise ValueError("not a Stator savepoint")
-            version = raw.integer("format_version")
-            if version > FORMAT_VERSION:
-                raise ValueError(
-                    f"format version {version} is newer than this "
-                    f"Stator ({FORMAT_VERSION}); upgrade Stator to restore it"
-                )
-            epochs = raw.fields("region_epochs", optional=True)
-            uids = raw.fields("region_uids", optional=True)
-            format_type = raw.text("format_type") if "format_type" in raw.raw else CANONICAL
+            version = check_version(raw, FORMAT_VERSION, "savepoint metadata", where)
+            epochs, uids = raw.fields("region_epochs"), raw.fields("region_uids")
+            format_type = raw.text("format_type")
             if format_type not in FORMAT_TYPES:
                 raise ValueError(f"format_type {format_type!r} is not one of {FORMAT_TYPES}")
-            if format_type == NATIVE and version < NATIVE_VERSION:
-                raise ValueError(f"a native savepoint has format version >= {NATIVE_VERSION}")
             max_parallelism = raw.integer("max_parallelism", low=1)
             operators = {
                 uid: _operator(op, format_type == NATIVE, max_parallelism)
@@ -115,7 +108,7 @@ class SavepointMetadata:
                 raw.nested_objects("sources"),
                 raw.integer("watermark"),
                 raw.text("compression"),
-                raw.integer("duration_ms", default=0, low=0),
+                raw.integer("duration_ms", low=0),
                 FORMAT,
                 version,
                 {region: epochs.integer(region) for region in epochs.raw},
@@ -139,7 +132,7 @@ def _operator(op: Fields, native: bool, max_parallelism: int) -> OperatorSavepoi
         {_key_group(n, kg): _key_group_file(kg) for n, kg in op.objects("key_groups").items()},
         op.integer("watermark"),
         subtasks,
-        _commits(op.fields("commits", optional=True), parallelism),
+        _commits(op.fields("commits"), parallelism),
     )
 
 
@@ -193,5 +186,5 @@ def _key_group_file(kg: Fields) -> dict[str, Any]:
     """Where a key-group's data is, and the size a restore checks it has."""
     kg.text("file")
     kg.integer("bytes", low=0)
-    kg.integer("entries", default=0, low=0)  # informational: nothing reads it
+    kg.integer("entries", low=0)  # informational: nothing reads it
     return kg.raw

@@ -86,12 +86,10 @@ class FileSink(Sink):
     def commit(
         self, uid: str, epoch: int, parts: list[dict[str, Any]], payloads: list[Any]
     ) -> None:
-        staged = {p["part"]: p.get("staged") for p in parts if p.get("records")}
+        staged = {p["part"]: p["staged"] for p in parts if p.get("records")}
         names = sorted(staged)
         for name in names:
-            # Checkpoints of earlier versions list parts without their staged key.
-            source = staged[name] or f"{STAGING}/{_epoch_dir(epoch)}/{name}.jsonl"
-            self.store.move(source, f"{_epoch_dir(epoch)}/part-{name}.jsonl")
+            self.store.move(staged[name], f"{_epoch_dir(epoch)}/part-{name}.jsonl")
         marker = {"epoch": epoch, "parts": [f"{_epoch_dir(epoch)}/part-{n}.jsonl" for n in names]}
         self.store.put(f"{COMMITS}/{epoch:010d}.json", json.dumps(marker).encode())
 
