@@ -91,7 +91,8 @@ def test_restore_checks_each_file_against_the_metadata(tmp_path: Path) -> None:
     ("data", "message"),
     [
         (b"NOPE\x01\x00", "not a Stator key-group file"),
-        (b"STKG\x09\x00", "format version 9 is newer"),
+        (b"STKG\x09\x00", "format version 9, this Stator reads version 1 only: restore"),
+        (b"STKG\x00\x00", "format version 0, this Stator reads version 1 only: restore"),
         (b"STKG\x01\x07", "unknown compression 7"),
         (b"STKG\x01\x01garbage", "corrupt compressed data"),
         (b"STKG\x01\x00\x05", "unknown entry tag 5"),

@@ -132,8 +132,11 @@ def _body(data: bytes, where: str) -> bytes:
     magic, version, compression = _HEAD.unpack_from(data)
     if magic != MAGIC:
         raise FormatError(f"{where}: not a Stator key-group file")
-    if version > VERSION:
-        raise FormatError(f"{where}: format version {version} is newer than Stator's {VERSION}")
+    if version != VERSION:
+        raise FormatError(
+            f"{where}: format version {version}, this Stator reads version {VERSION} only: "
+            f"restore the savepoint with the Stator version that wrote it"
+        )
     body = data[_HEAD.size :]
     if compression == COMPRESSIONS["zlib"]:
         try:
