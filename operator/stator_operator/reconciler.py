@@ -29,7 +29,7 @@ from .naming import (
     spark_app_id,
 )
 from .observer import Observation
-from .operation import PERIODIC, Operation, OpKind, Step
+from .operation import PERIODIC, OpKind, Step
 from .outcomes import ConditionReason, ConditionType, EventReason, Phase, PodPhase, Restore
 from .pipeline_spec import Pinning, PipelineSpec, SpecError, UpgradeMode
 from .pipeline_status import LastOperation, PipelineStatus
@@ -39,7 +39,6 @@ from .spec import (
     attempt_fingerprint,
     check_transition,
     classify,
-    fingerprint,
 )
 from .status import StatusWriter, age_s, now, stamp_ms
 from .storage import SavepointStorage
@@ -83,7 +82,9 @@ class Reconciler:
             savepoint = op.savepoint
             if op.kind is OpKind.RESUME and op.restore not in (None, *Restore):
                 savepoint = op.restore  # what a rollback of the resumed spec restores
-            rolls_back = self._changes_spec(op, target)
+            # classify's decision as the flow recorded it (unset for the flows classify
+            # does not start: restart, rollback, savepoint, delete)
+            rolls_back = bool(op.changes_spec)
             return self._driver_failed(rolls_back, target, savepoint, result.reason, run=run)
         return result
 
@@ -381,18 +382,6 @@ class Reconciler:
         return self._start(
             OpKind.RESTART, Step.REMOVE_DRIVER, target=running.raw, restore=restore, lineage=lineage
         )
-
-    def _changes_spec(self, op: Operation, target: PipelineSpec) -> bool:
-        """Whether the flow brings up a spec other than the one that ran: classify's decision,
-        as the flow recorded it. A flow recorded by an operator before ``changes_spec``: an
-        upgrade or rescale by its kind, a resume by comparing its spec with the last stable
-        one (as that operator did)."""
-        if op.changes_spec is not None:
-            return op.changes_spec
-        stable = self.pipeline.status.last_stable_spec
-        if op.kind is OpKind.RESUME:
-            return stable is not None and fingerprint(target.raw) != fingerprint(stable)
-        return op.kind in (OpKind.UPGRADE, OpKind.RESCALE)
 
     def _driver_failed(
         self,

@@ -85,12 +85,6 @@ class OperatorSnapshot:
         return {s.index: s.commit for s in self.subtasks}
 
 
-def version_for(operators: dict[str, OperatorSnapshot]) -> int:
-    """The format version metadata holding ``operators`` is written as: always
-    :data:`FORMAT_VERSION` (kept for its caller in ``driver/completion.py``)."""
-    return FORMAT_VERSION
-
-
 def check_version(raw: Fields, current: int, what: str, where: str) -> int:
     """The document's ``format_version``, which must be ``current`` (checkpoint or savepoint
     metadata: each format has one version)."""

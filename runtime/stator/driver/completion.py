@@ -33,7 +33,6 @@ from ..checkpoint.metadata import (
     PendingCommit,
     RemoteFile,
     SubtaskSnapshot,
-    version_for,
 )
 from ..checkpoint.pending import PendingCheckpoint, Verdict
 from ..epoch.reports import SinkReport, StateReport
@@ -139,7 +138,6 @@ def acknowledge(
         sources=sources,
         sinks=output.as_commits(),
         watermark=min((r.watermark for r in states), default=MAX_TIMESTAMP),
-        format_version=version_for(operators),
         lineage=lineage,
     )
     pending.acknowledged(draft, uploaded_files(states), started)

@@ -52,12 +52,10 @@ from ..errors import StatorError
 from ..ha.fencing import guard
 from ..lineage import savepoint_location
 from ..savepoint.metadata import (
-    CANONICAL_VERSION,
     FORMAT_TYPES,
     METADATA_NAME,
     NATIVE,
     NATIVE_COMPRESSION,
-    NATIVE_VERSION,
     OperatorSavepoint,
     SavepointMetadata,
 )
@@ -435,7 +433,6 @@ def _metadata(
         watermark=min((op.watermark for op in operators.values()), default=MAX_TIMESTAMP),
         compression=compression,
         duration_ms=int((time.monotonic() - started) * 1000),
-        format_version=NATIVE_VERSION if format_type == NATIVE else CANONICAL_VERSION,
         format_type=format_type,
     )
 

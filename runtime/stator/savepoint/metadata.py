@@ -22,9 +22,6 @@ FORMAT = "stator-savepoint"
 # The one version this Stator writes and reads (both format types); every field of it is
 # required, and a savepoint of any other version is refused by name.
 FORMAT_VERSION = 2
-# The version each format type is written as: both the one version (``driver/savepoints.py``
-# still picks between them).
-CANONICAL_VERSION = NATIVE_VERSION = FORMAT_VERSION
 METADATA_NAME = "_savepoint.json"
 CANONICAL, NATIVE = "canonical", "native"
 FORMAT_TYPES = (CANONICAL, NATIVE)
