@@ -255,7 +255,7 @@ def test_a_killed_executor_and_a_killed_driver_restore_from_local_copies(
         # retry may wait out the locality delay until the restarted executor registers, as
         # in one CI run of 2026-11-27); one that did refused to read the store (no remote
         # restore above), and says so in the driver's log. The refusal itself is tested
-        # deterministically in tests/unit/test_local_state_restore.py.
+        # deterministically in tests/unit/test_restore_and_snapshot.py.
         log = request.getfixturevalue("agent").pod_log(space.name, first_driver_pod)
         refusals = [line for line in log.splitlines() if REFUSAL in line]
         print("the retry's refusal:", refusals[:1])
