@@ -12,9 +12,7 @@ from typing import Any
 
 import pytest
 
-from stator import Pipeline
 from stator.checkpoint.metadata import CheckpointMetadata
-from stator.config import JobConfig, load_config
 from stator.control.client import ControlAnswerInvalid, ControlUnreachable, read_answer
 from stator.control.schema import (
     Answer,
@@ -31,33 +29,7 @@ from stator.driver.job import Job
 from stator.driver.status import JobState
 from stator.epoch.reports import StandbyTally
 from stator.locality.placement import EpochPlacement
-from stator.sinks import CollectSink
-from stator.sources.generator import list_source
-
-
-def two_parts() -> Pipeline:
-    """Two failover regions: ``b-in`` (stateless) and ``a-in`` (keyed)."""
-    p = Pipeline("two")
-    p.source(list_source([1, 2]), uid="b-in").map(str).sink(CollectSink(), uid="b-out")
-    (
-        p.source(list_source([1, 2]), uid="a-in")
-        .key_by(lambda r: r)
-        .count(uid="a-count")
-        .sink(CollectSink(), uid="a-out")
-    )
-    return p
-
-
-def config(tmp_path: Path, *more: str) -> JobConfig:
-    return load_config(
-        None,
-        [
-            f"checkpoint.storage=file://{tmp_path}/ck",
-            f"state.local_dir={tmp_path}/state",
-            f"savepoint.dir=file://{tmp_path}/sp",
-            *more,
-        ],
-    )
+from tests.unit.two_regions import config, two_parts
 
 
 class Placed:

@@ -17,7 +17,6 @@ from stator.checkpoint.metadata import (
     PendingCommit,
     metadata_key,
 )
-from stator.config import JobConfig, load_config
 from stator.driver.savepoints import merge_parts
 from stator.errors import ConfigError
 from stator.lineage import Target
@@ -25,30 +24,7 @@ from stator.savepoint.metadata import OperatorSavepoint, SavepointMetadata
 from stator.sinks import CollectSink
 from stator.sources.generator import list_source
 from stator.storage import open_store
-
-
-def two_parts(name: str = "two") -> Pipeline:
-    p = Pipeline(name)
-    p.source(list_source([1, 2]), uid="b-in").map(str).sink(CollectSink(), uid="b-out")
-    (
-        p.source(list_source([1, 2]), uid="a-in")
-        .key_by(lambda r: r)
-        .count(uid="a-count")
-        .sink(CollectSink(), uid="a-out")
-    )
-    return p
-
-
-def config(tmp_path: Path, *more: str) -> JobConfig:
-    return load_config(
-        None,
-        [
-            f"checkpoint.storage=file://{tmp_path}/ck",
-            f"state.local_dir={tmp_path}/state",
-            f"savepoint.dir=file://{tmp_path}/sp",
-            *more,
-        ],
-    )
+from tests.unit.two_regions import config, two_parts
 
 
 def test_split_renumbers_each_region_and_names_it_by_its_smallest_source_uid() -> None:
