@@ -47,6 +47,8 @@ def test_checkpoints_and_a_savepoint_after_a_source_finished(
         # max_records is split between the two sources: the long one reads 500 per epoch.
         epoch={"max_records": EPOCH},
         savepoint={"dir": f"file://{tmp_path}/savepoints"},
+        # One region for both pipelines: a checkpoint covers the finished one's state too.
+        failover={"strategy": "full"},
     )
     out = f"file://{tmp_path}/out"
     driver = stop_with_savepoint_after(Job(pipeline(out), cfg, spark), 5)
