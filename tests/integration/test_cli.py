@@ -374,7 +374,7 @@ def test_a_two_region_job_from_the_command_line(tmp_path: Path) -> None:
     )
     assert {r["region"] for r in listed} == {"in-a", "in-b"}
     for name, keys in (("a", 40), ("b", 25)):
-        events = KeyedEvents(keys, seed=1 + keys).make(0, 12000, 1)
+        events = KeyedEvents(keys, seed=1 + keys).make(0, int(env["COUNT"]), 1)
         expected: dict[str, int] = {}
         for e in events:
             expected[e[0]] = expected.get(e[0], 0) + 1
