@@ -13,7 +13,7 @@ from stator.tasks.routing import Header, pack, unpack
 
 def _header(values: list[Any]) -> Header:
     kkeys = [bytes([0, i, 0, 1]) + b"k" for i in range(len(values))]
-    return ((3, 1), 42, (kkeys, values, list(range(len(values)))))
+    return ((3, 1), 42, 0, (kkeys, values, list(range(len(values)))))
 
 
 def test_a_header_comes_back_equal_and_in_order() -> None:
@@ -28,7 +28,7 @@ def test_a_shared_object_arrives_as_equal_copies() -> None:
     header = _header([shared, shared])
     got = unpack(pack(header))
     assert got == header
-    values = got[2][1]
+    values = got[3][1]
     assert values[0] == values[1] == shared
 
 
@@ -36,7 +36,7 @@ def test_a_cyclic_value_is_packed_with_the_memo() -> None:
     cyclic: list[Any] = [1]
     cyclic.append(cyclic)
     got = unpack(pack(_header([cyclic])))
-    value = got[2][1][0]
+    value = got[3][1][0]
     assert value[0] == 1 and value[1] is value
 
 
@@ -50,7 +50,7 @@ def test_a_user_type_of_a_module_workers_cannot_import_travels_by_value() -> Non
         n: int
 
     blob = pack(_header([Event("a", 1)]))
-    value = unpack(blob)[2][1][0]
+    value = unpack(blob)[3][1][0]
     assert (value.key, value.n) == ("a", 1)
 
 

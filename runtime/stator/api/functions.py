@@ -4,6 +4,7 @@ state handles bound to the key being processed."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, overload
 
 from ..state.descriptors import (
@@ -206,6 +207,18 @@ class TimerService(Protocol):
     def current_processing_time(self) -> int: ...
 
 
+@dataclass(frozen=True)
+class OutputTag:
+    """Names a side output: ``ctx.output(tag, value)`` emits to it, ``stream.side_output(tag)``
+    reads it as a stream of its own."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"OutputTag needs a non-empty string name, got {self.name!r}")
+
+
 class Context(Protocol):
     """Given to ``process_element`` and ``on_timer``."""
 
@@ -215,6 +228,8 @@ class Context(Protocol):
     def timestamp(self) -> int | None: ...
     @property
     def timer_service(self) -> TimerService: ...
+    def output(self, tag: OutputTag, value: Any) -> None:
+        """Emit ``value`` to the side output ``tag`` (with the current record's timestamp)."""
 
 
 class KeyedProcessFunction:
@@ -236,3 +251,28 @@ class KeyedProcessFunction:
 
     def close(self) -> None:
         """Called when the task's epoch ends (after the state is committed)."""
+
+
+class KeyedCoProcessFunction:
+    """Processes two keyed inputs connected by key (``a.key_by(f).connect(b.key_by(g))``):
+    both share the key's state and timers. The operator's watermark is the minimum of both
+    inputs'. Within an epoch, records are processed in a deterministic order (by upstream
+    task, not by timestamp), the same on every replay."""
+
+    def open(self, ctx: RuntimeContext) -> None:
+        """Declare state here, with ``ctx.get_state(descriptor)``."""
+
+    def process_element1(self, value: Any, ctx: Context) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def process_element2(self, value: Any, ctx: Context) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def on_timer(self, timestamp: int, ctx: Context) -> Iterable[Any] | None:
+        return None
+
+    def close(self) -> None:
+        """Called when the task's epoch ends (after the state is committed)."""
+
+
+ProcessFunction = KeyedProcessFunction | KeyedCoProcessFunction

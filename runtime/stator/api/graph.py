@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import PipelineError
 from ..keygroups import check_parallelism
-from .functions import KeyedProcessFunction
+from .functions import KeyedCoProcessFunction, KeyedProcessFunction, OutputTag
 from .time import BoundedOutOfOrderness
 
 if TYPE_CHECKING:
@@ -54,6 +54,18 @@ class TransformNode(Node):
 
 
 @dataclass
+class UnionNode(Node):
+    """The records of all its inputs, as one stream (no shuffle: a pass-through in each task)."""
+
+
+@dataclass
+class SideOutputNode(Node):
+    """The records its one input (a process operator) emitted with ``ctx.output(tag, ...)``."""
+
+    tag: OutputTag
+
+
+@dataclass
 class KeyedNode(Node):
     """``key_by`` plus the keyed operator after it: the edge into this node is a shuffle."""
 
@@ -63,10 +75,27 @@ class KeyedNode(Node):
     # a number fixes this operator's parallelism whatever the replicas.
     parallelism: int | None
 
+    def key_for(self, side: int) -> Callable[[Any], Any]:
+        """The key function of input ``side`` (its position in ``inputs``)."""
+        return self.key_fn
+
 
 @dataclass
 class ProcessNode(KeyedNode):
     function: KeyedProcessFunction
+
+
+@dataclass
+class CoProcessNode(KeyedNode):
+    """Two keyed inputs connected by key into one ``KeyedCoProcessFunction``: input 0 keyed by
+    ``key_fn``, input 1 by ``key_fn2``. An input fed twice (a self-join) appears twice in
+    ``inputs``."""
+
+    key_fn2: Callable[[Any], Any]
+    function: KeyedCoProcessFunction
+
+    def key_for(self, side: int) -> Callable[[Any], Any]:
+        return self.key_fn if side == 0 else self.key_fn2
 
 
 @dataclass
@@ -248,6 +277,32 @@ class Stream:
     def key_by(self, key_fn: Callable[[Any], Any]) -> KeyedStream:
         return KeyedStream(self, key_fn)
 
+    def union(self, *others: Stream) -> Stream:
+        """This stream's records and the others', as one stream (any order between them)."""
+        if not others:
+            raise PipelineError("union() needs at least one other stream")
+        for other in others:
+            if not isinstance(other, Stream) or other.pipeline is not self.pipeline:
+                raise PipelineError(
+                    f"union() takes streams of the same pipeline '{self.pipeline.name}', "
+                    f"got {other!r}"
+                )
+        ids = [self.node.id, *(o.node.id for o in others)]
+        return self._then(UnionNode(self.pipeline._next_id(), ids, "union"))
+
+    def side_output(self, tag: OutputTag) -> Stream:
+        """What this stream's process function emitted to ``tag`` with ``ctx.output``."""
+        if not isinstance(tag, OutputTag):
+            raise PipelineError(f"side_output() needs an OutputTag, got {tag!r}")
+        if not isinstance(self.node, ProcessNode | CoProcessNode):
+            raise PipelineError(
+                f"side_output('{tag.name}'): only the output of a process function "
+                f"(.process(...) on a keyed or connected stream) has side outputs, "
+                f"not '{self.node.name}'"
+            )
+        node = SideOutputNode(self.pipeline._next_id(), [self.node.id], f"side:{tag.name}", tag)
+        return self._then(node)
+
     def sink(self, sink: Sink, *, uid: str) -> None:
         self.pipeline._check_uid(uid, "sink")
         self.pipeline._add(
@@ -313,17 +368,30 @@ class KeyedStream:
         *,
         uid: str,
         allowed_lateness_ms: int = 0,
+        late_output: OutputTag | None = None,
         parallelism: int | None = None,
     ) -> Stream:
         """Event-time windows (stator.api.windows: Tumbling, Sliding, Session) aggregated with
-        ``aggregate`` (Count, Sum, Collect or your own); emits ``Windowed`` records."""
+        ``aggregate`` (Count, Sum, Collect or your own); emits ``Windowed`` records. Records
+        too late even for ``allowed_lateness_ms`` go to ``late_output`` if given (read it with
+        ``.side_output(tag)``), else they are dropped."""
         from .windows import WindowFunction  # noqa: PLC0415 - windows build on this module
 
         return self.process(
-            WindowFunction(assigner, aggregate, allowed_lateness_ms),
+            WindowFunction(assigner, aggregate, allowed_lateness_ms, late_output),
             uid=uid,
             parallelism=parallelism,
         )
+
+    def connect(self, other: KeyedStream) -> ConnectedStreams:
+        """Two keyed streams whose keys meet in one ``KeyedCoProcessFunction``."""
+        if not isinstance(other, KeyedStream):
+            raise PipelineError(
+                f"connect() takes a keyed stream (stream.key_by(...)), got {type(other).__name__}"
+            )
+        if other._p is not self._p:
+            raise PipelineError("connect() takes a keyed stream of the same pipeline")
+        return ConnectedStreams(self, other)
 
     def count(self, *, uid: str, parallelism: int | None = None) -> Stream:
         """Running count per key; emits ``(key, count)`` once per epoch per changed key."""
@@ -333,6 +401,35 @@ class KeyedStream:
         self, value: Callable[[Any], Any], *, uid: str, parallelism: int | None = None
     ) -> Stream:
         return self.reduce(_add, uid=uid, value=value, parallelism=parallelism)
+
+
+class ConnectedStreams:
+    """Two keyed streams connected by key: ``.process(KeyedCoProcessFunction, uid=...)``."""
+
+    def __init__(self, first: KeyedStream, second: KeyedStream) -> None:
+        self.first, self.second = first, second
+
+    def process(
+        self, function: KeyedCoProcessFunction, *, uid: str, parallelism: int | None = None
+    ) -> Stream:
+        if not isinstance(function, KeyedCoProcessFunction):
+            raise PipelineError(
+                "process() on connected streams needs a KeyedCoProcessFunction instance, "
+                f"got {type(function).__name__}"
+            )
+        p = self.first._p
+        p._check_uid(uid, "keyed operator")
+        node = CoProcessNode(
+            p._next_id(),
+            [self.first.stream.node.id, self.second.stream.node.id],
+            f"co_process:{uid}",
+            uid,
+            self.first.key_fn,
+            parallelism,
+            self.second.key_fn,
+            function,
+        )
+        return Stream(p, p._add(node))
 
 
 def _add(a: Any, b: Any) -> Any:

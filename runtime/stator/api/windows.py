@@ -3,7 +3,7 @@
 A window's accumulator lives in MapState (window start -> (end, accumulator, fired)); a timer
 at ``end - 1`` fires it once the watermark passes. Records that arrive after their window
 fired are late: within ``allowed_lateness_ms`` they update the window and re-emit it, after
-that they are dropped.
+that they go to the ``late_output`` side output if one is given, else they are dropped.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, Protocol
 from ..errors import PipelineError
 from ..state.descriptors import MapStateDescriptor
 from ..state.serializers import INT64
-from .functions import Context, KeyedProcessFunction, MapState, RuntimeContext
+from .functions import Context, KeyedProcessFunction, MapState, OutputTag, RuntimeContext
 
 
 class Windowed(NamedTuple):
@@ -131,10 +131,19 @@ class Collect:
 
 
 class WindowFunction(KeyedProcessFunction):
-    def __init__(self, assigner: Assigner, aggregate: Aggregate, allowed_lateness_ms: int = 0):
+    def __init__(
+        self,
+        assigner: Assigner,
+        aggregate: Aggregate,
+        allowed_lateness_ms: int = 0,
+        late_output: OutputTag | None = None,
+    ):
         if allowed_lateness_ms < 0:
             raise PipelineError("allowed_lateness_ms must be >= 0")
+        if late_output is not None and not isinstance(late_output, OutputTag):
+            raise PipelineError(f"late_output must be an OutputTag, got {late_output!r}")
         self.assigner, self.aggregate, self.lateness = assigner, aggregate, allowed_lateness_ms
+        self.late_output = late_output
         self.dropped = 0
 
     def open(self, ctx: RuntimeContext) -> None:
@@ -149,11 +158,12 @@ class WindowFunction(KeyedProcessFunction):
         timers = ctx.timer_service
         watermark = timers.current_watermark()
         agg, out = self.aggregate, []
+        late = True
         for assigned_start, assigned_end in self.assigner.assign(ts):
             start, end = assigned_start, assigned_end
             if end - 1 + self.lateness <= watermark:
-                self.dropped += 1  # too late even for allowed lateness
-                continue
+                continue  # too late even for allowed lateness
+            late = False
             if self.assigner.merging:
                 start, end, acc, fired = self._merge_sessions(start, end, timers)
             else:
@@ -168,6 +178,10 @@ class WindowFunction(KeyedProcessFunction):
                     timers.register_event_time_timer(end - 1 + self.lateness)
             else:
                 timers.register_event_time_timer(end - 1)
+        if late:  # in no window that is still open: as Flink, late for every window
+            self.dropped += 1
+            if self.late_output is not None:
+                ctx.output(self.late_output, value)
         return out
 
     def _merge_sessions(self, start: int, end: int, timers: Any) -> tuple[int, int, Any, bool]:

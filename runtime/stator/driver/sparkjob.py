@@ -11,11 +11,12 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from ..api.graph import KeyedNode, PipelineGraph, SinkNode, SourceNode
+from ..api.graph import KeyedNode, PipelineGraph, SourceNode
 from ..cluster.jvm import prefer_locations
 from ..epoch.reports import Report
 from ..epoch.spec import EpochSpec
 from ..tasks.keyed import keyed_task
+from ..tasks.routing import keyed_targets
 from ..tasks.source import drain, source_task
 
 
@@ -84,7 +85,7 @@ def _connect(
 ) -> None:
     """Feed ``rdd`` (a source's or keyed operator's output) to the keyed operators downstream,
     or mark it terminal (its sinks are chained into its tasks)."""
-    targets = _keyed_targets(pipeline, node_id)
+    targets = list({t.id: t for t, _ in keyed_targets(pipeline, node_id)}.values())
     if not targets:
         terminals.append(rdd)
         return
@@ -94,16 +95,6 @@ def _connect(
         inputs.setdefault(target.id, []).append(
             rdd.filter(functools.partial(_is_for, target.id)).map(_strip_target)
         )
-
-
-def _keyed_targets(pipeline: PipelineGraph, node_id: int) -> list[KeyedNode]:
-    found: list[KeyedNode] = []
-    for consumer in pipeline.consumers(node_id):
-        if isinstance(consumer, KeyedNode):
-            found.append(consumer)
-        elif not isinstance(consumer, SinkNode):
-            found.extend(_keyed_targets(pipeline, consumer.id))
-    return found
 
 
 def _identity(subtask: int) -> int:

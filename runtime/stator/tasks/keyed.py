@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ..api.graph import KeyedNode, ProcessNode, ReduceNode
+from ..api.graph import CoProcessNode, KeyedNode, ProcessNode, ReduceNode
 from ..api.time import MIN_TIMESTAMP
 from ..cluster.jvm import task_location
 from ..epoch.reports import Report, SavepointPart, StateReport
@@ -48,10 +48,10 @@ def keyed_task(
     assert isinstance(node, KeyedNode)
     p = spec.parallelism[node.uid]
     key_groups = range_for_subtask(subtask, p, spec.max_parallelism)
-    headers = sorted((unpack(h) for _, h in items), key=lambda h: h[0])
+    headers = sorted((unpack(h) for _, h in items), key=lambda h: (h[0], h[2]))
     new_watermark = min((h[1] for h in headers), default=MIN_TIMESTAMP)
-    batches = [h[2] for h in headers]
-    records_in = sum(len(b[0]) for b in batches)
+    batches = [(h[2], h[3]) for h in headers]
+    records_in = sum(len(b[0]) for _, b in batches)
 
     backend, restored = open_state(spec, node.uid, subtask, key_groups)
     executor, host = task_location()
@@ -63,7 +63,7 @@ def keyed_task(
 
         # The user's open(), process_element(), on_timer() or reduce function.
         with user_code(node.uid, spec.epoch, current_key):
-            if isinstance(node, ProcessNode):
+            if isinstance(node, ProcessNode | CoProcessNode):
                 runner = ProcessRunner(node, backend, subtask, p, spec.processing_time_ms)
             else:
                 assert isinstance(node, ReduceNode)
@@ -80,6 +80,7 @@ def keyed_task(
             spec.epoch,
         )
         router.push(node.id, output)
+        router.push_side(node.id, runner.side_outputs)
         out = router.downstream((node.id, subtask), watermark, node.id)
         staged = router.staged(spec.epoch)
         backend.commit(spec.epoch, watermark)

@@ -12,8 +12,8 @@ from itertools import chain, repeat
 from operator import is_
 from typing import Any
 
-from ..api.functions import KeyCursor, KeyedProcessFunction, RuntimeContext
-from ..api.graph import ProcessNode, ReduceNode, _add, _one
+from ..api.functions import KeyCursor, OutputTag, ProcessFunction, RuntimeContext
+from ..api.graph import CoProcessNode, ProcessNode, ReduceNode, _add, _one
 from ..keygroups import decode_key
 from ..state.backend import KeyedBackend
 from ..state.descriptors import ListStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor
@@ -58,18 +58,28 @@ class _Context:
     as plain attributes per record (a property computing the key was a tenth of a user
     function's per-record cost)."""
 
-    __slots__ = ("current_key", "timer_service", "timestamp")
+    __slots__ = ("current_key", "side", "timer_service", "timestamp")
 
     def __init__(self, runner: ProcessRunner) -> None:
         self.current_key: Any = None
         self.timestamp: int | None = None
         self.timer_service = _Timers(runner)
+        self.side: dict[OutputTag, Batch] = {}
+
+    def output(self, tag: OutputTag, value: Any) -> None:
+        if not isinstance(tag, OutputTag):
+            raise TypeError(f"ctx.output() needs an OutputTag, got {tag!r}")
+        values, stamps = self.side.setdefault(tag, ([], []))
+        values.append(value)
+        stamps.append(self.timestamp)
 
 
 class ProcessRunner:
+    """Runs a process function (one input, or two connected by key) over an epoch's input."""
+
     def __init__(
         self,
-        node: ProcessNode,
+        node: ProcessNode | CoProcessNode,
         backend: KeyedBackend,
         subtask: int,
         parallelism: int,
@@ -79,8 +89,12 @@ class ProcessRunner:
         self.cursor = KeyCursor()
         self.watermark = backend.watermark
         self.processing_time = processing_time
-        self.fn: KeyedProcessFunction = node.function
+        self.fn: ProcessFunction = node.function
         self.ctx = _Context(self)
+        if isinstance(node, CoProcessNode):
+            self.handlers = [node.function.process_element1, node.function.process_element2]
+        else:
+            self.handlers = [node.function.process_element]
         self.fn.open(
             RuntimeContext(
                 backend, self.cursor, node.uid, subtask, parallelism, backend.max_parallelism
@@ -91,17 +105,24 @@ class ProcessRunner:
         """The key being processed (None before the first record): for error messages."""
         return decoded(self.cursor.kkey) if self.cursor.kkey else None
 
-    def run(self, batches: list[Columns], new_watermark: int) -> Batch:
+    @property
+    def side_outputs(self) -> dict[OutputTag, Batch]:
+        """What the function emitted with ``ctx.output`` (after ``run``)."""
+        return self.ctx.side
+
+    def run(self, batches: list[tuple[int, Columns]], new_watermark: int) -> Batch:
+        """``batches``: (input, columns) in processing order."""
         out_v: list[Any] = []
         out_t: list[Any] = []
-        cursor, ctx, fn = self.cursor, self.ctx, self.fn
-        self._prefetch(batches)
-        for kkeys, values, stamps in batches:
+        cursor, ctx = self.cursor, self.ctx
+        self._prefetch([b for _, b in batches])
+        for side, (kkeys, values, stamps) in batches:
+            process = self.handlers[side]
             for kk, key, value, ts in zip(kkeys, user_keys(kkeys), values, stamps, strict=True):
                 cursor.kkey = kk
                 ctx.current_key = key
                 ctx.timestamp = ts
-                result = fn.process_element(value, ctx)
+                result = process(value, ctx)
                 if result is not None:
                     for o in result:
                         out_v.append(o)
@@ -160,14 +181,18 @@ class ReduceRunner:
         """Keys are reduced in bulk: no single key is current."""
         return None
 
-    def run(self, batches: list[Columns], new_watermark: int) -> Batch:
+    @property
+    def side_outputs(self) -> dict[OutputTag, Batch]:
+        return {}
+
+    def run(self, batches: list[tuple[int, Columns]], new_watermark: int) -> Batch:
         reduce_fn = self.node.reduce_fn
         adding = reduce_fn is _add
         # Merge the upstream tasks' pre-combined entries (written as comprehensions and
         # dict operations: per-key Python statements dominate this operator's cost).
         sums: dict[bytes, Any] = {}
         last_ts: dict[bytes, Any] = {}
-        for kkeys, values, stamps in batches:
+        for _, (kkeys, values, stamps) in batches:
             if not sums:
                 sums = dict(zip(kkeys, values, strict=True))
             elif adding:

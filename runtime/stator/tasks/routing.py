@@ -15,7 +15,18 @@ from itertools import compress
 from typing import Any
 
 from .. import pickling
-from ..api.graph import KeyedNode, PipelineGraph, ReduceNode, SinkNode, TransformNode, _add, _one
+from ..api.functions import OutputTag
+from ..api.graph import (
+    KeyedNode,
+    PipelineGraph,
+    ReduceNode,
+    SideOutputNode,
+    SinkNode,
+    TransformNode,
+    UnionNode,
+    _add,
+    _one,
+)
 from ..epoch.reports import SinkReport
 from ..keygroups import encode_keys, stable_hash
 from ..sinks.base import SinkWriter
@@ -24,9 +35,11 @@ from .user_errors import user_code
 
 Batch = tuple[list[Any], list[Any]]  # (values, timestamps)
 Columns = tuple[list[bytes], list[Any], list[Any]]  # (kkeys, values, timestamps)
-# What a task sends one keyed subtask: (order key, watermark, columns). The order key (node
-# id, split order or subtask) fixes the order in which the subtask processes its inputs.
-Header = tuple[tuple[int, int], int, Columns]
+# What a task sends one keyed subtask for one of its inputs: (order key, watermark, input,
+# columns). The order key (node id, split order or subtask) fixes the order in which the
+# subtask processes its inputs; the input is the position in the keyed node's ``inputs``.
+Header = tuple[tuple[int, int], int, int, Columns]
+Target = tuple[KeyedNode, int]  # a keyed node and which of its inputs
 Shuffled = tuple[int, int, bytes]  # (keyed node id, target subtask, packed header)
 
 
@@ -66,29 +79,48 @@ class Router:
         self.max_parallelism = max_parallelism
         self.consumers = {n.id: pipeline.consumers(n.id) for n in pipeline.nodes}
         self.writers: dict[int, SinkWriter] = {}
-        self.shuffle: dict[int, dict[int, Columns]] = {}  # keyed node -> subtask -> columns
+        # (keyed node, input) -> subtask -> columns
+        self.shuffle: dict[tuple[int, int], dict[int, Columns]] = {}
         self.combined: dict[int, dict[bytes, list[Any]]] = {}  # reduce node -> kb -> [acc, ts]
         self.counted: dict[int, tuple[Counter[bytes], dict[bytes, Any]]] = {}  # count fast path
         self.records_out = 0
 
     def push(self, node_id: int, batch: Batch) -> None:
+        """Send a node's (main) output on to each consumer, once per input it feeds (a stream
+        connected or unioned with itself feeds two)."""
         for consumer in self.consumers[node_id]:
-            if isinstance(consumer, TransformNode):
-                with user_code(consumer.name, self.epoch):
-                    out = _apply(consumer, batch)
-                self.push(consumer.id, out)
-            elif isinstance(consumer, SinkNode):
-                writer = self.writers.get(consumer.id)
-                if writer is None:
-                    writer = self.writers[consumer.id] = self.open_writer(consumer)
-                writer.write(batch[0])
-                self.records_out += len(batch[0])
-            elif isinstance(consumer, ReduceNode):
-                with user_code(consumer.uid, self.epoch):  # its key and value functions
-                    self._combine(consumer, batch)
-            elif isinstance(consumer, KeyedNode):
-                with user_code(consumer.uid, self.epoch):  # its key function
-                    self._bucket(consumer, batch)
+            for side, source in enumerate(consumer.inputs):
+                if source == node_id:
+                    self._feed(consumer, side, batch)
+
+    def push_side(self, node_id: int, side_outputs: dict[OutputTag, Batch]) -> None:
+        """Send what a process function emitted with ``ctx.output`` to the streams that read
+        its side outputs."""
+        for consumer in self.consumers[node_id]:
+            if isinstance(consumer, SideOutputNode) and consumer.tag in side_outputs:
+                self.push(consumer.id, side_outputs[consumer.tag])
+
+    def _feed(self, consumer: Any, side: int, batch: Batch) -> None:
+        if isinstance(consumer, TransformNode):
+            with user_code(consumer.name, self.epoch):
+                out = _apply(consumer, batch)
+            self.push(consumer.id, out)
+        elif isinstance(consumer, UnionNode):
+            self.push(consumer.id, batch)
+        elif isinstance(consumer, SideOutputNode):
+            return  # fed by push_side, not by the main output
+        elif isinstance(consumer, SinkNode):
+            writer = self.writers.get(consumer.id)
+            if writer is None:
+                writer = self.writers[consumer.id] = self.open_writer(consumer)
+            writer.write(batch[0])
+            self.records_out += len(batch[0])
+        elif isinstance(consumer, ReduceNode):
+            with user_code(consumer.uid, self.epoch):  # its key and value functions
+                self._combine(consumer, batch)
+        elif isinstance(consumer, KeyedNode):
+            with user_code(consumer.uid, self.epoch):  # its key function
+                self._bucket(consumer, side, batch)
 
     def staged(self, epoch: int) -> list[SinkReport]:
         """Stage every chained sink's output of this task (one part per sink)."""
@@ -106,37 +138,27 @@ class Router:
         needs to advance its own."""
         buckets = self.shuffle_output()
         out = []
-        for target in self.keyed_targets(node_id):
-            per_sub = buckets.get(target.id, {})
+        for target, side in keyed_targets(self.pipeline, node_id):
+            per_sub = buckets.get((target.id, side), {})
             for sub in range(self.parallelism[target.uid]):
-                header = (origin, watermark, per_sub.get(sub, ([], [], [])))
+                header = (origin, watermark, side, per_sub.get(sub, ([], [], [])))
                 out.append((target.id, sub, pack(header)))
         return out
 
-    def keyed_targets(self, node_id: int) -> list[KeyedNode]:
-        """Keyed operators reachable from ``node_id`` through stateless transforms."""
-        found: list[KeyedNode] = []
-        for consumer in self.consumers[node_id]:
-            if isinstance(consumer, TransformNode):
-                found.extend(self.keyed_targets(consumer.id))
-            elif isinstance(consumer, KeyedNode):
-                found.append(consumer)
-        return found
-
-    def _buckets(self, node: KeyedNode) -> dict[int, Columns]:
-        buckets = self.shuffle.get(node.id)
+    def _buckets(self, node: KeyedNode, side: int) -> dict[int, Columns]:
+        buckets = self.shuffle.get((node.id, side))
         if buckets is None:
             p = self.parallelism[node.uid]
-            buckets = self.shuffle[node.id] = {s: ([], [], []) for s in range(p)}
+            buckets = self.shuffle[(node.id, side)] = {s: ([], [], []) for s in range(p)}
         return buckets
 
-    def _bucket(self, node: KeyedNode, batch: Batch) -> None:
+    def _bucket(self, node: KeyedNode, side: int, batch: Batch) -> None:
         """Key and route each record (comprehensions: a Python loop per record showed)."""
         mp = self.max_parallelism
         values, stamps = batch
-        kbs = encode_keys(list(map(node.key_fn, values)))
+        kbs = encode_keys(list(map(node.key_for(side), values)))
         known = _KKEY_MEMO.get(mp, {}).get
-        self._spread(node.id, [known(kb) or _kkey(kb, mp) for kb in kbs], values, stamps)
+        self._spread(node.id, side, [known(kb) or _kkey(kb, mp) for kb in kbs], values, stamps)
 
     def _combine(self, node: ReduceNode, batch: Batch) -> None:
         """Pre-combine per key; an entry's timestamp is its key's last one in input order."""
@@ -170,7 +192,7 @@ class Router:
         for kb, ts in last_ts.items():
             acc[kb][1] = ts
 
-    def shuffle_output(self) -> dict[int, dict[int, Columns]]:
+    def shuffle_output(self) -> dict[tuple[int, int], dict[int, Columns]]:
         """Columns per keyed node per subtask (with reduce nodes' combined entries)."""
         mp = self.max_parallelism
         known = _KKEY_MEMO.get(mp, {}).get
@@ -178,6 +200,7 @@ class Router:
             kbs = list(counts)
             self._spread(
                 node_id,
+                0,
                 [known(kb) or _kkey(kb, mp) for kb in kbs],
                 list(counts.values()),
                 [last_ts[kb] for kb in kbs],
@@ -189,6 +212,7 @@ class Router:
                 entries = list(acc.values())
                 self._spread(
                     node_id,
+                    0,
                     [_kkey(kb, mp) for kb in kbs],
                     [e[0] for e in entries],
                     [e[1] for e in entries],
@@ -196,12 +220,14 @@ class Router:
         self.combined.clear()
         return self.shuffle
 
-    def _spread(self, node_id: int, kks: list[bytes], vals: list[Any], tss: list[Any]) -> None:
+    def _spread(
+        self, node_id: int, side: int, kks: list[bytes], vals: list[Any], tss: list[Any]
+    ) -> None:
         """Append columns to each target subtask's bucket."""
         node = self.pipeline.node(node_id)
         assert isinstance(node, KeyedNode)
         mp, p = self.max_parallelism, self.parallelism[node.uid]
-        buckets = self._buckets(node)
+        buckets = self._buckets(node, side)
         subs = [((kk[0] << 8) | kk[1]) * p // mp for kk in kks]
         if p <= 8:  # a mask per subtask and C-speed selection beat one Python loop
             for sub, cols in buckets.items():
@@ -215,6 +241,22 @@ class Router:
             cols[0].append(kk)
             cols[1].append(v)
             cols[2].append(t)
+
+
+def keyed_targets(pipeline: PipelineGraph, node_id: int) -> list[Target]:
+    """Keyed operators (and which of their inputs) fed by ``node_id``'s output, main or
+    side, through stateless nodes: each gets a header from every task of ``node_id``, empty
+    or not, because it carries the task's watermark."""
+    found: dict[tuple[int, int], Target] = {}
+    for consumer in pipeline.consumers(node_id):
+        if isinstance(consumer, KeyedNode):
+            for side, src in enumerate(consumer.inputs):
+                if src == node_id:
+                    found[(consumer.id, side)] = (consumer, side)
+        elif not isinstance(consumer, SinkNode):
+            for target, side in keyed_targets(pipeline, consumer.id):
+                found[(target.id, side)] = (target, side)
+    return list(found.values())
 
 
 def pack(header: Header) -> bytes:

@@ -1,0 +1,50 @@
+"""Run a whole pipeline through the real driver loop without Spark (``inprocess_job.py`` runs
+the real tasks in this process), to the end of its finite sources: for tests of what a
+pipeline computes (operators, joins, side outputs) that need no cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stator import Job
+from stator.api.pipeline import Pipeline
+from stator.config import load_config
+from stator.driver import epoch_loop
+from tests.unit.inprocess_job import InProcessJob
+
+
+def settings(root: Path, *extra: str) -> list[str]:
+    """Checkpoints, savepoints and local state under ``root``; small epochs, no waiting."""
+    return [
+        f"checkpoint.storage=file://{root}/ck",
+        f"savepoint.dir=file://{root}/sp",
+        f"state.local_dir={root}/state",
+        "epoch.idle_wait_ms=1",
+        "restart.delay_ms=0",
+        "restart.attempts=20",
+        "checkpoint.async_upload=false",
+        *extra,
+    ]
+
+
+def run_in_process(
+    pipeline: Pipeline,
+    root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    *config: str,
+    harness: InProcessJob | None = None,
+) -> Job:
+    """Run ``pipeline`` (one failover region or several, one after another) until its sources
+    are exhausted; ``config``: job config lines over :func:`settings`."""
+    monkeypatch.setattr(epoch_loop, "run_epoch_job", harness or InProcessJob())
+    job = Job(pipeline, load_config(None, settings(root, *config)))
+    plan = job.check_restore_source()
+    for loop in job.loops:
+        try:
+            loop.recovery.start(plan.get(loop.region))
+            loop._loop()
+        finally:
+            loop.checkpoints.in_flight.abort_all("the run ended")
+    return job

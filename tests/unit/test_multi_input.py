@@ -1,0 +1,271 @@
+"""Two-input operators, union and side outputs through the real driver loop and tasks
+(without Spark): exact output, and the same output after failed task attempts and a failover."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stator.api.functions import (
+    Context,
+    KeyedCoProcessFunction,
+    KeyedProcessFunction,
+    OutputTag,
+    RuntimeContext,
+    ValueState,
+)
+from stator.api.pipeline import Pipeline
+from stator.api.time import BoundedOutOfOrderness
+from stator.api.windows import Count, Tumbling
+from stator.errors import PipelineError
+from stator.sinks.collect import CollectSink
+from stator.sources.generator import list_source
+from stator.state.descriptors import ValueStateDescriptor
+from tests.unit.inprocess_job import Faults, InProcessJob
+from tests.unit.inprocess_run import run_in_process
+
+ORDERS = [(f"o{i % 7}", i, i * 10) for i in range(60)]  # (id, amount, ts)
+PAYMENTS = [(f"o{i % 7}", -i, i * 10 + 5) for i in range(0, 60, 2)]
+
+
+class Match(KeyedCoProcessFunction):
+    """Per key: the running sum of input 1 and of input 2; emits both on every record, and
+    the final balance from an event-time timer once both inputs' watermark passes 1000."""
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.orders: ValueState = ctx.get_state(ValueStateDescriptor("orders"))
+        self.paid: ValueState = ctx.get_state(ValueStateDescriptor("paid"))
+
+    def process_element1(self, value: Any, ctx: Context) -> list[Any]:
+        total = self.orders.value(0) + value[1]
+        self.orders.update(total)
+        ctx.timer_service.register_event_time_timer(1000)
+        return [("order", ctx.current_key, total)]
+
+    def process_element2(self, value: Any, ctx: Context) -> list[Any]:
+        total = self.paid.value(0) + value[1]
+        self.paid.update(total)
+        if total < -100:
+            ctx.output(BIG, (ctx.current_key, total))
+        return [("paid", ctx.current_key, total)]
+
+    def on_timer(self, timestamp: int, ctx: Context) -> list[Any]:
+        wm = ctx.timer_service.current_watermark()
+        return [("balance", ctx.current_key, self.orders.value(0) + self.paid.value(0), wm)]
+
+
+BIG = OutputTag("big-payments")
+
+
+def _expected_match() -> tuple[Counter[Any], Counter[Any]]:
+    main: Counter[Any] = Counter()
+    side: Counter[Any] = Counter()
+    orders: dict[str, int] = {}
+    paid: dict[str, int] = {}
+    for key, amount, _ in ORDERS:
+        orders[key] = orders.get(key, 0) + amount
+        main[("order", key, orders[key])] += 1
+    for key, amount, _ in PAYMENTS:
+        paid[key] = paid.get(key, 0) + amount
+        main[("paid", key, paid[key])] += 1
+        if paid[key] < -100:
+            side[(key, paid[key])] += 1
+    return main, side
+
+
+def _connected(out: CollectSink, big: CollectSink, delay: int = 0) -> Pipeline:
+    p = Pipeline("connected", max_parallelism=8)
+    orders = p.source(
+        list_source(ORDERS, splits=2),
+        uid="orders",
+        timestamps=lambda r: r[2],
+        watermarks=BoundedOutOfOrderness(delay),
+    )
+    payments = p.source(list_source(PAYMENTS), uid="payments", timestamps=lambda r: r[2])
+    matched = orders.key_by(lambda r: r[0]).connect(payments.key_by(lambda r: r[0]))
+    stream = matched.process(Match(), uid="match")
+    stream.sink(out, uid="out")
+    stream.side_output(BIG).sink(big, uid="big")
+    return p
+
+
+@pytest.mark.parametrize("parallelism", [1, 3])
+def test_connected_streams_share_keyed_state_and_emit_side_outputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parallelism: int
+) -> None:
+    out, big = CollectSink(), CollectSink()
+    run_in_process(
+        _connected(out, big),
+        tmp_path,
+        monkeypatch,
+        f"parallelism={parallelism}",
+        "epoch.max_records=16",
+    )
+    main, side = _expected_match()
+    got = Counter(r for r in out.results if r[0] != "balance")
+    assert got == main
+    assert Counter(big.results) == side
+    # The timer at 1000 fires once per key, when both inputs' watermark passed it: the
+    # balance covers every record of both inputs.
+    balances = sorted(r[1:3] for r in out.results if r[0] == "balance")
+    totals: Counter[str] = Counter()
+    for key, amount, _ in [*ORDERS, *PAYMENTS]:
+        totals[key] += amount
+    assert balances == sorted(totals.items())
+
+
+def test_failed_attempts_and_failover_give_the_same_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    faults = Faults(
+        before_commit={(2, "match", 1)},
+        after_return={(3, "match", 0)},
+        job_fails={4: 1},
+    )
+    out, big = CollectSink(), CollectSink()
+    run_in_process(
+        _connected(out, big),
+        tmp_path,
+        monkeypatch,
+        "parallelism=2",
+        "epoch.max_records=16",
+        harness=InProcessJob(faults=faults),
+    )
+    main, side = _expected_match()
+    assert Counter(r for r in out.results if r[0] != "balance") == main
+    assert Counter(big.results) == side
+    assert len([r for r in out.results if r[0] == "balance"]) == 7
+
+
+class Seen(KeyedCoProcessFunction):
+    def process_element1(self, value: Any, ctx: Context) -> list[Any]:
+        return [("first", value)]
+
+    def process_element2(self, value: Any, ctx: Context) -> list[Any]:
+        return [("second", value)]
+
+
+def test_a_stream_connected_with_itself_feeds_both_inputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = CollectSink()
+    p = Pipeline("self", max_parallelism=8)
+    s = p.source(list_source(list(range(20))), uid="n")
+    s.key_by(lambda v: v % 3).connect(s.key_by(lambda v: v % 3)).process(Seen(), uid="seen").sink(
+        out, uid="out"
+    )
+    run_in_process(p, tmp_path, monkeypatch, "parallelism=2", "epoch.max_records=6")
+    assert Counter(out.results) == Counter(
+        [("first", v) for v in range(20)] + [("second", v) for v in range(20)]
+    )
+
+
+def test_union_merges_streams_of_any_origin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out, raw = CollectSink(), CollectSink()
+    p = Pipeline("union", max_parallelism=8)
+    a = p.source(list_source([f"k{i % 4}" for i in range(30)], splits=2), uid="a")
+    b = p.source(list_source([f"k{i % 5}" for i in range(25)]), uid="b")
+    both = a.union(b.map(str.upper).map(str.lower))
+    both.sink(raw, uid="raw")
+    both.key_by(lambda k: k).count(uid="count").sink(out, uid="out")
+    run_in_process(p, tmp_path, monkeypatch, "parallelism=2", "epoch.max_records=7")
+    expected = Counter([f"k{i % 4}" for i in range(30)] + [f"k{i % 5}" for i in range(25)])
+    assert Counter(raw.results) == expected
+    final: dict[str, int] = {}
+    for key, n in out.results:
+        final[key] = max(final.get(key, 0), n)
+    assert final == dict(expected)
+
+
+class Evens(KeyedProcessFunction):
+    def process_element(self, value: Any, ctx: Context) -> list[Any] | None:
+        if value % 2:
+            ctx.output(ODD, value)
+            ctx.output(ODD, -value)
+            return None
+        return [value]
+
+
+ODD = OutputTag("odd")
+
+
+def test_side_outputs_of_a_keyed_process_function(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    evens, odds, odd_counts = CollectSink(), CollectSink(), CollectSink()
+    p = Pipeline("side", max_parallelism=8)
+    main = (
+        p.source(list_source(list(range(40))), uid="n")
+        .key_by(lambda v: v % 5)
+        .process(Evens(), uid="evens")
+    )
+    main.sink(evens, uid="evens-out")
+    odd = main.side_output(ODD)
+    odd.sink(odds, uid="odd-out")
+    odd.filter(lambda v: v > 0).key_by(lambda v: v % 3).count(uid="odd-count").sink(
+        odd_counts, uid="odd-count-out"
+    )
+    run_in_process(p, tmp_path, monkeypatch, "parallelism=3", "epoch.max_records=9")
+    assert sorted(evens.results) == list(range(0, 40, 2))
+    assert sorted(odds.results) == sorted(
+        [v for v in range(1, 40, 2)] + [-v for v in range(1, 40, 2)]
+    )
+    final: dict[int, int] = {}
+    for key, n in odd_counts.results:
+        final[key] = max(final.get(key, 0), n)
+    assert final == dict(Counter(v % 3 for v in range(1, 40, 2)))
+
+
+LATE = OutputTag("late")
+
+
+def test_a_window_sends_records_too_late_for_it_to_a_side_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One split, in order except for the records at positions 20 and 30, which carry the
+    # timestamps of the first window after it fired (watermark = max ts seen, no delay).
+    stamps = [i * 10 for i in range(40)]
+    stamps[20], stamps[30] = 5, 15
+    records = [("k", ts) for ts in stamps]
+    windows, late = CollectSink(), CollectSink()
+    p = Pipeline("late", max_parallelism=8)
+    counted = (
+        p.source(list_source(records), uid="events", timestamps=lambda r: r[1])
+        .key_by(lambda r: r[0])
+        .window(Tumbling(100), Count(), uid="w", late_output=LATE)
+    )
+    counted.sink(windows, uid="windows")
+    counted.side_output(LATE).sink(late, uid="late-out")
+    run_in_process(p, tmp_path, monkeypatch, "parallelism=1", "epoch.max_records=10")
+    assert sorted(late.results) == [("k", 5), ("k", 15)]
+    assert sorted((w.start, w.value) for w in windows.results) == [
+        (0, 10),
+        (100, 10),
+        (200, 9),  # 200 and 300 became the late records
+        (300, 9),
+    ]
+
+
+def test_bad_multi_input_graphs_are_refused() -> None:
+    p = Pipeline("bad")
+    s = p.source(list_source([1]), uid="s")
+    other = Pipeline("other").source(list_source([1]), uid="s")
+    with pytest.raises(PipelineError, match="same pipeline"):
+        s.union(other)
+    with pytest.raises(PipelineError, match="at least one"):
+        s.union()
+    with pytest.raises(PipelineError, match="keyed stream"):
+        s.key_by(abs).connect(s)  # type: ignore[arg-type]
+    with pytest.raises(PipelineError, match="KeyedCoProcessFunction"):
+        s.key_by(abs).connect(s.key_by(abs)).process(Evens(), uid="x")  # type: ignore[arg-type]
+    with pytest.raises(PipelineError, match="only the output of a process function"):
+        s.map(abs).side_output(ODD)
+    with pytest.raises(PipelineError, match="OutputTag"):
+        s.key_by(abs).process(Evens(), uid="e").side_output("odd")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="non-empty"):
+        OutputTag("")
