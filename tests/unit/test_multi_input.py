@@ -11,6 +11,7 @@ import pytest
 
 from stator.api.functions import (
     Context,
+    KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
     OutputTag,
@@ -269,3 +270,72 @@ def test_bad_multi_input_graphs_are_refused() -> None:
         s.key_by(abs).process(Evens(), uid="e").side_output("odd")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="non-empty"):
         OutputTag("")
+
+
+RESET = "reset"
+
+
+class Counting(KeyedBroadcastProcessFunction):
+    """Counts per key; a broadcast "reset" clears every key's count (apply_to_keyed_state),
+    and each subtask acknowledges every broadcast record it applied."""
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.count: ValueState = ctx.get_state(ValueStateDescriptor("count"))
+        self.subtask = ctx.subtask_index
+
+    def process_element(self, value: Any, ctx: Context) -> list[Any]:
+        n = self.count.value(0) + 1
+        self.count.update(n)
+        return [("count", ctx.current_key, n)]
+
+    def process_broadcast_element(self, value: Any, ctx: Any) -> list[Any]:
+        out: list[Any] = [("ack", value, self.subtask)]
+        try:
+            self.count.value()
+        except RuntimeError as exc:
+            assert "apply_to_keyed_state" in str(exc)
+        else:
+            out.append(("keyed state reached without a key", value))
+        if value[0] == RESET:
+            ctx.apply_to_keyed_state(ValueStateDescriptor("count"), _clear)
+        return out
+
+
+def _clear(key: Any, state: ValueState) -> None:
+    state.clear()
+
+
+def test_a_broadcast_stream_reaches_every_subtask_before_the_epochs_keyed_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keyed = [f"k{i % 5}" for i in range(60)]
+    rules = [(RESET if i % 4 == 3 else "noop", i) for i in range(20)]
+    out = CollectSink()
+    p = Pipeline("bcast", max_parallelism=8)
+    events = p.source(list_source(keyed), uid="events")
+    control = p.source(list_source(rules), uid="rules")
+    events.key_by(lambda k: k).connect(control.broadcast()).process(Counting(), uid="c").sink(
+        out, uid="out"
+    )
+    faults = Faults(before_commit={(2, "c", 1)}, job_fails={3: 1})
+    run_in_process(
+        p,
+        tmp_path,
+        monkeypatch,
+        "parallelism=3",
+        "epoch.max_records=20",  # 10 records of each source per epoch
+        harness=InProcessJob(faults=faults),
+    )
+    acks = Counter(r[1:] for r in out.results if r[0] == "ack")
+    assert acks == Counter((rule, s) for rule in rules for s in range(3))
+    assert not [r for r in out.results if r[0] not in ("ack", "count")]
+    # The model: per epoch, the epoch's broadcast records first, then its keyed records.
+    expected: Counter[Any] = Counter()
+    counts: dict[str, int] = {}
+    for epoch in range(6):
+        if any(rule == RESET for rule, _ in rules[epoch * 10 : epoch * 10 + 10]):
+            counts.clear()
+        for key in keyed[epoch * 10 : epoch * 10 + 10]:
+            counts[key] = counts.get(key, 0) + 1
+            expected[("count", key, counts[key])] += 1
+    assert Counter(r for r in out.results if r[0] == "count") == expected

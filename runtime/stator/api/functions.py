@@ -27,7 +27,27 @@ class KeyCursor:
     __slots__ = ("kkey",)
 
     def __init__(self) -> None:
-        self.kkey = b""
+        self.kkey: bytes = b""
+
+
+class _NoKey(bytes):
+    """The cursor's key where there is none (``process_broadcast_element``): any use of it by a
+    keyed state handle or a timer raises at once, at no cost to the per-record path."""
+
+    def _refuse(self, *args: object) -> Any:
+        raise RuntimeError(
+            "keyed state and timers have no current key in process_broadcast_element: "
+            "reach keyed state there with ctx.apply_to_keyed_state(descriptor, fn)"
+        )
+
+    __hash__ = _refuse
+    __eq__ = _refuse
+    __add__ = _refuse
+    __getitem__ = _refuse
+    __len__ = _refuse
+
+
+NO_KEY = _NoKey()
 
 
 # ---------------------------------------------------------------------------- state handles
@@ -275,4 +295,30 @@ class KeyedCoProcessFunction:
         """Called when the task's epoch ends (after the state is committed)."""
 
 
-ProcessFunction = KeyedProcessFunction | KeyedCoProcessFunction
+class KeyedBroadcastProcessFunction:
+    """Processes a keyed stream connected with a broadcast stream
+    (``keyed.connect(stream.broadcast())``). Every subtask receives every broadcast record and
+    applies it, in the same order, to its broadcast state (``ctx.get_broadcast_state(desc)``
+    in ``process_broadcast_element``, writable there; read-only in ``process_element``), so
+    all subtasks hold the same broadcast state. Within an epoch a subtask applies the epoch's
+    broadcast records before its keyed records: a rule that arrived in an epoch applies to
+    that epoch's records, on every replay. ``process_broadcast_element`` has no current key:
+    keyed state is reached there through ``ctx.apply_to_keyed_state(desc, fn)``."""
+
+    def open(self, ctx: RuntimeContext) -> None:
+        """Declare keyed state here, with ``ctx.get_state(descriptor)``."""
+
+    def process_element(self, value: Any, ctx: Any) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def process_broadcast_element(self, value: Any, ctx: Any) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def on_timer(self, timestamp: int, ctx: Context) -> Iterable[Any] | None:
+        return None
+
+    def close(self) -> None:
+        """Called when the task's epoch ends (after the state is committed)."""
+
+
+ProcessFunction = KeyedProcessFunction | KeyedCoProcessFunction | KeyedBroadcastProcessFunction

@@ -22,7 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import PipelineError
 from ..keygroups import check_parallelism
-from .functions import KeyedCoProcessFunction, KeyedProcessFunction, OutputTag
+from .functions import (
+    KeyedBroadcastProcessFunction,
+    KeyedCoProcessFunction,
+    KeyedProcessFunction,
+    OutputTag,
+)
 from .time import BoundedOutOfOrderness
 
 if TYPE_CHECKING:
@@ -75,8 +80,9 @@ class KeyedNode(Node):
     # a number fixes this operator's parallelism whatever the replicas.
     parallelism: int | None
 
-    def key_for(self, side: int) -> Callable[[Any], Any]:
-        """The key function of input ``side`` (its position in ``inputs``)."""
+    def key_for(self, side: int) -> Callable[[Any], Any] | None:
+        """The key function of input ``side`` (its position in ``inputs``); None for a
+        broadcast input, whose records go to every subtask."""
         return self.key_fn
 
 
@@ -94,8 +100,19 @@ class CoProcessNode(KeyedNode):
     key_fn2: Callable[[Any], Any]
     function: KeyedCoProcessFunction
 
-    def key_for(self, side: int) -> Callable[[Any], Any]:
+    def key_for(self, side: int) -> Callable[[Any], Any] | None:
         return self.key_fn if side == 0 else self.key_fn2
+
+
+@dataclass
+class BroadcastProcessNode(KeyedNode):
+    """A keyed input (0) connected with a broadcast input (1), into one
+    ``KeyedBroadcastProcessFunction``."""
+
+    function: KeyedBroadcastProcessFunction
+
+    def key_for(self, side: int) -> Callable[[Any], Any] | None:
+        return self.key_fn if side == 0 else None
 
 
 @dataclass
@@ -290,11 +307,16 @@ class Stream:
         ids = [self.node.id, *(o.node.id for o in others)]
         return self._then(UnionNode(self.pipeline._next_id(), ids, "union"))
 
+    def broadcast(self) -> BroadcastStream:
+        """This stream sent whole to every subtask of the operator it is connected to
+        (``keyed.connect(stream.broadcast())``), for broadcast state."""
+        return BroadcastStream(self)
+
     def side_output(self, tag: OutputTag) -> Stream:
         """What this stream's process function emitted to ``tag`` with ``ctx.output``."""
         if not isinstance(tag, OutputTag):
             raise PipelineError(f"side_output() needs an OutputTag, got {tag!r}")
-        if not isinstance(self.node, ProcessNode | CoProcessNode):
+        if not isinstance(self.node, ProcessNode | CoProcessNode | BroadcastProcessNode):
             raise PipelineError(
                 f"side_output('{tag.name}'): only the output of a process function "
                 f"(.process(...) on a keyed or connected stream) has side outputs, "
@@ -383,11 +405,17 @@ class KeyedStream:
             parallelism=parallelism,
         )
 
-    def connect(self, other: KeyedStream) -> ConnectedStreams:
-        """Two keyed streams whose keys meet in one ``KeyedCoProcessFunction``."""
+    def connect(self, other: KeyedStream | BroadcastStream) -> Any:
+        """Two keyed streams whose keys meet in one ``KeyedCoProcessFunction``, or this
+        stream with a broadcast stream, for a ``KeyedBroadcastProcessFunction``."""
+        if isinstance(other, BroadcastStream):
+            if other.stream.pipeline is not self._p:
+                raise PipelineError("connect() takes a broadcast stream of the same pipeline")
+            return BroadcastConnectedStreams(self, other)
         if not isinstance(other, KeyedStream):
             raise PipelineError(
-                f"connect() takes a keyed stream (stream.key_by(...)), got {type(other).__name__}"
+                "connect() takes a keyed stream (stream.key_by(...)) or a broadcast stream "
+                f"(stream.broadcast()), got {type(other).__name__}"
             )
         if other._p is not self._p:
             raise PipelineError("connect() takes a keyed stream of the same pipeline")
@@ -427,6 +455,45 @@ class ConnectedStreams:
             self.first.key_fn,
             parallelism,
             self.second.key_fn,
+            function,
+        )
+        return Stream(p, p._add(node))
+
+
+class BroadcastStream:
+    """A stream every subtask of the connected operator receives whole."""
+
+    def __init__(self, stream: Stream) -> None:
+        self.stream = stream
+
+
+class BroadcastConnectedStreams:
+    """A keyed stream and a broadcast stream: ``.process(KeyedBroadcastProcessFunction)``."""
+
+    def __init__(self, keyed: KeyedStream, broadcast: BroadcastStream) -> None:
+        self.keyed, self.broadcast = keyed, broadcast
+
+    def process(
+        self,
+        function: KeyedBroadcastProcessFunction,
+        *,
+        uid: str,
+        parallelism: int | None = None,
+    ) -> Stream:
+        if not isinstance(function, KeyedBroadcastProcessFunction):
+            raise PipelineError(
+                "process() on a keyed stream connected with a broadcast stream needs a "
+                f"KeyedBroadcastProcessFunction instance, got {type(function).__name__}"
+            )
+        p = self.keyed._p
+        p._check_uid(uid, "keyed operator")
+        node = BroadcastProcessNode(
+            p._next_id(),
+            [self.keyed.stream.node.id, self.broadcast.stream.node.id],
+            f"broadcast_process:{uid}",
+            uid,
+            self.keyed.key_fn,
+            parallelism,
             function,
         )
         return Stream(p, p._add(node))

@@ -8,15 +8,22 @@ event-time timers fire up to the epoch's new watermark after all records are pro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import chain, repeat
 from operator import is_
 from typing import Any
 
-from ..api.functions import KeyCursor, OutputTag, ProcessFunction, RuntimeContext
-from ..api.graph import CoProcessNode, ProcessNode, ReduceNode, _add, _one
+from ..api.functions import NO_KEY, KeyCursor, OutputTag, ProcessFunction, RuntimeContext
+from ..api.graph import BroadcastProcessNode, CoProcessNode, ProcessNode, ReduceNode, _add, _one
 from ..keygroups import decode_key
 from ..state.backend import KeyedBackend
-from ..state.descriptors import ListStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor
+from ..state.descriptors import (
+    ListStateDescriptor,
+    ReducingStateDescriptor,
+    StateDescriptor,
+    ValueStateDescriptor,
+)
+from ..state.key_scan import keys_with_state
 from ..state.layout import EVENT_TIME, PROCESSING_TIME
 from ..state.markers import MISSING
 from ..state.serializers import INT64, PICKLE
@@ -58,13 +65,33 @@ class _Context:
     as plain attributes per record (a property computing the key was a tenth of a user
     function's per-record cost)."""
 
-    __slots__ = ("current_key", "side", "timer_service", "timestamp")
+    __slots__ = ("_runner", "current_key", "side", "timer_service", "timestamp")
 
     def __init__(self, runner: ProcessRunner) -> None:
         self.current_key: Any = None
         self.timestamp: int | None = None
         self.timer_service = _Timers(runner)
         self.side: dict[OutputTag, Batch] = {}
+        self._runner = runner
+
+    def apply_to_keyed_state(self, desc: StateDescriptor, fn: Callable[[Any, Any], None]) -> None:
+        """Call ``fn(key, state)`` for every key of this subtask that has ``desc``'s state
+        (``process_broadcast_element`` only: elsewhere there is a current key)."""
+        runner = self._runner
+        if runner.cursor.kkey is not NO_KEY:
+            raise RuntimeError(
+                "apply_to_keyed_state() is for process_broadcast_element; in process_element "
+                "use the state handle, which is bound to the current key"
+            )
+        handle = runner.runtime.get_state(desc)
+        table = runner.backend.table(desc)
+        assert runner.backend.db is not None
+        try:
+            for kk in keys_with_state(runner.backend.db, runner.backend.key_groups, table):
+                runner.cursor.kkey = kk
+                fn(decoded(kk), handle)
+        finally:
+            runner.cursor.kkey = NO_KEY
 
     def output(self, tag: OutputTag, value: Any) -> None:
         if not isinstance(tag, OutputTag):
@@ -79,7 +106,7 @@ class ProcessRunner:
 
     def __init__(
         self,
-        node: ProcessNode | CoProcessNode,
+        node: ProcessNode | CoProcessNode | BroadcastProcessNode,
         backend: KeyedBackend,
         subtask: int,
         parallelism: int,
@@ -91,19 +118,27 @@ class ProcessRunner:
         self.processing_time = processing_time
         self.fn: ProcessFunction = node.function
         self.ctx = _Context(self)
+        # The input that is broadcast (processed first each epoch, without a key), if any.
+        self.broadcast_input: int | None = None
         if isinstance(node, CoProcessNode):
             self.handlers = [node.function.process_element1, node.function.process_element2]
+        elif isinstance(node, BroadcastProcessNode):
+            self.handlers = [
+                node.function.process_element,
+                node.function.process_broadcast_element,
+            ]
+            self.broadcast_input = 1
         else:
             self.handlers = [node.function.process_element]
-        self.fn.open(
-            RuntimeContext(
-                backend, self.cursor, node.uid, subtask, parallelism, backend.max_parallelism
-            )
+        self.runtime = RuntimeContext(
+            backend, self.cursor, node.uid, subtask, parallelism, backend.max_parallelism
         )
+        self.fn.open(self.runtime)
 
     def current_key(self) -> Any:
         """The key being processed (None before the first record): for error messages."""
-        return decoded(self.cursor.kkey) if self.cursor.kkey else None
+        kkey = self.cursor.kkey
+        return None if kkey is NO_KEY or not kkey else decoded(kkey)
 
     @property
     def side_outputs(self) -> dict[OutputTag, Batch]:
@@ -115,6 +150,11 @@ class ProcessRunner:
         out_v: list[Any] = []
         out_t: list[Any] = []
         cursor, ctx = self.cursor, self.ctx
+        if self.broadcast_input is not None:
+            self._broadcast(
+                [b for side, b in batches if side == self.broadcast_input], out_v, out_t
+            )
+            batches = [(side, b) for side, b in batches if side != self.broadcast_input]
         self._prefetch([b for _, b in batches])
         for side, (kkeys, values, stamps) in batches:
             process = self.handlers[side]
@@ -133,6 +173,24 @@ class ProcessRunner:
         self._fire(PROCESSING_TIME, self.processing_time, out_v, out_t)
         self.fn.close()
         return out_v, out_t
+
+    def _broadcast(self, batches: list[Columns], out_v: list[Any], out_t: list[Any]) -> None:
+        """The epoch's broadcast records, in order, before its keyed records, with no key."""
+        cursor, ctx = self.cursor, self.ctx
+        process = self.handlers[1]
+        cursor.kkey = NO_KEY
+        ctx.current_key = None
+        try:
+            for _, values, stamps in batches:
+                for value, ts in zip(values, stamps, strict=True):
+                    ctx.timestamp = ts
+                    result = process(value, ctx)
+                    if result is not None:
+                        for o in result:
+                            out_v.append(o)
+                            out_t.append(ts)
+        finally:
+            cursor.kkey = b""
 
     def _prefetch(self, batches: list[Columns]) -> None:
         tables = [

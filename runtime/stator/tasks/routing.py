@@ -153,10 +153,17 @@ class Router:
         return buckets
 
     def _bucket(self, node: KeyedNode, side: int, batch: Batch) -> None:
-        """Key and route each record (comprehensions: a Python loop per record showed)."""
+        """Key and route each record (comprehensions: a Python loop per record showed); a
+        broadcast input's records go to every subtask, without keys."""
         mp = self.max_parallelism
         values, stamps = batch
-        kbs = encode_keys(list(map(node.key_for(side), values)))
+        key_fn = node.key_for(side)
+        if key_fn is None:
+            for cols in self._buckets(node, side).values():
+                cols[1].extend(values)
+                cols[2].extend(stamps)
+            return
+        kbs = encode_keys(list(map(key_fn, values)))
         known = _KKEY_MEMO.get(mp, {}).get
         self._spread(node.id, side, [known(kb) or _kkey(kb, mp) for kb in kbs], values, stamps)
 
