@@ -11,86 +11,25 @@ import pytest
 
 from stator.api.functions import (
     Context,
-    KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
     OutputTag,
-    RuntimeContext,
-    ValueState,
 )
 from stator.api.pipeline import Pipeline
-from stator.api.time import BoundedOutOfOrderness
 from stator.api.windows import Count, Tumbling
 from stator.errors import PipelineError
 from stator.sinks.collect import CollectSink
 from stator.sources.generator import list_source
-from stator.state.descriptors import ValueStateDescriptor
+from tests.pipelines.multi_input import (
+    RULES,
+    broadcast_counts,
+    connected,
+    expected_balances,
+    expected_broadcast_counts,
+    expected_match,
+)
 from tests.unit.inprocess_job import Faults, InProcessJob
 from tests.unit.inprocess_run import run_in_process
-
-ORDERS = [(f"o{i % 7}", i, i * 10) for i in range(60)]  # (id, amount, ts)
-PAYMENTS = [(f"o{i % 7}", -i, i * 10 + 5) for i in range(0, 60, 2)]
-
-
-class Match(KeyedCoProcessFunction):
-    """Per key: the running sum of input 1 and of input 2; emits both on every record, and
-    the final balance from an event-time timer once both inputs' watermark passes 1000."""
-
-    def open(self, ctx: RuntimeContext) -> None:
-        self.orders: ValueState = ctx.get_state(ValueStateDescriptor("orders"))
-        self.paid: ValueState = ctx.get_state(ValueStateDescriptor("paid"))
-
-    def process_element1(self, value: Any, ctx: Context) -> list[Any]:
-        total = self.orders.value(0) + value[1]
-        self.orders.update(total)
-        ctx.timer_service.register_event_time_timer(1000)
-        return [("order", ctx.current_key, total)]
-
-    def process_element2(self, value: Any, ctx: Context) -> list[Any]:
-        total = self.paid.value(0) + value[1]
-        self.paid.update(total)
-        if total < -100:
-            ctx.output(BIG, (ctx.current_key, total))
-        return [("paid", ctx.current_key, total)]
-
-    def on_timer(self, timestamp: int, ctx: Context) -> list[Any]:
-        wm = ctx.timer_service.current_watermark()
-        return [("balance", ctx.current_key, self.orders.value(0) + self.paid.value(0), wm)]
-
-
-BIG = OutputTag("big-payments")
-
-
-def _expected_match() -> tuple[Counter[Any], Counter[Any]]:
-    main: Counter[Any] = Counter()
-    side: Counter[Any] = Counter()
-    orders: dict[str, int] = {}
-    paid: dict[str, int] = {}
-    for key, amount, _ in ORDERS:
-        orders[key] = orders.get(key, 0) + amount
-        main[("order", key, orders[key])] += 1
-    for key, amount, _ in PAYMENTS:
-        paid[key] = paid.get(key, 0) + amount
-        main[("paid", key, paid[key])] += 1
-        if paid[key] < -100:
-            side[(key, paid[key])] += 1
-    return main, side
-
-
-def _connected(out: CollectSink, big: CollectSink, delay: int = 0) -> Pipeline:
-    p = Pipeline("connected", max_parallelism=8)
-    orders = p.source(
-        list_source(ORDERS, splits=2),
-        uid="orders",
-        timestamps=lambda r: r[2],
-        watermarks=BoundedOutOfOrderness(delay),
-    )
-    payments = p.source(list_source(PAYMENTS), uid="payments", timestamps=lambda r: r[2])
-    matched = orders.key_by(lambda r: r[0]).connect(payments.key_by(lambda r: r[0]))
-    stream = matched.process(Match(), uid="match")
-    stream.sink(out, uid="out")
-    stream.side_output(BIG).sink(big, uid="big")
-    return p
 
 
 @pytest.mark.parametrize("parallelism", [1, 3])
@@ -99,23 +38,20 @@ def test_connected_streams_share_keyed_state_and_emit_side_outputs(
 ) -> None:
     out, big = CollectSink(), CollectSink()
     run_in_process(
-        _connected(out, big),
+        connected(out, big),
         tmp_path,
         monkeypatch,
         f"parallelism={parallelism}",
         "epoch.max_records=16",
     )
-    main, side = _expected_match()
+    main, side = expected_match()
     got = Counter(r for r in out.results if r[0] != "balance")
     assert got == main
     assert Counter(big.results) == side
     # The timer at 1000 fires once per key, when both inputs' watermark passed it: the
     # balance covers every record of both inputs.
     balances = sorted(r[1:3] for r in out.results if r[0] == "balance")
-    totals: Counter[str] = Counter()
-    for key, amount, _ in [*ORDERS, *PAYMENTS]:
-        totals[key] += amount
-    assert balances == sorted(totals.items())
+    assert balances == expected_balances()
 
 
 def test_failed_attempts_and_failover_give_the_same_output(
@@ -128,14 +64,14 @@ def test_failed_attempts_and_failover_give_the_same_output(
     )
     out, big = CollectSink(), CollectSink()
     run_in_process(
-        _connected(out, big),
+        connected(out, big),
         tmp_path,
         monkeypatch,
         "parallelism=2",
         "epoch.max_records=16",
         harness=InProcessJob(faults=faults),
     )
-    main, side = _expected_match()
+    main, side = expected_match()
     assert Counter(r for r in out.results if r[0] != "balance") == main
     assert Counter(big.results) == side
     assert len([r for r in out.results if r[0] == "balance"]) == 7
@@ -272,54 +208,13 @@ def test_bad_multi_input_graphs_are_refused() -> None:
         OutputTag("")
 
 
-RESET = "reset"
-
-
-class Counting(KeyedBroadcastProcessFunction):
-    """Counts per key; a broadcast "reset" clears every key's count (apply_to_keyed_state),
-    and each subtask acknowledges every broadcast record it applied."""
-
-    def open(self, ctx: RuntimeContext) -> None:
-        self.count: ValueState = ctx.get_state(ValueStateDescriptor("count"))
-        self.subtask = ctx.subtask_index
-
-    def process_element(self, value: Any, ctx: Context) -> list[Any]:
-        n = self.count.value(0) + 1
-        self.count.update(n)
-        return [("count", ctx.current_key, n)]
-
-    def process_broadcast_element(self, value: Any, ctx: Any) -> list[Any]:
-        out: list[Any] = [("ack", value, self.subtask)]
-        try:
-            self.count.value()
-        except RuntimeError as exc:
-            assert "apply_to_keyed_state" in str(exc)
-        else:
-            out.append(("keyed state reached without a key", value))
-        if value[0] == RESET:
-            ctx.apply_to_keyed_state(ValueStateDescriptor("count"), _clear)
-        return out
-
-
-def _clear(key: Any, state: ValueState) -> None:
-    state.clear()
-
-
 def test_a_broadcast_stream_reaches_every_subtask_before_the_epochs_keyed_records(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    keyed = [f"k{i % 5}" for i in range(60)]
-    rules = [(RESET if i % 4 == 3 else "noop", i) for i in range(20)]
     out = CollectSink()
-    p = Pipeline("bcast", max_parallelism=8)
-    events = p.source(list_source(keyed), uid="events")
-    control = p.source(list_source(rules), uid="rules")
-    events.key_by(lambda k: k).connect(control.broadcast()).process(Counting(), uid="c").sink(
-        out, uid="out"
-    )
     faults = Faults(before_commit={(2, "c", 1)}, job_fails={3: 1})
     run_in_process(
-        p,
+        broadcast_counts(out),
         tmp_path,
         monkeypatch,
         "parallelism=3",
@@ -327,15 +222,6 @@ def test_a_broadcast_stream_reaches_every_subtask_before_the_epochs_keyed_record
         harness=InProcessJob(faults=faults),
     )
     acks = Counter(r[1:] for r in out.results if r[0] == "ack")
-    assert acks == Counter((rule, s) for rule in rules for s in range(3))
+    assert acks == Counter((rule, s) for rule in RULES for s in range(3))
     assert not [r for r in out.results if r[0] not in ("ack", "count")]
-    # The model: per epoch, the epoch's broadcast records first, then its keyed records.
-    expected: Counter[Any] = Counter()
-    counts: dict[str, int] = {}
-    for epoch in range(6):
-        if any(rule == RESET for rule, _ in rules[epoch * 10 : epoch * 10 + 10]):
-            counts.clear()
-        for key in keyed[epoch * 10 : epoch * 10 + 10]:
-            counts[key] = counts.get(key, 0) + 1
-            expected[("count", key, counts[key])] += 1
-    assert Counter(r for r in out.results if r[0] == "count") == expected
+    assert Counter(r for r in out.results if r[0] == "count") == expected_broadcast_counts()
