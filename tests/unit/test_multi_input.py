@@ -10,16 +10,20 @@ from typing import Any
 import pytest
 
 from stator.api.functions import (
+    BroadcastProcessFunction,
     Context,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
     OutputTag,
+    RuntimeContext,
+    ValueState,
 )
 from stator.api.pipeline import Pipeline
 from stator.api.windows import Count, Tumbling
 from stator.errors import PipelineError
 from stator.sinks.collect import CollectSink
 from stator.sources.generator import list_source
+from stator.state.descriptors import ValueStateDescriptor
 from tests.pipelines.multi_input import (
     RULES,
     broadcast_counts,
@@ -225,3 +229,51 @@ def test_a_broadcast_stream_reaches_every_subtask_before_the_epochs_keyed_record
     assert acks == Counter((rule, s) for rule in RULES for s in range(3))
     assert not [r for r in out.results if r[0] not in ("ack", "count")]
     assert Counter(r for r in out.results if r[0] == "count") == expected_broadcast_counts()
+
+
+class Tagging(BroadcastProcessFunction):
+    """No key: each record once, on one subtask; each broadcast record on every subtask."""
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.subtask = ctx.subtask_index
+        self.state: ValueState = ctx.get_state(ValueStateDescriptor("nothing"))
+
+    def process_element(self, value: Any, ctx: Any) -> list[Any]:
+        refused = []
+        for use in (self.state.value, lambda: ctx.timer_service.register_event_time_timer(5)):
+            try:
+                use()
+            except RuntimeError as exc:
+                refused.append("no current key" in str(exc))
+        return [("record", value, self.subtask, refused)]
+
+    def process_broadcast_element(self, value: Any, ctx: Any) -> list[Any]:
+        return [("ack", value, self.subtask)]
+
+
+def test_a_non_keyed_stream_connected_with_a_broadcast_stream(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = CollectSink()
+    p = Pipeline("nonkeyed", max_parallelism=8)
+    events = p.source(list_source(list(range(50)), splits=4), uid="events")
+    rules = p.source(list_source(["r1", "r2", "r3"]), uid="rules")
+    events.map(lambda v: v * 2).connect(rules.broadcast()).process(Tagging(), uid="t").sink(
+        out, uid="out"
+    )
+    run_in_process(p, tmp_path, monkeypatch, "parallelism=3", "epoch.max_records=12")
+    records = [r for r in out.results if r[0] == "record"]
+    assert sorted(r[1] for r in records) == [v * 2 for v in range(50)]
+    assert all(r[3] == [True, True] for r in records)
+    assert len({r[2] for r in records}) > 1  # spread over subtasks by upstream task
+    acks = Counter(r[1:] for r in out.results if r[0] == "ack")
+    assert acks == Counter((rule, s) for rule in ("r1", "r2", "r3") for s in range(3))
+
+
+def test_connect_on_a_non_keyed_stream_takes_only_a_broadcast_stream() -> None:
+    p = Pipeline("bad-connect")
+    s = p.source(list_source([1]), uid="s")
+    with pytest.raises(PipelineError, match="key both"):
+        s.connect(s)  # type: ignore[arg-type]
+    with pytest.raises(PipelineError, match="BroadcastProcessFunction"):
+        s.connect(s.broadcast()).process(Seen(), uid="x")  # type: ignore[arg-type]

@@ -36,8 +36,9 @@ class _NoKey(bytes):
 
     def _refuse(self, *args: object) -> Any:
         raise RuntimeError(
-            "keyed state and timers have no current key in process_broadcast_element: "
-            "reach keyed state there with ctx.apply_to_keyed_state(descriptor, fn)"
+            "there is no current key here (process_broadcast_element, or a non-keyed "
+            "BroadcastProcessFunction): keyed state and timers need one; in "
+            "process_broadcast_element reach keyed state with ctx.apply_to_keyed_state()"
         )
 
     __hash__ = _refuse
@@ -321,4 +322,28 @@ class KeyedBroadcastProcessFunction:
         """Called when the task's epoch ends (after the state is committed)."""
 
 
-ProcessFunction = KeyedProcessFunction | KeyedCoProcessFunction | KeyedBroadcastProcessFunction
+class BroadcastProcessFunction:
+    """Processes a non-keyed stream connected with a broadcast stream
+    (``stream.connect(rules.broadcast())``): as :class:`KeyedBroadcastProcessFunction`, with
+    no key, so no keyed state and no timers; each upstream task's records go to one subtask,
+    and every subtask holds the same broadcast state."""
+
+    def open(self, ctx: RuntimeContext) -> None:
+        """Declare broadcast state here, or get it from the context per call."""
+
+    def process_element(self, value: Any, ctx: Any) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def process_broadcast_element(self, value: Any, ctx: Any) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Called when the task's epoch ends (after the state is committed)."""
+
+
+ProcessFunction = (
+    KeyedProcessFunction
+    | KeyedCoProcessFunction
+    | KeyedBroadcastProcessFunction
+    | BroadcastProcessFunction
+)

@@ -18,11 +18,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PipelineError
 from ..keygroups import check_parallelism
 from .functions import (
+    BroadcastProcessFunction,
     KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
@@ -70,6 +72,14 @@ class SideOutputNode(Node):
     tag: OutputTag
 
 
+class Route(Enum):
+    """How the records of one input reach an operator's subtasks."""
+
+    KEYED = "keyed"  # by the key's key-group
+    BROADCAST = "broadcast"  # every record to every subtask
+    FORWARD = "forward"  # each upstream task's records to one subtask (non-keyed input)
+
+
 @dataclass
 class KeyedNode(Node):
     """``key_by`` plus the keyed operator after it: the edge into this node is a shuffle."""
@@ -80,10 +90,12 @@ class KeyedNode(Node):
     # a number fixes this operator's parallelism whatever the replicas.
     parallelism: int | None
 
-    def key_for(self, side: int) -> Callable[[Any], Any] | None:
-        """The key function of input ``side`` (its position in ``inputs``); None for a
-        broadcast input, whose records go to every subtask."""
+    def key_for(self, side: int) -> Callable[[Any], Any]:
+        """The key function of input ``side`` (its position in ``inputs``), if keyed."""
         return self.key_fn
+
+    def route(self, side: int) -> Route:
+        return Route.KEYED
 
 
 @dataclass
@@ -100,7 +112,7 @@ class CoProcessNode(KeyedNode):
     key_fn2: Callable[[Any], Any]
     function: KeyedCoProcessFunction
 
-    def key_for(self, side: int) -> Callable[[Any], Any] | None:
+    def key_for(self, side: int) -> Callable[[Any], Any]:
         return self.key_fn if side == 0 else self.key_fn2
 
 
@@ -111,8 +123,20 @@ class BroadcastProcessNode(KeyedNode):
 
     function: KeyedBroadcastProcessFunction
 
-    def key_for(self, side: int) -> Callable[[Any], Any] | None:
-        return self.key_fn if side == 0 else None
+    def route(self, side: int) -> Route:
+        return Route.KEYED if side == 0 else Route.BROADCAST
+
+
+@dataclass
+class NonKeyedBroadcastNode(KeyedNode):
+    """A non-keyed input (0) connected with a broadcast input (1), into one
+    ``BroadcastProcessFunction``: each upstream task's records go to one subtask (no key,
+    no keyed state, no timers); the subtasks hold the broadcast state."""
+
+    function: BroadcastProcessFunction
+
+    def route(self, side: int) -> Route:
+        return Route.FORWARD if side == 0 else Route.BROADCAST
 
 
 @dataclass
@@ -294,6 +318,18 @@ class Stream:
     def key_by(self, key_fn: Callable[[Any], Any]) -> KeyedStream:
         return KeyedStream(self, key_fn)
 
+    def connect(self, broadcast: BroadcastStream) -> NonKeyedBroadcastStreams:
+        """This (non-keyed) stream with a broadcast stream, for a ``BroadcastProcessFunction``
+        (connect two streams by key with ``key_by(...).connect(...)``)."""
+        if not isinstance(broadcast, BroadcastStream):
+            raise PipelineError(
+                "connect() on a non-keyed stream takes a broadcast stream (stream.broadcast()); "
+                "to connect two streams by key, key both: a.key_by(f).connect(b.key_by(g))"
+            )
+        if broadcast.stream.pipeline is not self.pipeline:
+            raise PipelineError("connect() takes a broadcast stream of the same pipeline")
+        return NonKeyedBroadcastStreams(self, broadcast)
+
     def union(self, *others: Stream) -> Stream:
         """This stream's records and the others', as one stream (any order between them)."""
         if not others:
@@ -316,7 +352,9 @@ class Stream:
         """What this stream's process function emitted to ``tag`` with ``ctx.output``."""
         if not isinstance(tag, OutputTag):
             raise PipelineError(f"side_output() needs an OutputTag, got {tag!r}")
-        if not isinstance(self.node, ProcessNode | CoProcessNode | BroadcastProcessNode):
+        if not isinstance(
+            self.node, ProcessNode | CoProcessNode | BroadcastProcessNode | NonKeyedBroadcastNode
+        ):
             raise PipelineError(
                 f"side_output('{tag.name}'): only the output of a process function "
                 f"(.process(...) on a keyed or connected stream) has side outputs, "
@@ -497,6 +535,38 @@ class BroadcastConnectedStreams:
             function,
         )
         return Stream(p, p._add(node))
+
+
+class NonKeyedBroadcastStreams:
+    """A non-keyed stream and a broadcast stream: ``.process(BroadcastProcessFunction)``."""
+
+    def __init__(self, stream: Stream, broadcast: BroadcastStream) -> None:
+        self.stream, self.broadcast = stream, broadcast
+
+    def process(
+        self, function: BroadcastProcessFunction, *, uid: str, parallelism: int | None = None
+    ) -> Stream:
+        if not isinstance(function, BroadcastProcessFunction):
+            raise PipelineError(
+                "process() on a stream connected with a broadcast stream needs a "
+                f"BroadcastProcessFunction instance, got {type(function).__name__}"
+            )
+        p = self.stream.pipeline
+        p._check_uid(uid, "broadcast operator")
+        node = NonKeyedBroadcastNode(
+            p._next_id(),
+            [self.stream.node.id, self.broadcast.stream.node.id],
+            f"broadcast_process:{uid}",
+            uid,
+            _no_key,
+            parallelism,
+            function,
+        )
+        return Stream(p, p._add(node))
+
+
+def _no_key(record: Any) -> Any:
+    raise AssertionError("a non-keyed input is never keyed")
 
 
 def _add(a: Any, b: Any) -> Any:

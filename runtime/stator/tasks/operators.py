@@ -13,8 +13,27 @@ from itertools import chain, repeat
 from operator import is_
 from typing import Any
 
-from ..api.functions import NO_KEY, KeyCursor, OutputTag, ProcessFunction, RuntimeContext
-from ..api.graph import BroadcastProcessNode, CoProcessNode, ProcessNode, ReduceNode, _add, _one
+from ..api.functions import (
+    NO_KEY,
+    BroadcastProcessFunction,
+    KeyCursor,
+    KeyedBroadcastProcessFunction,
+    KeyedCoProcessFunction,
+    KeyedProcessFunction,
+    OutputTag,
+    ProcessFunction,
+    RuntimeContext,
+)
+from ..api.graph import (
+    BroadcastProcessNode,
+    CoProcessNode,
+    NonKeyedBroadcastNode,
+    ProcessNode,
+    ReduceNode,
+    Route,
+    _add,
+    _one,
+)
 from ..keygroups import decode_key
 from ..state.backend import KeyedBackend
 from ..state.descriptors import (
@@ -30,6 +49,8 @@ from ..state.serializers import INT64, PICKLE
 from .routing import Batch, Columns
 
 REDUCE_STATE = "reduce"
+# The functions that have a key, and so timers.
+KeyedFunction = KeyedProcessFunction | KeyedCoProcessFunction | KeyedBroadcastProcessFunction
 
 
 class _Timers:
@@ -106,7 +127,7 @@ class ProcessRunner:
 
     def __init__(
         self,
-        node: ProcessNode | CoProcessNode | BroadcastProcessNode,
+        node: ProcessNode | CoProcessNode | BroadcastProcessNode | NonKeyedBroadcastNode,
         backend: KeyedBackend,
         subtask: int,
         parallelism: int,
@@ -118,16 +139,15 @@ class ProcessRunner:
         self.processing_time = processing_time
         self.fn: ProcessFunction = node.function
         self.ctx = _Context(self)
-        # The input that is broadcast (processed first each epoch, without a key), if any.
-        self.broadcast_input: int | None = None
+        # How each input arrives: inputs without a key run first (broadcast, then forward).
+        self.routes = [node.route(side) for side in range(len(node.inputs))]
         if isinstance(node, CoProcessNode):
             self.handlers = [node.function.process_element1, node.function.process_element2]
-        elif isinstance(node, BroadcastProcessNode):
+        elif isinstance(node, BroadcastProcessNode | NonKeyedBroadcastNode):
             self.handlers = [
                 node.function.process_element,
                 node.function.process_broadcast_element,
             ]
-            self.broadcast_input = 1
         else:
             self.handlers = [node.function.process_element]
         self.runtime = RuntimeContext(
@@ -150,11 +170,12 @@ class ProcessRunner:
         out_v: list[Any] = []
         out_t: list[Any] = []
         cursor, ctx = self.cursor, self.ctx
-        if self.broadcast_input is not None:
-            self._broadcast(
-                [b for side, b in batches if side == self.broadcast_input], out_v, out_t
-            )
-            batches = [(side, b) for side, b in batches if side != self.broadcast_input]
+        routes = self.routes
+        if any(r is not Route.KEYED for r in routes):
+            order = (Route.BROADCAST, Route.FORWARD)
+            keyless = [(s, b) for r in order for s, b in batches if routes[s] is r]
+            self._keyless(keyless, out_v, out_t)
+            batches = [(s, b) for s, b in batches if routes[s] is Route.KEYED]
         self._prefetch([b for _, b in batches])
         for side, (kkeys, values, stamps) in batches:
             process = self.handlers[side]
@@ -169,19 +190,23 @@ class ProcessRunner:
                         out_t.append(ts)
         # Timers: event time up to the new watermark, processing time up to the epoch's time.
         self.watermark = max(self.watermark, new_watermark)
-        self._fire(EVENT_TIME, self.watermark, out_v, out_t)
-        self._fire(PROCESSING_TIME, self.processing_time, out_v, out_t)
+        if not isinstance(self.fn, BroadcastProcessFunction):  # no key, so no timers
+            self._fire(self.fn, EVENT_TIME, self.watermark, out_v, out_t)
+            self._fire(self.fn, PROCESSING_TIME, self.processing_time, out_v, out_t)
         self.fn.close()
         return out_v, out_t
 
-    def _broadcast(self, batches: list[Columns], out_v: list[Any], out_t: list[Any]) -> None:
-        """The epoch's broadcast records, in order, before its keyed records, with no key."""
+    def _keyless(
+        self, batches: list[tuple[int, Columns]], out_v: list[Any], out_t: list[Any]
+    ) -> None:
+        """The epoch's records without a key (broadcast, then forward), before its keyed
+        records."""
         cursor, ctx = self.cursor, self.ctx
-        process = self.handlers[1]
         cursor.kkey = NO_KEY
         ctx.current_key = None
         try:
-            for _, values, stamps in batches:
+            for side, (_, values, stamps) in batches:
+                process = self.handlers[side]
                 for value, ts in zip(values, stamps, strict=True):
                     ctx.timestamp = ts
                     result = process(value, ctx)
@@ -205,11 +230,13 @@ class ProcessRunner:
         distinct = list(dict.fromkeys(chain.from_iterable(kkeys for kkeys, _, _ in batches)))
         self.backend.prefetch(tables, distinct)
 
-    def _fire(self, domain: int, bound: int, out_v: list[Any], out_t: list[Any]) -> None:
+    def _fire(
+        self, fn: KeyedFunction, domain: int, bound: int, out_v: list[Any], out_t: list[Any]
+    ) -> None:
         timers = self.backend.timers
         assert timers is not None
         kgs = range(self.backend.key_groups.start, self.backend.key_groups.end)
-        cursor, ctx, fn = self.cursor, self.ctx, self.fn
+        cursor, ctx = self.cursor, self.ctx
         while True:
             due = timers.pop_due(domain, bound, kgs)
             if not due:

@@ -20,6 +20,7 @@ from ..api.graph import (
     KeyedNode,
     PipelineGraph,
     ReduceNode,
+    Route,
     SideOutputNode,
     SinkNode,
     TransformNode,
@@ -81,6 +82,8 @@ class Router:
         self.writers: dict[int, SinkWriter] = {}
         # (keyed node, input) -> subtask -> columns
         self.shuffle: dict[tuple[int, int], dict[int, Columns]] = {}
+        # (node, input) -> the columns of a forward (non-keyed) input, for one subtask
+        self.forward: dict[tuple[int, int], Columns] = {}
         self.combined: dict[int, dict[bytes, list[Any]]] = {}  # reduce node -> kb -> [acc, ts]
         self.counted: dict[int, tuple[Counter[bytes], dict[bytes, Any]]] = {}  # count fast path
         self.records_out = 0
@@ -140,7 +143,11 @@ class Router:
         out = []
         for target, side in keyed_targets(self.pipeline, node_id):
             per_sub = buckets.get((target.id, side), {})
-            for sub in range(self.parallelism[target.uid]):
+            p = self.parallelism[target.uid]
+            forward = self.forward.get((target.id, side))
+            if forward is not None:  # this task's share goes to one subtask, spread by origin
+                per_sub = {(origin[0] * 31 + origin[1]) % p: forward}
+            for sub in range(p):
                 header = (origin, watermark, side, per_sub.get(sub, ([], [], [])))
                 out.append((target.id, sub, pack(header)))
         return out
@@ -157,13 +164,18 @@ class Router:
         broadcast input's records go to every subtask, without keys."""
         mp = self.max_parallelism
         values, stamps = batch
-        key_fn = node.key_for(side)
-        if key_fn is None:
+        route = node.route(side)
+        if route is Route.BROADCAST:
             for cols in self._buckets(node, side).values():
                 cols[1].extend(values)
                 cols[2].extend(stamps)
             return
-        kbs = encode_keys(list(map(key_fn, values)))
+        if route is Route.FORWARD:  # to one subtask, picked when the task's origin is known
+            cols = self.forward.setdefault((node.id, side), ([], [], []))
+            cols[1].extend(values)
+            cols[2].extend(stamps)
+            return
+        kbs = encode_keys(list(map(node.key_for(side), values)))
         known = _KKEY_MEMO.get(mp, {}).get
         self._spread(node.id, side, [known(kb) or _kkey(kb, mp) for kb in kbs], values, stamps)
 
