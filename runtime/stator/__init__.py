@@ -18,6 +18,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .api.functions import (
+    BroadcastProcessFunction,
     Context,
     KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction,
@@ -25,6 +26,7 @@ from .api.functions import (
     ListState,
     MapState,
     OutputTag,
+    ProcessFunction,
     ReducingState,
     RuntimeContext,
     ValueState,
@@ -71,6 +73,7 @@ __all__ = [
     "PICKLE",
     "UTF8",
     "BoundedOutOfOrderness",
+    "BroadcastProcessFunction",
     "Context",
     "EpochResult",
     "Job",
@@ -87,6 +90,7 @@ __all__ = [
     "MapStateDescriptor",
     "OutputTag",
     "Pipeline",
+    "ProcessFunction",
     "ReducingState",
     "ReducingStateDescriptor",
     "RuntimeContext",

@@ -15,6 +15,7 @@ from stator.api.functions import (
     KeyedCoProcessFunction,
     KeyedProcessFunction,
     OutputTag,
+    ProcessFunction,
     RuntimeContext,
     ValueState,
 )
@@ -277,3 +278,29 @@ def test_connect_on_a_non_keyed_stream_takes_only_a_broadcast_stream() -> None:
         s.connect(s)  # type: ignore[arg-type]
     with pytest.raises(PipelineError, match="BroadcastProcessFunction"):
         s.connect(s.broadcast()).process(Seen(), uid="x")  # type: ignore[arg-type]
+
+
+class Numbered(ProcessFunction):
+    def open(self, ctx: RuntimeContext) -> None:
+        self.subtask = ctx.subtask_index
+
+    def process_element(self, value: Any, ctx: Any) -> list[Any]:
+        if value % 10 == 0:
+            ctx.output(ODD, value)
+        return [(value, self.subtask)]
+
+
+def test_a_non_keyed_process_function_runs_in_parallel_subtasks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out, tens = CollectSink(), CollectSink()
+    p = Pipeline("nonkeyed-process", max_parallelism=8)
+    s = p.source(list_source(list(range(40)), splits=4), uid="n").process(Numbered(), uid="num")
+    s.sink(out, uid="out")
+    s.side_output(ODD).sink(tens, uid="tens")
+    run_in_process(p, tmp_path, monkeypatch, "parallelism=3", "epoch.max_records=12")
+    assert sorted(v for v, _ in out.results) == list(range(40))
+    assert {sub for _, sub in out.results} == {0, 1, 2}
+    assert sorted(tens.results) == [0, 10, 20, 30]
+    with pytest.raises(PipelineError, match="key_by"):
+        p.source(list_source([1]), uid="m").process(Evens(), uid="e")  # type: ignore[arg-type]

@@ -341,8 +341,25 @@ class BroadcastProcessFunction:
         """Called when the task's epoch ends (after the state is committed)."""
 
 
-ProcessFunction = (
-    KeyedProcessFunction
+class ProcessFunction:
+    """Processes a non-keyed stream (``stream.process(fn, uid=...)``) in parallel subtasks:
+    each upstream task's records go to one subtask. No key, so no keyed state and no timers;
+    a subtask keeps operator state (``ctx.get_operator_list_state`` / union list state),
+    redistributed on rescale, and may emit side outputs."""
+
+    def open(self, ctx: RuntimeContext) -> None:
+        """Declare operator state here."""
+
+    def process_element(self, value: Any, ctx: Any) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Called when the task's epoch ends (after the state is committed)."""
+
+
+AnyProcessFunction = (
+    ProcessFunction
+    | KeyedProcessFunction
     | KeyedCoProcessFunction
     | KeyedBroadcastProcessFunction
     | BroadcastProcessFunction

@@ -29,6 +29,7 @@ from .functions import (
     KeyedCoProcessFunction,
     KeyedProcessFunction,
     OutputTag,
+    ProcessFunction,
 )
 from .time import BoundedOutOfOrderness
 
@@ -330,6 +331,27 @@ class Stream:
             raise PipelineError("connect() takes a broadcast stream of the same pipeline")
         return NonKeyedBroadcastStreams(self, broadcast)
 
+    def process(
+        self, function: ProcessFunction, *, uid: str, parallelism: int | None = None
+    ) -> Stream:
+        """A non-keyed process function in parallel subtasks, with operator state."""
+        if not isinstance(function, ProcessFunction):
+            raise PipelineError(
+                "process() on a non-keyed stream needs a ProcessFunction instance, got "
+                f"{type(function).__name__} (a KeyedProcessFunction needs key_by(...) first)"
+            )
+        self.pipeline._check_uid(uid, "operator")
+        node = NonKeyedProcessNode(
+            self.pipeline._next_id(),
+            [self.node.id],
+            f"process:{uid}",
+            uid,
+            _no_key,
+            parallelism,
+            function,
+        )
+        return self._then(node)
+
     def union(self, *others: Stream) -> Stream:
         """This stream's records and the others', as one stream (any order between them)."""
         if not others:
@@ -352,9 +374,7 @@ class Stream:
         """What this stream's process function emitted to ``tag`` with ``ctx.output``."""
         if not isinstance(tag, OutputTag):
             raise PipelineError(f"side_output() needs an OutputTag, got {tag!r}")
-        if not isinstance(
-            self.node, ProcessNode | CoProcessNode | BroadcastProcessNode | NonKeyedBroadcastNode
-        ):
+        if not isinstance(self.node, OperatorNode):
             raise PipelineError(
                 f"side_output('{tag.name}'): only the output of a process function "
                 f"(.process(...) on a keyed or connected stream) has side outputs, "
@@ -535,6 +555,23 @@ class BroadcastConnectedStreams:
             function,
         )
         return Stream(p, p._add(node))
+
+
+@dataclass
+class NonKeyedProcessNode(KeyedNode):
+    """A non-keyed ``ProcessFunction``: each upstream task's records go to one subtask; its
+    subtasks hold operator state."""
+
+    function: ProcessFunction
+
+    def route(self, side: int) -> Route:
+        return Route.FORWARD
+
+
+# The operators that run a user's process function in a keyed task, with a subtask's state.
+OperatorNode = (
+    ProcessNode | CoProcessNode | BroadcastProcessNode | NonKeyedBroadcastNode | NonKeyedProcessNode
+)
 
 
 class NonKeyedBroadcastStreams:

@@ -19,14 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ..api.graph import (
-    BroadcastProcessNode,
-    CoProcessNode,
-    KeyedNode,
-    NonKeyedBroadcastNode,
-    ProcessNode,
-    ReduceNode,
-)
+from ..api.graph import KeyedNode, OperatorNode, ReduceNode
 from ..api.time import MIN_TIMESTAMP
 from ..cluster.jvm import task_location
 from ..epoch.reports import Report, SavepointPart, StateReport
@@ -70,9 +63,7 @@ def keyed_task(
 
         # The user's open(), process_element(), on_timer() or reduce function.
         with user_code(node.uid, spec.epoch, current_key):
-            if isinstance(
-                node, ProcessNode | CoProcessNode | BroadcastProcessNode | NonKeyedBroadcastNode
-            ):
+            if isinstance(node, OperatorNode):
                 runner = ProcessRunner(node, backend, subtask, p, spec.processing_time_ms)
             else:
                 assert isinstance(node, ReduceNode)

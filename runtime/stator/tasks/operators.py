@@ -15,6 +15,7 @@ from typing import Any
 
 from ..api.functions import (
     NO_KEY,
+    AnyProcessFunction,
     BroadcastProcessFunction,
     KeyCursor,
     KeyedBroadcastProcessFunction,
@@ -28,7 +29,7 @@ from ..api.graph import (
     BroadcastProcessNode,
     CoProcessNode,
     NonKeyedBroadcastNode,
-    ProcessNode,
+    OperatorNode,
     ReduceNode,
     Route,
     _add,
@@ -127,7 +128,7 @@ class ProcessRunner:
 
     def __init__(
         self,
-        node: ProcessNode | CoProcessNode | BroadcastProcessNode | NonKeyedBroadcastNode,
+        node: OperatorNode,
         backend: KeyedBackend,
         subtask: int,
         parallelism: int,
@@ -137,7 +138,7 @@ class ProcessRunner:
         self.cursor = KeyCursor()
         self.watermark = backend.watermark
         self.processing_time = processing_time
-        self.fn: ProcessFunction = node.function
+        self.fn: AnyProcessFunction = node.function
         self.ctx = _Context(self)
         # How each input arrives: inputs without a key run first (broadcast, then forward).
         self.routes = [node.route(side) for side in range(len(node.inputs))]
@@ -190,7 +191,7 @@ class ProcessRunner:
                         out_t.append(ts)
         # Timers: event time up to the new watermark, processing time up to the epoch's time.
         self.watermark = max(self.watermark, new_watermark)
-        if not isinstance(self.fn, BroadcastProcessFunction):  # no key, so no timers
+        if not isinstance(self.fn, BroadcastProcessFunction | ProcessFunction):  # no key: no timers
             self._fire(self.fn, EVENT_TIME, self.watermark, out_v, out_t)
             self._fire(self.fn, PROCESSING_TIME, self.processing_time, out_v, out_t)
         self.fn.close()
