@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, overload
 
 from ..state.descriptors import (
     ListStateDescriptor,
@@ -226,6 +226,14 @@ class TimerService(Protocol):
     def delete_processing_time_timer(self, timestamp: int) -> None: ...
     def current_watermark(self) -> int: ...
     def current_processing_time(self) -> int: ...
+
+
+class Timestamped(NamedTuple):
+    """An output record with its own event timestamp (by default an output takes the
+    timestamp of the record or timer that produced it), e.g. a join's ``max`` of both."""
+
+    value: Any
+    timestamp: int
 
 
 @dataclass(frozen=True)

@@ -463,6 +463,81 @@ class KeyedStream:
             parallelism=parallelism,
         )
 
+    def interval_join(
+        self,
+        other: KeyedStream,
+        lower_ms: int,
+        upper_ms: int,
+        *,
+        uid: str,
+        join: Callable[[Any, Any], Any] | None = None,
+        late_output: OutputTag | None = None,
+        parallelism: int | None = None,
+    ) -> Stream:
+        """``join(l, r)`` (default: the pair) for each ``l`` of this stream and ``r`` of
+        ``other`` with the same key and ``l.ts + lower_ms <= r.ts <= l.ts + upper_ms``
+        (``stator.api.joins``)."""
+        from . import joins  # noqa: PLC0415 - joins build on this module
+
+        return joins.interval_join(
+            self,
+            other,
+            lower_ms,
+            upper_ms,
+            uid=uid,
+            join=join or joins.pair,
+            late_output=late_output,
+            parallelism=parallelism,
+        )
+
+    def window_join(
+        self,
+        other: KeyedStream,
+        assigner: Any,
+        *,
+        uid: str,
+        join: Callable[[Any, Any], Any] | None = None,
+        late_output: OutputTag | None = None,
+        parallelism: int | None = None,
+    ) -> Stream:
+        """``join(l, r)`` for every pair of the same key in the same window (Tumbling,
+        Sliding, Session), when the window fires (``stator.api.joins``)."""
+        from . import joins  # noqa: PLC0415 - joins build on this module
+
+        return joins.window_join(
+            self,
+            other,
+            assigner,
+            uid=uid,
+            join=join or joins.pair,
+            late_output=late_output,
+            parallelism=parallelism,
+        )
+
+    def co_group(
+        self,
+        other: KeyedStream,
+        assigner: Any,
+        fn: Callable[[Any, Any, list[Any], list[Any]], Iterable[Any]],
+        *,
+        uid: str,
+        late_output: OutputTag | None = None,
+        parallelism: int | None = None,
+    ) -> Stream:
+        """``fn(key, window, lefts, rights)`` once per key and window holding a record of
+        either stream (``stator.api.joins``)."""
+        from . import joins  # noqa: PLC0415 - joins build on this module
+
+        return joins.co_group(
+            self,
+            other,
+            assigner,
+            fn,
+            uid=uid,
+            late_output=late_output,
+            parallelism=parallelism,
+        )
+
     def connect(self, other: KeyedStream | BroadcastStream) -> Any:
         """Two keyed streams whose keys meet in one ``KeyedCoProcessFunction``, or this
         stream with a broadcast stream, for a ``KeyedBroadcastProcessFunction``."""

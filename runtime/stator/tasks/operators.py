@@ -24,6 +24,7 @@ from ..api.functions import (
     OutputTag,
     ProcessFunction,
     RuntimeContext,
+    Timestamped,
 )
 from ..api.graph import (
     BroadcastProcessNode,
@@ -187,8 +188,12 @@ class ProcessRunner:
                 result = process(value, ctx)
                 if result is not None:
                     for o in result:
-                        out_v.append(o)
-                        out_t.append(ts)
+                        if type(o) is Timestamped:
+                            out_v.append(o.value)
+                            out_t.append(o.timestamp)
+                        else:
+                            out_v.append(o)
+                            out_t.append(ts)
         # Timers: event time up to the new watermark, processing time up to the epoch's time.
         self.watermark = max(self.watermark, new_watermark)
         if not isinstance(self.fn, BroadcastProcessFunction | ProcessFunction):  # no key: no timers
@@ -213,8 +218,12 @@ class ProcessRunner:
                     result = process(value, ctx)
                     if result is not None:
                         for o in result:
-                            out_v.append(o)
-                            out_t.append(ts)
+                            if type(o) is Timestamped:
+                                out_v.append(o.value)
+                                out_t.append(o.timestamp)
+                            else:
+                                out_v.append(o)
+                                out_t.append(ts)
         finally:
             cursor.kkey = b""
 
@@ -249,8 +258,12 @@ class ProcessRunner:
                 result = fn.on_timer(ts, ctx)
                 if result is not None:
                     for o in result:
-                        out_v.append(o)
-                        out_t.append(ts)
+                        if type(o) is Timestamped:
+                            out_v.append(o.value)
+                            out_t.append(o.timestamp)
+                        else:
+                            out_v.append(o)
+                            out_t.append(ts)
 
 
 class ReduceRunner:
