@@ -20,7 +20,7 @@ from stator.api.functions import (
     ValueState,
 )
 from stator.api.pipeline import Pipeline
-from stator.api.windows import Count, Tumbling
+from stator.api.windows import Collect, Count, Session, Tumbling
 from stator.errors import PipelineError
 from stator.sinks.collect import CollectSink
 from stator.sources.generator import list_source
@@ -304,3 +304,28 @@ def test_a_non_keyed_process_function_runs_in_parallel_subtasks(
     assert sorted(tens.results) == [0, 10, 20, 30]
     with pytest.raises(PipelineError, match="key_by"):
         p.source(list_source([1]), uid="m").process(Evens(), uid="e")  # type: ignore[arg-type]
+
+
+def test_a_late_record_that_merges_into_an_open_session_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As Flink: a merging window is judged late after merging. After epoch 1 the watermark
+    is 40: session [10, 20) fired, [40, 50) is open; 31's own session [31, 41) would be late,
+    but it overlaps [40, 50), so they merge into [31, 50)."""
+    events = [("s", 10), ("s", 40), ("s", 31), ("s", 100)]
+    out, late = CollectSink(), CollectSink()
+    p = Pipeline("session-merge", max_parallelism=8)
+    windows = (
+        p.source(list_source(events), uid="in", timestamps=lambda e: e[1])
+        .key_by(lambda e: e[0])
+        .window(Session(10), Collect(), uid="w", late_output=LATE)
+    )
+    windows.sink(out, uid="out")
+    windows.side_output(LATE).sink(late, uid="late")
+    run_in_process(p, tmp_path, monkeypatch, "parallelism=1", "epoch.max_records=2")
+    assert sorted((w.start, w.end, sorted(w.value)) for w in out.results) == [
+        (10, 20, [("s", 10)]),
+        (31, 50, [("s", 31), ("s", 40)]),
+        (100, 110, [("s", 100)]),
+    ]
+    assert late.results == []

@@ -161,8 +161,10 @@ class WindowFunction(KeyedProcessFunction):
         late = True
         for assigned_start, assigned_end in self.assigner.assign(ts):
             start, end = assigned_start, assigned_end
-            if end - 1 + self.lateness <= watermark:
-                continue  # too late even for allowed lateness
+            if end - 1 + self.lateness <= watermark and not (
+                self.assigner.merging and self._overlaps(start, end)
+            ):
+                continue  # too late even for allowed lateness (a session is judged merged)
             late = False
             if self.assigner.merging:
                 start, end, acc, fired = self._merge_sessions(start, end, timers)
@@ -183,6 +185,11 @@ class WindowFunction(KeyedProcessFunction):
             if self.late_output is not None:
                 ctx.output(self.late_output, value)
         return out
+
+    def _overlaps(self, start: int, end: int) -> bool:
+        """A kept session overlaps [start, end): merged with it, the record is not late (as
+        Flink judges a merging window's lateness after merging)."""
+        return any(s < end and start < e for s, (e, _, _) in self.windows.items())
 
     def _merge_sessions(self, start: int, end: int, timers: Any) -> tuple[int, int, Any, bool]:
         acc, fired = self.aggregate.create(), False
