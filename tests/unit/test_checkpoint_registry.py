@@ -122,7 +122,7 @@ def test_metadata_round_trip() -> None:
     meta = make_meta(7, [RemoteFile("1.sst", "shared/op/1.sst", 10, True, checksum=SUM)])
     again = CheckpointMetadata.from_json(meta.to_json())
     assert again == meta
-    assert json.loads(meta.to_json())["format_version"] == 2  # the one version
+    assert json.loads(meta.to_json())["format_version"] == 3  # the one version
 
 
 def test_registry_release_returns_only_unreferenced() -> None:
@@ -140,7 +140,7 @@ def test_metadata_is_written_as_the_one_version_with_or_without_inline_files() -
     stored = make_meta(7, [RemoteFile("1.sst", "shared/op/1.sst", 10, True, checksum=SUM)])
     inline = make_meta(7, [RemoteFile("CURRENT", "", 3, False, "YWJj")])
     for meta in (stored, inline):
-        assert meta.format_version == FORMAT_VERSION == 2
+        assert meta.format_version == FORMAT_VERSION == 3
         assert CheckpointMetadata.from_json(meta.to_json()) == meta
 
 

@@ -62,6 +62,7 @@ def _checkpoint() -> dict[str, Any]:
                     ],
                     "incremental_bytes": 3,
                     "commit": "",
+                    "operator_state": "",
                 }
             ],
         }
@@ -103,6 +104,9 @@ SAVEPOINT_CASES = [
     ("operators.totals.commits", {"0": 5}, "commits.0 must be a string, got 5"),
     ("operators.totals.commits", {"2": "ab"}, "'2' is not a subtask below 2"),
     ("operators.totals.commits", {"x": "ab"}, "'x' is not a subtask below 2"),
+    ("operators.totals.operator_states", {"2": ""}, "'2' is not a subtask below 2"),
+    ("operators.totals.operator_states", {"0": "YW*j"}, "operator_states.0 is not base64"),
+    ("operators.totals.operator_states", {"0": "YWJjZGVmZ2g="}, "not a non-keyed state blob"),
 ]
 
 
@@ -141,7 +145,10 @@ CHECKPOINT_CASES = [
     ("operators.totals.subtasks.0.files.0.inline", "AAAA", "has both a key and inline bytes"),
     ("operators.totals.subtasks.0.files.0.key", "", "files[0].inline holds 0 bytes, its size is 3"),
     ("operators.totals.subtasks.0.files.0.checksum", "", "files[0].checksum '' is not an xxh3"),
-    ("format_version", "2", 'format_version must be an integer, got "2"'),
+    ("format_version", "3", 'format_version must be an integer, got "3"'),
+    ("operators.totals.subtasks.0.operator_state", 5, "operator_state must be a string, got 5"),
+    ("operators.totals.subtasks.0.operator_state", "U1RPUwE=AA", "is not base64"),
+    ("operators.totals.subtasks.0.operator_state", "U1RPUwEAAAA=", "is truncated"),
 ]
 
 # Every field of the one version is required (none is read a second way, nor defaulted).
@@ -152,6 +159,7 @@ CHECKPOINT_FIELDS = [
     ("operators.totals", "states"),
     ("operators.totals.subtasks.0", "incremental_bytes"),
     ("operators.totals.subtasks.0", "commit"),
+    ("operators.totals.subtasks.0", "operator_state"),
     ("operators.totals.subtasks.0.files.0", "inline"),
     ("operators.totals.subtasks.0.files.0", "checksum"),
 ]
@@ -178,17 +186,17 @@ def test_checkpoint_metadata_without_a_field_is_corrupt(parent: str, key: str) -
         CheckpointMetadata.from_json(json.dumps(raw).encode(), "file:///ck/_metadata")
 
 
-@pytest.mark.parametrize("version", [1, 3, 0])
+@pytest.mark.parametrize("version", [1, 2, 4, 0])
 def test_checkpoint_metadata_of_another_version_is_refused_by_its_version(version: int) -> None:
     raw = _checkpoint()
-    assert raw["format_version"] == 2
+    assert raw["format_version"] == 3
     raw["format_version"] = version
     with pytest.raises(UnknownVersionError) as info:
         CheckpointMetadata.from_json(json.dumps(raw).encode(), "file:///ck/_metadata")
     assert info.value.version == version
     assert str(info.value).startswith(
         f"checkpoint metadata file:///ck/_metadata has format version {version}, "
-        "this Stator reads version 2 only: restore it with the Stator version that wrote it"
+        "this Stator reads version 3 only: restore it with the Stator version that wrote it"
     )
 
 
@@ -307,7 +315,7 @@ def test_native_savepoints_read_back_and_restore_as_checkpoints_do() -> None:
     other = restore_task(Target(meta, store), {"totals": 3})
     assert not other.snapshots and [s.index for s in other.rescale["totals"]] == [0, 1]
     raw = _savepoint()
-    assert (raw["format_type"], raw["format_version"]) == ("canonical", 2)
+    assert (raw["format_type"], raw["format_version"]) == ("canonical", 3)
     canonical = SavepointMetadata.from_json(json.dumps(raw).encode())
     assert not canonical.native
     task = restore_task(Target(canonical, store), {"totals": 3})
@@ -321,6 +329,7 @@ SAVEPOINT_FIELDS = [
     "region_uids",
     "duration_ms",
     "operators.totals.commits",
+    "operators.totals.operator_states",
     "operators.totals.key_groups.0.entries",
 ]
 
@@ -336,17 +345,17 @@ def test_savepoint_metadata_without_a_field_is_unusable(path: str) -> None:
     _assert_unusable(raw, "", raw, f"{key} is missing")
 
 
-@pytest.mark.parametrize(("version", "make"), [(1, _savepoint), (1, _native), (3, _native)])
+@pytest.mark.parametrize(("version", "make"), [(2, _savepoint), (2, _native), (4, _native)])
 def test_a_savepoint_of_another_version_is_refused_by_its_version(version: int, make: Any) -> None:
     raw = make()
-    assert raw["format_version"] == 2
+    assert raw["format_version"] == 3
     raw["format_version"] = version
     with pytest.raises(UnknownVersionError) as info:
         SavepointMetadata.from_json(json.dumps(raw).encode(), "s3://b/sp/_savepoint.json")
     assert info.value.version == version
     assert str(info.value).startswith(
         f"savepoint metadata s3://b/sp/_savepoint.json has format version {version}, "
-        "this Stator reads version 2 only: restore it with the Stator version that wrote it"
+        "this Stator reads version 3 only: restore it with the Stator version that wrote it"
     )
 
 

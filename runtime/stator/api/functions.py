@@ -15,6 +15,13 @@ from ..state.descriptors import (
     ValueStateDescriptor,
 )
 from ..state.markers import MISSING
+from ..state.operator_state import (
+    BroadcastTable,
+    OperatorListTable,
+    OperatorStateKind,
+    OperatorTable,
+)
+from .operator_state import BroadcastState, OperatorListState
 
 if TYPE_CHECKING:
     from ..state.tables import ListTable, MapTable, ReducingTable, Table
@@ -179,6 +186,9 @@ class MapState:
 
 class StateProvider(Protocol):
     def table(self, desc: StateDescriptor) -> Table: ...
+    def operator_table(
+        self, desc: ListStateDescriptor | MapStateDescriptor, kind: OperatorStateKind
+    ) -> OperatorTable: ...
 
 
 class RuntimeContext:
@@ -217,6 +227,31 @@ class RuntimeContext:
         if isinstance(desc, ReducingStateDescriptor):
             return ReducingState(table, self._cursor)  # type: ignore[arg-type]
         return ValueState(table, self._cursor)
+
+    # Non-keyed state (``api/operator_state.py``): one per operator subtask, not per key.
+
+    def get_broadcast_state(self, desc: MapStateDescriptor) -> BroadcastState:
+        """The operator's broadcast state: a map every subtask holds identically (writable;
+        ``.read_only()`` is the view for code that must not change it)."""
+        table = self._backend.operator_table(desc, OperatorStateKind.BROADCAST)
+        assert isinstance(table, BroadcastTable)
+        return BroadcastState(table)
+
+    def get_operator_list_state(self, desc: ListStateDescriptor) -> OperatorListState:
+        """This subtask's list; on a rescale the old subtasks' elements are split evenly
+        between the new ones. (``get_state(ListStateDescriptor)`` is keyed list state.)"""
+        return self._operator_list(desc, OperatorStateKind.SPLIT_LIST)
+
+    def get_union_list_state(self, desc: ListStateDescriptor) -> OperatorListState:
+        """This subtask's list; on a rescale every new subtask gets all old elements."""
+        return self._operator_list(desc, OperatorStateKind.UNION_LIST)
+
+    def _operator_list(
+        self, desc: ListStateDescriptor, kind: OperatorStateKind
+    ) -> OperatorListState:
+        table = self._backend.operator_table(desc, kind)
+        assert isinstance(table, OperatorListTable)
+        return OperatorListState(table)
 
 
 class TimerService(Protocol):

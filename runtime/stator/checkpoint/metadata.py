@@ -12,11 +12,12 @@ from typing import Any
 
 from ..errors import CheckpointNotFoundError, UnknownVersionError
 from ..jsonfields import Fields
+from ..state.operator_state import from_text
 from .checksums import check_format
 
 # The one version this Stator writes and reads; every field of it is required. Metadata of
 # any other version is refused by name (``UnknownVersion``), never read by guesswork.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 METADATA_NAME = "_metadata"
 
 
@@ -66,6 +67,9 @@ class SubtaskSnapshot:
     # The database commit these files hold (``KeyedBackend.commit_token``): local state may
     # stand in for them only if it is that commit.
     commit: str = ""
+    # The subtask's non-keyed state (``state/operator_state.py``), base64; "" for none. Also
+    # in the database: this copy lets a rescale read every old subtask's without their files.
+    operator_state: str = ""
 
     @property
     def state_bytes(self) -> int:
@@ -190,7 +194,14 @@ def subtask_snapshot(s: Fields) -> SubtaskSnapshot:
         tuple(_file(f) for f in s.items("files")),
         s.integer("incremental_bytes", low=0),
         s.text("commit"),
+        _operator_state(s),
     )
+
+
+def _operator_state(s: Fields) -> str:
+    text = s.text("operator_state")
+    from_text(text, f"{s.path}.operator_state")  # checked readable: a restore relies on it
+    return text
 
 
 def _sinks(sinks: Fields) -> dict[str, tuple[PendingCommit, ...]]:

@@ -394,6 +394,7 @@ def _metadata(
     databases: dict[str, list[SubtaskSnapshot]] = {}
     watermarks: dict[str, int] = {}
     commits: dict[str, dict[int, str]] = {}
+    operator_states: dict[str, dict[int, str]] = {}
     seen: dict[str, set[int]] = {}
     for r in done.states:
         if r.savepoint is None:
@@ -404,6 +405,8 @@ def _metadata(
             databases.setdefault(r.uid, []).append(r.savepoint.snapshot)
         watermarks[r.uid] = min(watermarks.get(r.uid, MAX_TIMESTAMP), r.watermark)
         commits.setdefault(r.uid, {})[r.subtask] = r.commit
+        if r.savepoint.operator_state:
+            operator_states.setdefault(r.uid, {})[r.subtask] = r.savepoint.operator_state
         seen.setdefault(r.uid, set()).add(r.subtask)
     for uid, p in parallelism.items():
         if len(seen.get(uid, ())) != p:
@@ -420,6 +423,7 @@ def _metadata(
             watermarks[uid],
             tuple(sorted(databases.get(uid, ()), key=lambda s: s.index)),
             commits[uid],
+            operator_states.get(uid, {}),
         )
         for uid in seen
     }

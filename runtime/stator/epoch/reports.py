@@ -66,6 +66,8 @@ class SavepointPart:
     key_groups: dict[int, dict[str, Any]]
     states: dict[str, dict[str, Any]]
     snapshot: SubtaskSnapshot | None = None
+    # canonical: the subtask's non-keyed state, base64 (native: in ``snapshot``)
+    operator_state: str = ""
 
 
 class RestoreSource(StrEnum):

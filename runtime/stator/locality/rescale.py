@@ -16,7 +16,9 @@ The rescale flow, end to end (Flink's: key-groups are the unit of redistribution
    (``keygroups.range_for_subtask``) and reads, here, only the old subtasks whose ranges
    overlap it, copying the rows of its own key-groups (``rescale_into``); a canonical
    savepoint is read key-group file by key-group file (``restore.restore_into``). The
-   restored watermark is the smallest of the old subtasks read.
+   restored watermark is the smallest of the old subtasks read. Non-keyed state
+   (``state/operator_state.py``) is not in key-groups: each old subtask's is inline in the
+   metadata, and the new subtask takes its share of all of them (``install_operator_share``).
 
 A failure at 3 fails the task like any restore (``restore.py``): the driver retries, or
 falls back to an older checkpoint; nothing of the source is changed.
@@ -33,6 +35,7 @@ from ..checkpoint.transfer import download_snapshot
 from ..epoch.spec import EpochSpec, RestoreTask
 from ..keygroups import KeyGroupRange
 from ..savepoint.transfer import database_rows, import_rows, state_catalog
+from ..state import operator_state as opstate
 from ..state.backend import KeyedBackend
 
 
@@ -79,3 +82,21 @@ def rescale_into(
         for _, where in staged:
             shutil.rmtree(where, ignore_errors=True)
     return (watermark if sources else MIN_TIMESTAMP), read
+
+
+def install_operator_share(
+    target: KeyedBackend, blobs: list[str], parallelism: int, subtask: int
+) -> None:
+    """Give ``target`` (restored, its registry the old subtasks') subtask ``subtask``'s share
+    of the old subtasks' non-keyed state (``blobs``: each old subtask's, in subtask order, as
+    the metadata carries them): ``operator_state.redistribute``."""
+    kinds = {
+        name: opstate.OperatorStateKind(meta["kind"])
+        for name, meta in target.registry.items()
+        if meta["kind"] in opstate.OPERATOR_KINDS
+    }
+    if not kinds:
+        return
+    where = f"of operator '{target.operator_uid}'"
+    old = [opstate.decode(opstate.from_text(b, where), where) for b in blobs]
+    target.install_operator_state(opstate.redistribute(old, parallelism, subtask, kinds))

@@ -56,7 +56,7 @@ from ..savepoint.transfer import import_rows, savepoint_rows
 from ..state.backend import KeyedBackend
 from ..state.discard import discard, sweep
 from . import local_copy, standby_copy
-from .rescale import rescale_into
+from .rescale import install_operator_share, rescale_into
 
 log = logging.getLogger("stator.tasks")
 
@@ -394,8 +394,11 @@ def restore_into(
                 int(f.get("bytes", 0)) for kg, f in op.key_groups.items() if kg in key_groups
             )
             watermark = op.watermark
+            blobs = [op.operator_states.get(i, "") for i in range(op.parallelism)]
         else:
             watermark, read = rescale_into(restore, spec, uid, key_groups, path, target)
+            blobs = [s.operator_state for s in sorted(restore.rescale[uid], key=lambda s: s.index)]
+        install_operator_share(target, blobs, spec.parallelism[uid], subtask)
         target.commit(spec.base_epoch, watermark)
     finally:
         target.close()

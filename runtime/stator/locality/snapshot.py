@@ -13,6 +13,7 @@ from ..checkpoint.transfer import plan_upload, send_files
 from ..epoch.spec import EpochSpec
 from ..keygroups import KeyGroupRange, SubtaskId
 from ..state.backend import KeyedBackend
+from ..state.operator_state import to_text
 from . import local_copy
 
 
@@ -47,6 +48,7 @@ def take_snapshot(
         plan.files,
         plan.bytes,
         backend.commit_token,
+        to_text(backend.operator_blob),
     )
     # Keep this copy, those of checkpoints still uploading and the latest completed
     # checkpoint's until the driver confirms a newer one (none with local recovery off,

@@ -17,11 +17,12 @@ from typing import Any
 from ..checkpoint.metadata import SubtaskSnapshot, check_version, subtask_snapshot
 from ..errors import CheckpointNotFoundError
 from ..jsonfields import Fields
+from ..state.operator_state import from_text
 
 FORMAT = "stator-savepoint"
 # The one version this Stator writes and reads (both format types); every field of it is
 # required, and a savepoint of any other version is refused by name.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 METADATA_NAME = "_savepoint.json"
 CANONICAL, NATIVE = "canonical", "native"
 FORMAT_TYPES = (CANONICAL, NATIVE)
@@ -42,6 +43,9 @@ class OperatorSavepoint:
     # subtask -> the database commit its part was taken from (``KeyedBackend.commit_token``):
     # a restore at ``parallelism`` keeps local state of that commit.
     commits: dict[int, str] = field(default_factory=dict)
+    # canonical: subtask -> its non-keyed state (``state/operator_state.py``), base64, for the
+    # subtasks that hold any (native: in ``subtasks``, as in a checkpoint).
+    operator_states: dict[int, str] = field(default_factory=dict)
 
     @property
     def state_bytes(self) -> int:
@@ -130,7 +134,20 @@ def _operator(op: Fields, native: bool, max_parallelism: int) -> OperatorSavepoi
         op.integer("watermark"),
         subtasks,
         _commits(op.fields("commits"), parallelism),
+        _operator_states(op.fields("operator_states"), parallelism, native),
     )
+
+
+def _operator_states(states: Fields, parallelism: int, native: bool) -> dict[int, str]:
+    if native and states.raw:
+        raise ValueError(f"{states.path}: a native savepoint keeps them in its subtasks")
+    found = {}
+    for number in states.raw:
+        if not (number.isascii() and number.isdigit() and int(number) < parallelism):
+            raise ValueError(f"{states.path}: {number!r} is not a subtask below {parallelism}")
+        found[int(number)] = states.text(number)
+        from_text(found[int(number)], f"{states.path}.{number}")
+    return found
 
 
 def _commits(commits: Fields, parallelism: int) -> dict[int, str]:

@@ -30,6 +30,7 @@ from ..checkpoint.metadata import RemoteFile, SubtaskSnapshot
 from ..checkpoint.transfer import new_upload_token, send_files
 from ..keygroups import KeyGroupRange
 from ..state.backend import KeyedBackend
+from ..state.operator_state import to_text
 from ..storage import ObjectStore
 from .metadata import SavepointMetadata
 
@@ -72,6 +73,7 @@ def export_database(
         epoch,
         remote,
         sum(f.size for f in remote),
+        operator_state=to_text(backend.operator_blob),
     )
 
 

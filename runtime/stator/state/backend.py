@@ -16,13 +16,15 @@ import rocksdict
 
 from ..errors import StateCompatibilityError
 from ..keygroups import KeyGroupRange
+from . import operator_state as opstate
 from . import warm
-from .descriptors import MapStateDescriptor, StateDescriptor
+from .descriptors import ListStateDescriptor, MapStateDescriptor, StateDescriptor
 from .layout import (
     MAX_STATE_ID,
     META_COMMIT,
     META_EPOCH,
     META_INFO,
+    META_OPERATOR_STATE,
     META_PREFIX,
     META_STATES,
     META_WATERMARK,
@@ -83,6 +85,12 @@ class KeyedBackend:
         self.tables: dict[str, Table] = {}
         self.timers: TimerStore | None = None
         self._registry_changed = False
+        # Non-keyed state (``operator_state.py``): the committed blob, its states as stored
+        # (those not declared this epoch are kept as they are), and the declared ones' tables.
+        self.operator_blob = b""
+        self._operator_image: opstate.Image = {}
+        self.operator_tables: dict[str, opstate.OperatorTable] = {}
+        self._operator_changed = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -115,6 +123,10 @@ class KeyedBackend:
                     f"maxParallelism={info['max_parallelism']}, the job now uses "
                     f"{self.max_parallelism}. maxParallelism is fixed for the life of the state."
                 )
+        self.operator_blob = db.get(META_OPERATOR_STATE) or b""
+        self._operator_image = opstate.decode(
+            self.operator_blob, f"of operator '{self.operator_uid}'"
+        )
         self.timers = TimerStore(db)
         return self
 
@@ -138,32 +150,76 @@ class KeyedBackend:
         if existing is not None:
             return existing
         assert self.db is not None, "open() the backend first"
-        entry = {
-            "kind": desc.kind.value,
-            "serializer": desc.serializer.name,
-            "version": desc.serializer.version,
-        }
-        if isinstance(desc, MapStateDescriptor):
-            entry["key_serializer"] = desc.key_serializer.name
-        stored = self.registry.get(desc.name)
-        if stored is None:
-            used = {int(s["sid"]) for s in self.registry.values()}
-            sid = next((i for i in range(MAX_STATE_ID + 1) if i not in used), None)
-            if sid is None:
-                raise StateCompatibilityError(
-                    f"operator '{self.operator_uid}' declares more than {MAX_STATE_ID + 1} states"
-                )
-            self.registry[desc.name] = {**entry, "sid": sid}
-            self._registry_changed = True
-        else:
-            self._check_compatible(desc.name, stored, entry)
-            sid = int(stored["sid"])
+        sid = self._register(desc, desc.kind.value)
         table = table_for(self.db, sid, desc)
         cached = self._warm.pop(sid, None)
         if cached is not None and not isinstance(table, MapTable):
             table.cache, table.complete = cached
         self.tables[desc.name] = table
         return table
+
+    def operator_table(
+        self, desc: ListStateDescriptor | MapStateDescriptor, kind: opstate.OperatorStateKind
+    ) -> opstate.OperatorTable:
+        """The heap table of a declared non-keyed state (``operator_state.py``); checks it
+        against what is stored under its name, as ``table`` does."""
+        existing = self.operator_tables.get(desc.name)
+        if existing is not None:
+            if existing.kind is not kind:
+                raise StateCompatibilityError(
+                    f"state '{desc.name}' of operator '{self.operator_uid}' is declared both "
+                    f"as {existing.kind} and as {kind} state; give each its own name"
+                )
+            return existing
+        assert self.db is not None, "open() the backend first"
+        expected = (
+            MapStateDescriptor
+            if kind is opstate.OperatorStateKind.BROADCAST
+            else ListStateDescriptor
+        )
+        if not isinstance(desc, expected):
+            raise TypeError(
+                f"{kind} state '{getattr(desc, 'name', desc)}' is declared with a "
+                f"{type(desc).__name__}; it takes a {expected.__name__}"
+            )
+        self._register(desc, kind.value)
+        raw = self._operator_image.get(desc.name)
+        table: opstate.OperatorTable
+        if isinstance(desc, MapStateDescriptor):
+            table = opstate.BroadcastTable(desc, raw)
+        else:
+            table = opstate.OperatorListTable(desc, kind, raw)
+        self.operator_tables[desc.name] = table
+        return table
+
+    def _register(self, desc: StateDescriptor, kind: str) -> int:
+        """The state id of a declared state, recorded in the registry if it is new."""
+        entry = {
+            "kind": kind,
+            "serializer": desc.serializer.name,
+            "version": desc.serializer.version,
+        }
+        if isinstance(desc, MapStateDescriptor):
+            entry["key_serializer"] = desc.key_serializer.name
+        stored = self.registry.get(desc.name)
+        if stored is not None:
+            self._check_compatible(desc.name, stored, entry)
+            return int(stored["sid"])
+        used = {int(s["sid"]) for s in self.registry.values()}
+        sid = next((i for i in range(MAX_STATE_ID + 1) if i not in used), None)
+        if sid is None:
+            raise StateCompatibilityError(
+                f"operator '{self.operator_uid}' declares more than {MAX_STATE_ID + 1} states"
+            )
+        self.registry[desc.name] = {**entry, "sid": sid}
+        self._registry_changed = True
+        return sid
+
+    def install_operator_state(self, image: opstate.Image) -> None:
+        """Replace the non-keyed state (a restore's redistributed share), written at the next
+        commit; the states must be in the registry."""
+        self._operator_image = dict(image)
+        self._operator_changed = True
 
     def _check_compatible(self, name: str, stored: dict[str, Any], entry: dict[str, Any]) -> None:
         where = f"state '{name}' of operator '{self.operator_uid}'"
@@ -191,7 +247,7 @@ class KeyedBackend:
 
     def undeclared_states(self) -> list[str]:
         """Stored states that the code did not declare (in ``open``) this epoch."""
-        return sorted(set(self.registry) - set(self.tables))
+        return sorted(set(self.registry) - set(self.tables) - set(self.operator_tables))
 
     def drop_states(self, names: list[str]) -> int:
         """Forget states the code no longer has (allowNonRestoredState) and delete their
@@ -216,6 +272,8 @@ class KeyedBackend:
             it.next()
         for name in names:
             del self.registry[name]
+            if self._operator_image.pop(name, None) is not None:
+                self._operator_changed = True
         self.db.write(batch)
         self._registry_changed = True
         return dropped
@@ -296,6 +354,7 @@ class KeyedBackend:
         for table in self.tables.values():
             written += table.write_to(batch)
         written += self.timers.write_to(batch)
+        written += self._write_operator_state(batch)
         token = os.urandom(16)
         batch.put(META_COMMIT, token)
         batch.put(META_EPOCH, _I64.pack(epoch))
@@ -306,6 +365,9 @@ class KeyedBackend:
             batch.put(META_INFO, json.dumps(info, sort_keys=True).encode())
         self.db.write(batch)
         self.epoch, self.watermark, self._registry_changed = epoch, watermark, False
+        for optable in self.operator_tables.values():
+            optable.changed = False
+        self._operator_changed = False
         self.commit_token = token.hex()
         keep: dict[int, tuple[dict[bytes, Any], bool]] = {}
         for table in self.tables.values():
@@ -318,6 +380,21 @@ class KeyedBackend:
         if keep:
             warm.give(str(self.path), token, keep, self.warm_entries, self.warm_key)
         return written
+
+    def _write_operator_state(self, batch: rocksdict.WriteBatch) -> int:
+        """The non-keyed state's blob, rewritten whole if any of it changed."""
+        changed = [t for t in self.operator_tables.values() if t.changed]
+        if not changed and not self._operator_changed:
+            return 0
+        image = {**self._operator_image, **{t.name: t.raw() for t in changed}}
+        blob = opstate.encode(image) if image else b""
+        opstate.check_size(blob, self.operator_uid, image)
+        if blob:
+            batch.put(META_OPERATOR_STATE, blob)
+        else:
+            batch.delete(META_OPERATOR_STATE)
+        self._operator_image, self.operator_blob = image, blob
+        return 1
 
     # ------------------------------------------------------------------ snapshots
 

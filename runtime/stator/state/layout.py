@@ -6,6 +6,7 @@ key-group range is one contiguous key range: scanned, exported and deleted as a 
     map entry            kkey | sid:1 | user-key
     timer                kg:2 | 0xFFFF | domain:1 | ts:8 (offset) | key
     metadata             0xFFFF | name                        (key-groups are < 0x8000)
+    non-keyed state      0xFFFF | "operator_state"            (one blob: operator_state.py)
 
 The shuffle carries kkeys, so a keyed task builds a state key with one concatenation.
 """
@@ -27,6 +28,7 @@ META_WATERMARK = META_PREFIX + b"watermark"
 META_STATES = META_PREFIX + b"states"
 META_INFO = META_PREFIX + b"info"
 META_COMMIT = META_PREFIX + b"commit"
+META_OPERATOR_STATE = META_PREFIX + b"operator_state"
 EVENT_TIME, PROCESSING_TIME = 0, 1
 _TS_OFFSET = 1 << 63
 MAX_KEY_BYTES = 0xFFFE

@@ -33,6 +33,7 @@ from ..savepoint.metadata import NATIVE
 from ..savepoint.native import export_database
 from ..savepoint.transfer import export_key_groups, state_catalog
 from ..state.backend import KeyedBackend
+from ..state.operator_state import to_text
 from .gc_pause import gc_paused
 from .operators import ProcessRunner, ReduceRunner
 from .routing import Router, Shuffled, unpack
@@ -133,7 +134,8 @@ def _savepoint_part(
         return SavepointPart(
             {}, catalog, export_database(backend, sp.store, subtask, p, spec.epoch, work)
         )
-    return SavepointPart(export_key_groups(backend, sp.store, uid, sp.compression), catalog)
+    keyed = export_key_groups(backend, sp.store, uid, sp.compression)
+    return SavepointPart(keyed, catalog, operator_state=to_text(backend.operator_blob))
 
 
 def _verify_declared(spec: EpochSpec, uid: str, backend: KeyedBackend) -> None:
