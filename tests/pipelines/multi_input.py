@@ -14,11 +14,12 @@ from stator.api.functions import (
     RuntimeContext,
     ValueState,
 )
+from stator.api.operator_state import ReadOnlyStateError
 from stator.api.pipeline import Pipeline
 from stator.api.time import BoundedOutOfOrderness
 from stator.sinks.collect import CollectSink
 from stator.sources.generator import list_source
-from stator.state.descriptors import ValueStateDescriptor
+from stator.state.descriptors import MapStateDescriptor, ValueStateDescriptor
 
 ORDERS = [(f"o{i % 7}", i, i * 10) for i in range(60)]  # (id, amount, ts)
 PAYMENTS = [(f"o{i % 7}", -i, i * 10 + 5) for i in range(0, 60, 2)]
@@ -104,13 +105,22 @@ class Counting(KeyedBroadcastProcessFunction):
         self.count: ValueState = ctx.get_state(ValueStateDescriptor("count"))
         self.subtask = ctx.subtask_index
 
-    def process_element(self, value: Any, ctx: Context) -> list[Any]:
+    def process_element(self, value: Any, ctx: Any) -> list[Any]:
         n = self.count.value(0) + 1
         self.count.update(n)
-        return [("count", ctx.current_key, n)]
+        rules = ctx.get_broadcast_state(APPLIED)
+        try:
+            rules.put("x", 1)
+        except ReadOnlyStateError:
+            pass
+        else:
+            return [("broadcast state written from a keyed record", value)]
+        return [("count", ctx.current_key, n, rules.get("rules", 0))]
 
     def process_broadcast_element(self, value: Any, ctx: Any) -> list[Any]:
         out: list[Any] = [("ack", value, self.subtask)]
+        applied = ctx.get_broadcast_state(APPLIED)
+        applied.put("rules", applied.get("rules", 0) + 1)
         try:
             self.count.value()
         except RuntimeError as exc:
@@ -127,6 +137,7 @@ def clear(key: Any, state: ValueState) -> None:
 
 
 KEYED = [f"k{i % 5}" for i in range(60)]
+APPLIED = MapStateDescriptor("applied")
 RULES = [(RESET if i % 4 == 3 else "noop", i) for i in range(20)]
 
 
@@ -135,20 +146,24 @@ def broadcast_counts(out: CollectSink) -> Pipeline:
     p = Pipeline("bcast", max_parallelism=8)
     events = p.source(list_source(KEYED), uid="events")
     control = p.source(list_source(RULES), uid="rules")
-    events.key_by(lambda k: k).connect(control.broadcast()).process(Counting(), uid="c").sink(
-        out, uid="out"
-    )
+    events.key_by(lambda k: k).connect(control.broadcast(APPLIED)).process(
+        Counting(), uid="c"
+    ).sink(out, uid="out")
     return p
 
 
 def expected_broadcast_counts() -> Counter[Any]:
-    """Per epoch, the epoch's broadcast records first, then its keyed records."""
+    """Per epoch, the epoch's broadcast records first, then its keyed records (each sees
+    how many broadcast records its subtask's broadcast state has applied so far)."""
     expected: Counter[Any] = Counter()
     counts: dict[str, int] = {}
+    applied = 0
     for epoch in range(6):
-        if any(rule == RESET for rule, _ in RULES[epoch * 10 : epoch * 10 + 10]):
+        rules = RULES[epoch * 10 : epoch * 10 + 10]
+        applied += len(rules)
+        if any(rule == RESET for rule, _ in rules):
             counts.clear()
         for key in KEYED[epoch * 10 : epoch * 10 + 10]:
             counts[key] = counts.get(key, 0) + 1
-            expected[("count", key, counts[key])] += 1
+            expected[("count", key, counts[key], applied)] += 1
     return expected

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import PipelineError
 from ..keygroups import check_parallelism
+from ..state.descriptors import MapStateDescriptor
 from .functions import (
     BroadcastProcessFunction,
     KeyedBroadcastProcessFunction,
@@ -123,6 +124,8 @@ class BroadcastProcessNode(KeyedNode):
     ``KeyedBroadcastProcessFunction``."""
 
     function: KeyedBroadcastProcessFunction
+    # The broadcast states, declared by ``stream.broadcast(*descriptors)`` as in Flink.
+    states: tuple[MapStateDescriptor, ...] = ()
 
     def route(self, side: int) -> Route:
         return Route.KEYED if side == 0 else Route.BROADCAST
@@ -135,6 +138,7 @@ class NonKeyedBroadcastNode(KeyedNode):
     no keyed state, no timers); the subtasks hold the broadcast state."""
 
     function: BroadcastProcessFunction
+    states: tuple[MapStateDescriptor, ...] = ()
 
     def route(self, side: int) -> Route:
         return Route.FORWARD if side == 0 else Route.BROADCAST
@@ -365,10 +369,20 @@ class Stream:
         ids = [self.node.id, *(o.node.id for o in others)]
         return self._then(UnionNode(self.pipeline._next_id(), ids, "union"))
 
-    def broadcast(self) -> BroadcastStream:
+    def broadcast(self, *states: MapStateDescriptor) -> BroadcastStream:
         """This stream sent whole to every subtask of the operator it is connected to
-        (``keyed.connect(stream.broadcast())``), for broadcast state."""
-        return BroadcastStream(self)
+        (``keyed.connect(stream.broadcast(desc))``); ``states``: the broadcast states that
+        operator keeps (``ctx.get_broadcast_state(desc)``), declared here as in Flink."""
+        for desc in states:
+            if not isinstance(desc, MapStateDescriptor):
+                raise PipelineError(
+                    f"broadcast() takes the MapStateDescriptors of the broadcast state, got "
+                    f"{desc!r}"
+                )
+        names = [d.name for d in states]
+        if len(set(names)) != len(names):
+            raise PipelineError(f"broadcast() names a broadcast state twice: {names}")
+        return BroadcastStream(self, states)
 
     def side_output(self, tag: OutputTag) -> Stream:
         """What this stream's process function emitted to ``tag`` with ``ctx.output``."""
@@ -594,10 +608,11 @@ class ConnectedStreams:
 
 
 class BroadcastStream:
-    """A stream every subtask of the connected operator receives whole."""
+    """A stream every subtask of the connected operator receives whole, and the broadcast
+    states that operator keeps."""
 
-    def __init__(self, stream: Stream) -> None:
-        self.stream = stream
+    def __init__(self, stream: Stream, states: tuple[MapStateDescriptor, ...] = ()) -> None:
+        self.stream, self.states = stream, states
 
 
 class BroadcastConnectedStreams:
@@ -628,6 +643,7 @@ class BroadcastConnectedStreams:
             self.keyed.key_fn,
             parallelism,
             function,
+            self.broadcast.states,
         )
         return Stream(p, p._add(node))
 
@@ -673,6 +689,7 @@ class NonKeyedBroadcastStreams:
             _no_key,
             parallelism,
             function,
+            self.broadcast.states,
         )
         return Stream(p, p._add(node))
 

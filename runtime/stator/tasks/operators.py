@@ -36,10 +36,12 @@ from ..api.graph import (
     _add,
     _one,
 )
+from ..api.operator_state import BroadcastState
 from ..keygroups import decode_key
 from ..state.backend import KeyedBackend
 from ..state.descriptors import (
     ListStateDescriptor,
+    MapStateDescriptor,
     ReducingStateDescriptor,
     StateDescriptor,
     ValueStateDescriptor,
@@ -88,7 +90,15 @@ class _Context:
     as plain attributes per record (a property computing the key was a tenth of a user
     function's per-record cost)."""
 
-    __slots__ = ("_runner", "current_key", "side", "timer_service", "timestamp")
+    __slots__ = (
+        "_broadcast",
+        "_runner",
+        "broadcast_writable",
+        "current_key",
+        "side",
+        "timer_service",
+        "timestamp",
+    )
 
     def __init__(self, runner: ProcessRunner) -> None:
         self.current_key: Any = None
@@ -96,6 +106,26 @@ class _Context:
         self.timer_service = _Timers(runner)
         self.side: dict[OutputTag, Batch] = {}
         self._runner = runner
+        # Broadcast state may change only while the broadcast input is processed: the same
+        # records in the same order on every subtask keep the copies equal.
+        self.broadcast_writable = False
+        self._broadcast: dict[tuple[str, bool], BroadcastState] = {}
+
+    def get_broadcast_state(self, desc: MapStateDescriptor) -> BroadcastState:
+        """The operator's broadcast state: writable in ``process_broadcast_element``,
+        read-only elsewhere."""
+        writable = self.broadcast_writable
+        handle = self._broadcast.get((desc.name, writable))
+        if handle is None:
+            declared = [d.name for d in self._runner.broadcast_states]
+            if desc.name not in declared:
+                raise RuntimeError(
+                    f"broadcast state '{desc.name}' is not declared: pass its descriptor to "
+                    f"stream.broadcast(...) (declared: {declared})"
+                )
+            full = self._runner.runtime.get_broadcast_state(desc)
+            handle = self._broadcast[(desc.name, writable)] = full if writable else full.read_only()
+        return handle
 
     def apply_to_keyed_state(self, desc: StateDescriptor, fn: Callable[[Any, Any], None]) -> None:
         """Call ``fn(key, state)`` for every key of this subtask that has ``desc``'s state
@@ -155,6 +185,9 @@ class ProcessRunner:
         self.runtime = RuntimeContext(
             backend, self.cursor, node.uid, subtask, parallelism, backend.max_parallelism
         )
+        self.broadcast_states: tuple[MapStateDescriptor, ...] = getattr(node, "states", ())
+        for desc in self.broadcast_states:  # declared, so a restore keeps them
+            self.runtime.get_broadcast_state(desc)
         self.fn.open(self.runtime)
 
     def current_key(self) -> Any:
@@ -213,6 +246,7 @@ class ProcessRunner:
         try:
             for side, (_, values, stamps) in batches:
                 process = self.handlers[side]
+                ctx.broadcast_writable = self.routes[side] is Route.BROADCAST
                 for value, ts in zip(values, stamps, strict=True):
                     ctx.timestamp = ts
                     result = process(value, ctx)
@@ -226,6 +260,7 @@ class ProcessRunner:
                                 out_t.append(ts)
         finally:
             cursor.kkey = b""
+            ctx.broadcast_writable = False
 
     def _prefetch(self, batches: list[Columns]) -> None:
         tables = [
