@@ -211,6 +211,7 @@ def _run(args: argparse.Namespace, s3: str) -> int:
                 "builtin": _case("stator_count", "events_per_s", **size),
                 "native": _case("native_count", "events_per_s", **size),
                 "builtin_none": _case("stator_count", "events_per_s", **size, checkpoint=False),
+                "bcast": _case("stator_count", "events_per_s", **size, function="broadcast"),
             }
         )
         dumps["count"] = runs.results
@@ -232,6 +233,16 @@ def _run(args: argparse.Namespace, s3: str) -> int:
                 runs.runs_of("builtin", "built-in `.count()`", "events/s"),
                 native,
                 target=">= 2.0",
+            ).row()
+        )
+        rows.append(
+            Comparison(
+                "the same user count enriched from broadcast state (every event reads a rule "
+                "that a broadcast stream wrote; `keyed.connect(rules.broadcast(desc))`) vs the "
+                "plain user `KeyedProcessFunction`",
+                runs.runs_of("bcast", "broadcast-enriched count", "events/s"),
+                runs.runs_of("kpf", "user `KeyedProcessFunction`", "events/s"),
+                target=">= 0.9",
             ).row()
         )
         rows.append(

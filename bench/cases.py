@@ -25,13 +25,23 @@ from typing import Any
 import numpy as np
 
 from bench.harness import WrongOutput
-from stator import INT64, EpochResult, Job, KeyedProcessFunction, Pipeline, ValueStateDescriptor
+from stator import (
+    INT64,
+    EpochResult,
+    Job,
+    KeyedBroadcastProcessFunction,
+    KeyedProcessFunction,
+    MapStateDescriptor,
+    Pipeline,
+    ValueStateDescriptor,
+)
 from stator.checkpoint.metadata import CheckpointMetadata
 from stator.config import SparkConfig, load_config
 from stator.driver.spark_session import create_session
 from stator.keygroups import SubtaskId, range_for_subtask
 from stator.sinks.base import Sink, SinkWriter
 from stator.sources import GeneratorSource, KeyedEvents, SweepEvents
+from stator.sources.generator import list_source
 
 SEED, MULT = 1, 2654435761
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -125,6 +135,29 @@ class RunningCount(KeyedProcessFunction):
         yield (ctx.current_key, n)
 
 
+RULES = MapStateDescriptor("rules")
+
+
+class EnrichedCount(KeyedBroadcastProcessFunction):
+    """:class:`RunningCount` enriched from broadcast state: every event reads the rule of its
+    key's bucket (rules arrive on a broadcast stream), as a rule-driven job does."""
+
+    def open(self, ctx: Any) -> None:
+        self.count = ctx.get_state(ValueStateDescriptor("count", INT64))
+
+    def process_element(self, event: Any, ctx: Any) -> Any:
+        n = self.count.value(0) + 1
+        self.count.update(n)
+        rule = ctx.get_broadcast_state(RULES).get(len(event[0]) % BUCKETS, 0)
+        yield (ctx.current_key, n, rule)
+
+    def process_broadcast_element(self, rule: Any, ctx: Any) -> None:
+        ctx.get_broadcast_state(RULES).put(rule[0], rule[1])
+
+
+BUCKETS = 16
+
+
 def stator_count(
     events: int,
     keys: int,
@@ -138,7 +171,8 @@ def stator_count(
 ) -> dict[str, Any]:
     """Stator's keyed count, exactly-once checkpoints every epoch (or none): the built-in
     ``.count()`` (pre-combined before the shuffle, one update per key and epoch) or a user
-    ``KeyedProcessFunction`` (:class:`RunningCount`, one output per event). ``sync_upload``:
+    ``KeyedProcessFunction`` (:class:`RunningCount`, one output per event), or the same
+    enriched from broadcast state (:class:`EnrichedCount`). ``sync_upload``:
     tasks upload their checkpoint files before they return (``checkpoint.async_upload``
     off). A run ends when its last checkpoint is complete, either way. ``s3_endpoint``: reach
     the store there (e.g. through a bandwidth-capped link) instead of the environment's.
@@ -153,8 +187,11 @@ def stator_count(
         counted = keyed.count(uid="count")
     elif function == "kpf":
         counted = keyed.process(RunningCount(), uid="count")
+    elif function == "broadcast":
+        rules = p.source(list_source([(b, b + 1) for b in range(BUCKETS)]), uid="rules")
+        counted = keyed.connect(rules.broadcast(RULES)).process(EnrichedCount(), uid="count")
     else:
-        raise ValueError(f"function must be builtin or kpf, not {function!r}")
+        raise ValueError(f"function must be builtin, kpf or broadcast, not {function!r}")
     counted.sink(NoopSink(), uid="out")
     cfg = load_config(
         None,

@@ -44,7 +44,8 @@ def test_checkpoints_and_a_savepoint_after_a_source_finished(
 ) -> None:
     cfg = with_overrides(
         job_config,
-        # max_records is split between the two sources: the long one reads 500 per epoch.
+        # max_records is split between the sources that still read: the long one reads 500
+        # in the first epoch, then 1,000 per epoch once the short one has finished.
         epoch={"max_records": EPOCH},
         savepoint={"dir": f"file://{tmp_path}/savepoints"},
         # One region for both pipelines: a checkpoint covers the finished one's state too.

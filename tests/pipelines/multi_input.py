@@ -20,6 +20,7 @@ from stator.api.time import BoundedOutOfOrderness
 from stator.sinks.collect import CollectSink
 from stator.sources.generator import list_source
 from stator.state.descriptors import MapStateDescriptor, ValueStateDescriptor
+from tests.unit.inprocess_run import list_epochs
 
 ORDERS = [(f"o{i % 7}", i, i * 10) for i in range(60)]  # (id, amount, ts)
 PAYMENTS = [(f"o{i % 7}", -i, i * 10 + 5) for i in range(0, 60, 2)]
@@ -81,7 +82,7 @@ def expected_balances() -> list[tuple[str, int]]:
 def connected(out: CollectSink, big: CollectSink, delay: int = 0) -> Pipeline:
     p = Pipeline("connected", max_parallelism=8)
     orders = p.source(
-        list_source(ORDERS, splits=2),
+        list_source(ORDERS),
         uid="orders",
         timestamps=lambda r: r[2],
         watermarks=BoundedOutOfOrderness(delay),
@@ -142,7 +143,7 @@ RULES = [(RESET if i % 4 == 3 else "noop", i) for i in range(20)]
 
 
 def broadcast_counts(out: CollectSink) -> Pipeline:
-    """Run with ``epoch.max_records=20``: 10 records of each source per epoch."""
+    """Epochs as ``list_epochs`` gives them for ``epoch.max_records``."""
     p = Pipeline("bcast", max_parallelism=8)
     events = p.source(list_source(KEYED), uid="events")
     control = p.source(list_source(RULES), uid="rules")
@@ -152,18 +153,18 @@ def broadcast_counts(out: CollectSink) -> Pipeline:
     return p
 
 
-def expected_broadcast_counts() -> Counter[Any]:
+def expected_broadcast_counts(max_records: int = 20) -> Counter[Any]:
     """Per epoch, the epoch's broadcast records first, then its keyed records (each sees
     how many broadcast records its subtask's broadcast state has applied so far)."""
     expected: Counter[Any] = Counter()
     counts: dict[str, int] = {}
     applied = 0
-    for epoch in range(6):
-        rules = RULES[epoch * 10 : epoch * 10 + 10]
+    for (k0, k1), (r0, r1) in list_epochs([len(KEYED), len(RULES)], max_records):
+        rules = RULES[r0:r1]
         applied += len(rules)
         if any(rule == RESET for rule, _ in rules):
             counts.clear()
-        for key in KEYED[epoch * 10 : epoch * 10 + 10]:
+        for key in KEYED[k0:k1]:
             counts[key] = counts.get(key, 0) + 1
             expected[("count", key, counts[key], applied)] += 1
     return expected

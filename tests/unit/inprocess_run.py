@@ -48,3 +48,26 @@ def run_in_process(
         finally:
             loop.checkpoints.in_flight.abort_all("the run ended")
     return job
+
+
+def list_epochs(sizes: list[int], max_records: int) -> list[list[tuple[int, int]]]:
+    """The records each epoch reads of sources of one split each (``list_source``) of these
+    sizes: ``[(start, end) per source]`` per epoch. ``epoch.max_records`` is shared by the
+    sources still reading; a source is done after the epoch that read its last record (an
+    empty one after the first epoch)."""
+    done = [0] * len(sizes)
+    open_ = [True] * len(sizes)
+    epochs: list[list[tuple[int, int]]] = []
+    while any(open_):
+        budget = max(1, max_records // sum(open_))
+        ranges = []
+        for i, size in enumerate(sizes):
+            if not open_[i]:
+                ranges.append((done[i], done[i]))
+                continue
+            end = min(size, done[i] + budget)
+            ranges.append((done[i], end))
+            done[i] = end
+            open_[i] = end < size
+        epochs.append(ranges)
+    return epochs

@@ -19,7 +19,7 @@ from stator.errors import PipelineError
 from stator.sinks.collect import CollectSink
 from stator.sources.generator import list_source
 from tests.unit.inprocess_job import Faults, InProcessJob
-from tests.unit.inprocess_run import run_in_process
+from tests.unit.inprocess_run import list_epochs, run_in_process
 
 # Records: (key, timestamp, id). Each side's records arrive in timestamp order per split
 # except for a bounded disorder, so which are late follows from the epochs (fixed size).
@@ -33,21 +33,20 @@ def _side(draw: st.DrawFn, tag: str, size: int) -> list[tuple[str, int, str]]:
 
 def on_time(sources: list[list[Any]], epoch: int) -> set[str]:
     """Ids of the records not late: above the watermark in effect when their epoch started.
-    Each source is one split read ``epoch`` records per epoch, its records' timestamps its
-    watermark (no out-of-orderness), +infinity once its last range was read; the operator's
-    watermark is the minimum over the sources."""
+    Each source is one split (epochs as ``list_epochs`` reads them), its records' timestamps
+    its watermark (no out-of-orderness), +infinity once its last range was read; the
+    operator's watermark is the minimum over the sources."""
     inf = float("inf")
     kept: set[str] = set()
     watermark = -inf
-    epochs = max((len(s) + epoch - 1) // epoch for s in sources) or 1
     marks = [-inf] * len(sources)
-    for k in range(epochs):
-        for i, records in enumerate(sources):
-            part = records[k * epoch : (k + 1) * epoch]
+    for ranges in list_epochs([len(s) for s in sources], epoch * 2):
+        for i, (records, (start, end)) in enumerate(zip(sources, ranges, strict=True)):
+            part = records[start:end]
             kept |= {r[2] for r in part if r[1] > watermark}
             if part:
                 marks[i] = max(marks[i], *(r[1] for r in part))
-            if (k + 1) * epoch >= len(records):
+            if end >= len(records):
                 marks[i] = inf
         watermark = max(watermark, min(marks))
     return kept
@@ -176,10 +175,9 @@ def window_model(
     out: Counter[Any] = Counter()
     windows: dict[str, dict[int, tuple[int, list[str], list[str]]]] = {}
     watermark, marks = -inf, [-inf] * len(sources)
-    epochs = max((len(s) + epoch - 1) // epoch for s in sources) or 1
-    for k in range(epochs):
-        for side, records in enumerate(sources):
-            part = records[k * epoch : (k + 1) * epoch]
+    for ranges in list_epochs([len(s) for s in sources], epoch * 2):
+        for side, (records, (first, last)) in enumerate(zip(sources, ranges, strict=True)):
+            part = records[first:last]
             for key, ts, rid in part:
                 mine = windows.setdefault(key, {})
                 for assigned in assigner.assign(ts):
@@ -191,7 +189,7 @@ def window_model(
                     mine[start] = (end, ls, rs)
             if part:
                 marks[side] = max(marks[side], *(r[1] for r in part))
-            if (k + 1) * epoch >= len(records):
+            if last >= len(records):
                 marks[side] = inf
         watermark = max(watermark, min(marks))
         for key, mine in windows.items():

@@ -59,15 +59,22 @@ class EpochPlanner:
         (source uid, split): splits waiting out a restart delay get no range at all
         (``split_failover.py``)."""
         now = now_ms()
-        budget = max(1, self.config.max_records // max(1, len(self.sources)))
-        plan: Plan = {}
-        work = False
-        for uid, node in self.sources.items():
-            open_splits = {
+        open_by_source = {
+            uid: {
                 s: st.position
                 for s, st in self.positions[uid].items()
                 if not st.finished and (uid, s) not in paused
             }
+            for uid in self.sources
+        }
+        # The budget is shared by the sources that still read: a finished source (a small
+        # rule table, a bounded side input) does not keep half of every later epoch.
+        reading = sum(1 for splits in open_by_source.values() if splits)
+        budget = max(1, self.config.max_records // max(1, reading))
+        plan: Plan = {}
+        work = False
+        for uid, node in self.sources.items():
+            open_splits = open_by_source[uid]
             if not open_splits:
                 continue
             order = {s: i for i, s in enumerate(self.positions[uid])}
