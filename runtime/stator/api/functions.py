@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, overload
 
+from ..state import ttl_tables as t
 from ..state.descriptors import (
+    AggregatingStateDescriptor,
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,
@@ -14,9 +16,16 @@ from ..state.descriptors import (
     ValueStateDescriptor,
 )
 from ..state.markers import MISSING
+from .ttl_state import (
+    TtlAggregatingState,
+    TtlListState,
+    TtlMapState,
+    TtlReducingState,
+    TtlValueState,
+)
 
 if TYPE_CHECKING:
-    from ..state.tables import ListTable, MapTable, ReducingTable, Table
+    from ..state.tables import AggregatingTable, ListTable, MapTable, ReducingTable, Table
 
 
 class KeyCursor:
@@ -68,6 +77,26 @@ class ReducingState:
     def get(self, default: Any = None) -> Any:
         v = self._t.load(self._cur.kkey)
         return default if v is self._missing else v
+
+    def add(self, value: Any) -> None:
+        self._t.add(self._cur.kkey, value)
+
+    def clear(self) -> None:
+        self._t.delete(self._cur.kkey)
+
+
+class AggregatingState:
+    """``add`` folds a value into the key's accumulator; ``get`` is its result (None while
+    the key has none)."""
+
+    __slots__ = ("_cur", "_missing", "_t")
+
+    def __init__(self, table: AggregatingTable, cursor: KeyCursor) -> None:
+        self._t, self._cur, self._missing = table, cursor, MISSING
+
+    def get(self) -> Any:
+        acc = self._t.load(self._cur.kkey)
+        return None if acc is self._missing else self._t.function.result(acc)
 
     def add(self, value: Any) -> None:
         self._t.add(self._cur.kkey, value)
@@ -185,9 +214,15 @@ class RuntimeContext:
     def get_state(self, desc: MapStateDescriptor) -> MapState: ...
     @overload
     def get_state(self, desc: ReducingStateDescriptor) -> ReducingState: ...
+    @overload
+    def get_state(self, desc: AggregatingStateDescriptor) -> AggregatingState: ...
 
     def get_state(self, desc: StateDescriptor) -> Any:
         table = self._backend.table(desc)
+        if desc.ttl is not None:
+            return _ttl_handle(table, self._cursor)
+        if isinstance(desc, AggregatingStateDescriptor):
+            return AggregatingState(table, self._cursor)  # type: ignore[arg-type]
         if isinstance(desc, MapStateDescriptor):
             return MapState(table, self._cursor)  # type: ignore[arg-type]
         if isinstance(desc, ListStateDescriptor):
@@ -195,6 +230,20 @@ class RuntimeContext:
         if isinstance(desc, ReducingStateDescriptor):
             return ReducingState(table, self._cursor)  # type: ignore[arg-type]
         return ValueState(table, self._cursor)
+
+
+def _ttl_handle(table: Table, cursor: KeyCursor) -> Any:
+    """The handle of a TTL-enabled state (``ttl_state.py``), by its table's kind."""
+    if isinstance(table, t.TtlMapTable):
+        return TtlMapState(table, cursor)
+    if isinstance(table, t.TtlListTable):
+        return TtlListState(table, cursor)
+    if isinstance(table, t.TtlReducingTable):
+        return TtlReducingState(table, cursor)
+    if isinstance(table, t.TtlAggregatingTable):
+        return TtlAggregatingState(table, cursor)
+    assert isinstance(table, t.TtlValueTable)
+    return TtlValueState(table, cursor)
 
 
 class TimerService(Protocol):

@@ -25,13 +25,18 @@ from .layout import (
     META_INFO,
     META_PREFIX,
     META_STATES,
+    META_TTL_CURSOR,
     META_WATERMARK,
     TIMER_MARK,
+    prefix_end,
 )
 from .markers import MISSING
 from .options import RocksDBOptions
 from .tables import MapTable, Table, table_for
 from .timers import TimerStore
+from .ttl import TtlClock
+from .ttl_cleanup import scan as scan_expired
+from .ttl_tables import TtlMapTable, TtlValueTable, ttl_table_for
 
 _I64 = struct.Struct(">q")
 MIN_WATERMARK = -(2**63)
@@ -83,6 +88,10 @@ class KeyedBackend:
         self.tables: dict[str, Table] = {}
         self.timers: TimerStore | None = None
         self._registry_changed = False
+        # The processing time TTL-enabled states compare against (the epoch's).
+        self.clock = TtlClock()
+        self.ttl_tables: dict[int, TtlValueTable | TtlMapTable] = {}
+        self.ttl_cursor = b""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -101,6 +110,7 @@ class KeyedBackend:
         self.watermark = _I64.unpack(raw_wm)[0] if raw_wm is not None else MIN_WATERMARK
         raw_states = db.get(META_STATES)
         self.registry = json.loads(raw_states) if raw_states is not None else {}
+        self.ttl_cursor = db.get(META_TTL_CURSOR) or b""
         raw_token = db.get(META_COMMIT)
         self.commit_token = raw_token.hex() if raw_token is not None else ""
         if self.warm_entries:
@@ -138,13 +148,15 @@ class KeyedBackend:
         if existing is not None:
             return existing
         assert self.db is not None, "open() the backend first"
-        entry = {
+        entry: dict[str, Any] = {
             "kind": desc.kind.value,
             "serializer": desc.serializer.name,
             "version": desc.serializer.version,
         }
         if isinstance(desc, MapStateDescriptor):
             entry["key_serializer"] = desc.key_serializer.name
+        if desc.ttl is not None:
+            entry["ttl"] = desc.ttl.registry_entry()
         stored = self.registry.get(desc.name)
         if stored is None:
             used = {int(s["sid"]) for s in self.registry.values()}
@@ -157,8 +169,15 @@ class KeyedBackend:
             self._registry_changed = True
         else:
             self._check_compatible(desc.name, stored, entry)
+            if stored.get("ttl") != entry.get("ttl"):  # a new duration or update type
+                stored["ttl"] = entry["ttl"]
+                self._registry_changed = True
             sid = int(stored["sid"])
-        table = table_for(self.db, sid, desc)
+        table: Table
+        if desc.ttl is None:
+            table = table_for(self.db, sid, desc)
+        else:
+            table = self.ttl_tables[sid] = ttl_table_for(self.db, sid, desc, self.clock)
         cached = self._warm.pop(sid, None)
         if cached is not None and not isinstance(table, MapTable):
             table.cache, table.complete = cached
@@ -180,6 +199,14 @@ class KeyedBackend:
                     f"declares '{entry[field]}': the stored values cannot be read. Keep the old "
                     f"serializer or migrate the state offline"
                 )
+        if ("ttl" in stored) != ("ttl" in entry):
+            now, was = ("with", "without") if "ttl" in entry else ("without", "with")
+            raise StateCompatibilityError(
+                f"{where} was written {was} TTL and is now declared {now} it: stored values "
+                f"{'lack' if was == 'without' else 'carry'} the access time TTL needs. Keep the "
+                f"state's TTL setting, or declare the state under a new name (and set "
+                f"restore.allow_non_restored_state=true to drop the old one)"
+            )
         if int(stored["version"]) > int(entry["version"]):
             raise StateCompatibilityError(
                 f"{where} was written by serializer version {stored['version']}, newer than "
@@ -293,6 +320,18 @@ class KeyedBackend:
         assert self.db is not None and self.timers is not None
         batch = rocksdict.WriteBatch(raw_mode=True)
         written = 0
+        cleanup = None
+        if self.ttl_tables:
+            budget = max(t.cleanup_scan for t in self.ttl_tables.values())
+            cleanup = scan_expired(
+                self.db, self.ttl_tables, self.clock.now_ms, budget, self.ttl_cursor
+            )
+            for key, value in cleanup.puts:
+                if value is None:
+                    batch.delete(key)
+                else:
+                    batch.put(key, value)
+            batch.put(META_TTL_CURSOR, cleanup.cursor)
         for table in self.tables.values():
             written += table.write_to(batch)
         written += self.timers.write_to(batch)
@@ -305,6 +344,10 @@ class KeyedBackend:
             info = {"max_parallelism": self.max_parallelism, "operator_uid": self.operator_uid}
             batch.put(META_INFO, json.dumps(info, sort_keys=True).encode())
         self.db.write(batch)
+        if cleanup is not None:
+            self.ttl_cursor = cleanup.cursor
+            if cleanup.puts:  # the removed bytes leave the SST files, not only the view
+                self.db.compact_range(cleanup.lo, prefix_end(cleanup.hi))
         self.epoch, self.watermark, self._registry_changed = epoch, watermark, False
         self.commit_token = token.hex()
         keep: dict[int, tuple[dict[bytes, Any], bool]] = {}

@@ -16,7 +16,12 @@ from ..api.functions import KeyCursor, KeyedProcessFunction, RuntimeContext
 from ..api.graph import ProcessNode, ReduceNode, _add, _one
 from ..keygroups import decode_key
 from ..state.backend import KeyedBackend
-from ..state.descriptors import ListStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor
+from ..state.descriptors import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
 from ..state.layout import EVENT_TIME, PROCESSING_TIME
 from ..state.markers import MISSING
 from ..state.serializers import INT64, PICKLE
@@ -118,7 +123,11 @@ class ProcessRunner:
             t
             for t in self.backend.tables.values()
             if isinstance(
-                t.desc, ValueStateDescriptor | ReducingStateDescriptor | ListStateDescriptor
+                t.desc,
+                ValueStateDescriptor
+                | ReducingStateDescriptor
+                | ListStateDescriptor
+                | AggregatingStateDescriptor,
             )
         ]
         if all(t.complete for t in tables):  # absent keys need no read: nothing to gather
