@@ -28,7 +28,6 @@ from .layout import (
     META_TTL_CURSOR,
     META_WATERMARK,
     TIMER_MARK,
-    prefix_end,
 )
 from .markers import MISSING
 from .options import RocksDBOptions
@@ -91,7 +90,7 @@ class KeyedBackend:
         # The processing time TTL-enabled states compare against (the epoch's).
         self.clock = TtlClock()
         self.ttl_tables: dict[int, TtlValueTable | TtlMapTable] = {}
-        self.ttl_cursor = b""
+        self.ttl_cursor, self.ttl_removed = b"", False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -110,7 +109,9 @@ class KeyedBackend:
         self.watermark = _I64.unpack(raw_wm)[0] if raw_wm is not None else MIN_WATERMARK
         raw_states = db.get(META_STATES)
         self.registry = json.loads(raw_states) if raw_states is not None else {}
-        self.ttl_cursor = db.get(META_TTL_CURSOR) or b""
+        raw_cursor = db.get(META_TTL_CURSOR) or b"\x00"
+        # (whether the pass removed anything yet: it then compacts when it ends, cursor)
+        self.ttl_removed, self.ttl_cursor = raw_cursor[0] == 1, raw_cursor[1:]
         raw_token = db.get(META_COMMIT)
         self.commit_token = raw_token.hex() if raw_token is not None else ""
         if self.warm_entries:
@@ -320,7 +321,7 @@ class KeyedBackend:
         assert self.db is not None and self.timers is not None
         batch = rocksdict.WriteBatch(raw_mode=True)
         written = 0
-        cleanup = None
+        cleanup, compact = None, False
         if self.ttl_tables:
             budget = max(t.cleanup_scan for t in self.ttl_tables.values())
             cleanup = scan_expired(
@@ -331,7 +332,10 @@ class KeyedBackend:
                     batch.delete(key)
                 else:
                     batch.put(key, value)
-            batch.put(META_TTL_CURSOR, cleanup.cursor)
+            removed = self.ttl_removed or bool(cleanup.puts)
+            compact = removed and cleanup.pass_ended
+            self.ttl_removed, self.ttl_cursor = removed and not compact, cleanup.cursor
+            batch.put(META_TTL_CURSOR, bytes((self.ttl_removed,)) + cleanup.cursor)
         for table in self.tables.values():
             written += table.write_to(batch)
         written += self.timers.write_to(batch)
@@ -344,10 +348,8 @@ class KeyedBackend:
             info = {"max_parallelism": self.max_parallelism, "operator_uid": self.operator_uid}
             batch.put(META_INFO, json.dumps(info, sort_keys=True).encode())
         self.db.write(batch)
-        if cleanup is not None:
-            self.ttl_cursor = cleanup.cursor
-            if cleanup.puts:  # the removed bytes leave the SST files, not only the view
-                self.db.compact_range(cleanup.lo, prefix_end(cleanup.hi))
+        if cleanup is not None and compact:  # the removed bytes leave the SST files too
+            self.db.compact_range(None, None)
         self.epoch, self.watermark, self._registry_changed = epoch, watermark, False
         self.commit_token = token.hex()
         keep: dict[int, tuple[dict[bytes, Any], bool]] = {}
