@@ -232,7 +232,7 @@ def test_expired_bytes_leave_the_database_and_snapshots_within_the_bound(tmp_pat
     job.commit()  # the cursor is now mid-pass: the worst case for what expires next
     db = job.b.db
     assert db is not None
-    entries = sum(1 for _ in db.keys())
+    entries = sum(1 for _ in db.items())
     passes = -(-entries // 50)
     job.b.snapshot_to(tmp_path / "before")
     assert _payload_in(tmp_path / "before", b"SECRET-00042")
