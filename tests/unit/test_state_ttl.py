@@ -248,6 +248,33 @@ def test_expired_bytes_leave_the_database_and_snapshots_within_the_bound(tmp_pat
     job.close()
 
 
+def test_cleanup_leaves_what_the_epoch_writes(tmp_path: Path) -> None:
+    """An expired entry the epoch overwrites (without reading it first) is the epoch's to
+    write: the cleanup scan passing over it must not remove the new value."""
+    job = Job(tmp_path / "db")
+    ttl = StateTtlConfig(100, cleanup_scan_per_epoch=1000)
+    v = job.ctx.get_state(ValueStateDescriptor("v", ttl=ttl))
+    lst = job.ctx.get_state(ListStateDescriptor("l", ttl=ttl))
+    m = job.ctx.get_state(MapStateDescriptor("m", ttl=ttl))
+    job.at(0).key("k")
+    v.update("old")
+    lst.add("old")
+    m.put("x", "old")
+    job.commit()
+    job.at(500)
+    v.update("new")
+    lst.update(["new"])
+    m.put("x", "new")
+    job.commit()  # the scan covers the whole database in this commit
+    assert (v.value(), lst.get(), m.get("x")) == ("new", ["new"], "new")
+    job.close()
+    again = Job(tmp_path / "db").at(500).key("k")
+    assert again.ctx.get_state(ValueStateDescriptor("v", ttl=ttl)).value() == "new"
+    assert again.ctx.get_state(ListStateDescriptor("l", ttl=ttl)).get() == ["new"]
+    assert again.ctx.get_state(MapStateDescriptor("m", ttl=ttl)).get("x") == "new"
+    again.close()
+
+
 def _stamped_state(job: Job) -> tuple[Any, ...]:
     return (
         job.ctx.get_state(ValueStateDescriptor("v", ttl=TTL)),
