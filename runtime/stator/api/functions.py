@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, overload
 
-from ..state import ttl_tables as t
+from ..state import ttl_tables
 from ..state.descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -234,15 +234,15 @@ class RuntimeContext:
 
 def _ttl_handle(table: Table, cursor: KeyCursor) -> Any:
     """The handle of a TTL-enabled state (``ttl_state.py``), by its table's kind."""
-    if isinstance(table, t.TtlMapTable):
+    if isinstance(table, ttl_tables.TtlMapTable):
         return TtlMapState(table, cursor)
-    if isinstance(table, t.TtlListTable):
+    if isinstance(table, ttl_tables.TtlListTable):
         return TtlListState(table, cursor)
-    if isinstance(table, t.TtlReducingTable):
+    if isinstance(table, ttl_tables.TtlReducingTable):
         return TtlReducingState(table, cursor)
-    if isinstance(table, t.TtlAggregatingTable):
+    if isinstance(table, ttl_tables.TtlAggregatingTable):
         return TtlAggregatingState(table, cursor)
-    assert isinstance(table, t.TtlValueTable)
+    assert isinstance(table, ttl_tables.TtlValueTable)
     return TtlValueState(table, cursor)
 
 

@@ -33,7 +33,9 @@ def _config(desc: StateDescriptor) -> StateTtlConfig:
 class TtlValueTable(Table):
     """Value state with TTL (and the base of reducing and aggregating state with TTL)."""
 
-    def __init__(self, db: rocksdict.Rdict, sid: int, desc: StateDescriptor, clock: TtlClock):
+    def __init__(
+        self, db: rocksdict.Rdict, sid: int, desc: StateDescriptor, clock: TtlClock
+    ) -> None:
         super().__init__(db, sid, desc)
         ttl = _config(desc)
         self.ttl_ms, self.clock = ttl.ttl_ms, clock
@@ -88,7 +90,9 @@ class TtlValueTable(Table):
 
 
 class TtlReducingTable(TtlValueTable):
-    def __init__(self, db: rocksdict.Rdict, sid: int, desc: StateDescriptor, clock: TtlClock):
+    def __init__(
+        self, db: rocksdict.Rdict, sid: int, desc: StateDescriptor, clock: TtlClock
+    ) -> None:
         super().__init__(db, sid, desc, clock)
         assert isinstance(desc, ReducingStateDescriptor)
         self.reduce_fn = desc.reduce_fn
@@ -99,7 +103,9 @@ class TtlReducingTable(TtlValueTable):
 
 
 class TtlAggregatingTable(TtlValueTable):
-    def __init__(self, db: rocksdict.Rdict, sid: int, desc: StateDescriptor, clock: TtlClock):
+    def __init__(
+        self, db: rocksdict.Rdict, sid: int, desc: StateDescriptor, clock: TtlClock
+    ) -> None:
         super().__init__(db, sid, desc, clock)
         assert isinstance(desc, AggregatingStateDescriptor)
         self.function = desc.aggregate_function
@@ -183,7 +189,9 @@ class TtlMapTable(MapTable):
     """Map state with TTL: each entry's value is ``stamp | value``; each entry expires on
     its own."""
 
-    def __init__(self, db: rocksdict.Rdict, sid: int, desc: StateDescriptor, clock: TtlClock):
+    def __init__(
+        self, db: rocksdict.Rdict, sid: int, desc: StateDescriptor, clock: TtlClock
+    ) -> None:
         super().__init__(db, sid, desc)
         ttl = _config(desc)
         self.ttl_ms, self.clock = ttl.ttl_ms, clock
