@@ -5,10 +5,14 @@ and migration (like Flink's State Processor API or Spark's state data source).
     df = read_state(spark, "s3://bucket/savepoints/job/savepoint-0000000042-ab12cd")
     df.where("operator_uid = 'running-total'").show()
 
-Columns: operator_uid, state_name, state_kind (value|list|map|reducing|timer), key_group,
-key, user_key, value. Keys and values are JSON text of the decoded Python values (repr for
-what JSON cannot hold); values of custom serializers are given as hex of their bytes. Timers
-appear with state_kind "timer", the timestamp as value and user_key "event" or "processing".
+Columns: operator_uid, state_name, state_kind (value|list|map|reducing|aggregating|timer),
+key_group, key, user_key, value (an aggregating state's accumulator, not its result: the
+reader has no aggregate function). Keys and values are JSON text of the decoded Python
+values (repr for what JSON cannot hold); values of custom serializers are given as hex of
+their bytes. Timers appear with state_kind "timer", the timestamp as value and user_key
+"event" or "processing".
+Values of TTL-enabled states are given without their access stamps; values (list elements,
+map entries) expired at ``now_ms`` (default: the wall clock when reading) are left out.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +35,7 @@ from .state.backend import KeyedBackend
 from .state.options import RocksDBOptions
 from .state.serializers import by_name
 from .state.tables import decode_list
+from .state.ttl import STAMP, STAMP_BYTES
 from .storage import ObjectStore, S3Options
 
 COLUMNS = ["operator_uid", "state_name", "state_kind", "key_group", "key", "user_key", "value"]
@@ -40,7 +46,13 @@ def _text(value: Any) -> str:
     return json.dumps(value, default=repr, sort_keys=True)
 
 
-def _value(meta: dict[str, Any], raw: bytes) -> str:
+def _value(meta: dict[str, Any], raw: bytes, now_ms: int) -> str | None:
+    """The value's text; None if it expired (TTL)."""
+    ttl = meta.get("ttl")
+    if ttl is not None:
+        raw = _unexpired(raw, meta.get("kind") == "list", int(ttl["ttl_ms"]), now_ms)
+        if not raw:
+            return None
     serializer = by_name(str(meta.get("serializer")))
     if serializer is None:
         return raw.hex()
@@ -49,10 +61,27 @@ def _value(meta: dict[str, Any], raw: bytes) -> str:
     return _text(serializer.loads(raw))
 
 
+def _unexpired(raw: bytes, is_list: bool, ttl_ms: int, now_ms: int) -> bytes:
+    """A TTL-enabled value without its stamps (b"" if expired): a list's live elements in
+    the layout of a list without TTL (``ttl_tables.TtlListTable``)."""
+    if not is_list:
+        return raw[STAMP_BYTES:] if STAMP.unpack_from(raw)[0] + ttl_ms > now_ms else b""
+    kept, pos = [], 0
+    while pos < len(raw):
+        n = int.from_bytes(raw[pos : pos + 4], "big")
+        if STAMP.unpack_from(raw, pos + 4)[0] + ttl_ms > now_ms:
+            kept.append(
+                (n - STAMP_BYTES).to_bytes(4, "big") + raw[pos + 4 + STAMP_BYTES : pos + 4 + n]
+            )
+        pos += 4 + n
+    return b"".join(kept)
+
+
 def _rows(
     uid: str,
     catalog: dict[str, dict[str, Any]],
     entries: Iterator[tuple[int, StateEntry | TimerEntry]],
+    now_ms: int,
 ) -> Iterator[Row]:
     names = sorted(catalog)
     for kg, entry in entries:
@@ -67,39 +96,54 @@ def _rows(
         if meta.get("kind") == "map":
             uks = by_name(str(meta.get("key_serializer")))
             user_key = _text(uks.loads(entry.user_key)) if uks else entry.user_key.hex()
-        yield uid, name, str(meta.get("kind")), kg, key, user_key, _value(meta, entry.value)
+        value = _value(meta, entry.value, now_ms)
+        if value is not None:
+            yield uid, name, str(meta.get("kind")), kg, key, user_key, value
 
 
 def _savepoint_rows(
-    store: ObjectStore, uid: str, catalog: dict[str, dict[str, Any]], kg: int, file: str
+    store: ObjectStore,
+    uid: str,
+    catalog: dict[str, dict[str, Any]],
+    kg: int,
+    file: str,
+    now_ms: int,
 ) -> list[Row]:
     entries = ((kg, e) for e in read_key_group(store.get(file), store.url(file)))
-    return list(_rows(uid, catalog, entries))
+    return list(_rows(uid, catalog, entries, now_ms))
 
 
-def database_rows(db: Path, uid: str, owned: KeyGroupRange, max_parallelism: int) -> list[Row]:
+def database_rows(
+    db: Path, uid: str, owned: KeyGroupRange, max_parallelism: int, now_ms: int | None = None
+) -> list[Row]:
     """The rows of one subtask's RocksDB database at ``db`` (a downloaded checkpoint, or a
     stopped job's local state), restricted to the key-groups it ``owned``."""
     with KeyedBackend(db, RocksDBOptions(), owned, max_parallelism, uid) as probe:
         catalog = state_catalog(probe.registry)
-    return list(_rows(uid, catalog, database_entries(db, owned, sorted(catalog))))
+    now = _now(now_ms)
+    return list(_rows(uid, catalog, database_entries(db, owned, sorted(catalog)), now))
+
+
+def _now(now_ms: int | None) -> int:
+    return int(time.time() * 1000) if now_ms is None else now_ms
 
 
 def _checkpoint_rows(
-    store: ObjectStore, uid: str, snap: SubtaskSnapshot, max_parallelism: int
+    store: ObjectStore, uid: str, snap: SubtaskSnapshot, max_parallelism: int, now_ms: int
 ) -> list[Row]:
     work = Path(tempfile.mkdtemp(prefix="stator-reader-"))
     try:
         db = work / "db"
         download_snapshot(store, snap.files, db)
-        return database_rows(db, uid, KeyGroupRange(*snap.key_groups), max_parallelism)
+        return database_rows(db, uid, KeyGroupRange(*snap.key_groups), max_parallelism, now_ms)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def read_state(spark: Any, uri: str, s3: S3Options | None = None) -> Any:
+def read_state(spark: Any, uri: str, s3: S3Options | None = None, now_ms: int | None = None) -> Any:
     """The state in the savepoint or checkpoint at ``uri`` as a DataFrame (read in parallel:
-    one Spark task per key-group file or per checkpointed subtask)."""
+    one Spark task per key-group file or per checkpointed subtask); TTL-enabled values
+    expired at ``now_ms`` (default: now) are left out."""
     from pyspark.sql.types import (  # noqa: PLC0415
         IntegerType,
         StringType,
@@ -109,12 +153,13 @@ def read_state(spark: Any, uri: str, s3: S3Options | None = None) -> Any:
 
     target = load_target(uri, s3 or S3Options())
     store, meta = target.store, target.meta
+    now = _now(now_ms)
     sc = spark.sparkContext
     if isinstance(meta, CheckpointMetadata) or meta.native:  # each subtask's database files
         tasks: list[Any] = [(uid, s) for uid, op in meta.operators.items() for s in op.subtasks]
         mp = meta.max_parallelism
         rdd = sc.parallelize(tasks, max(1, len(tasks))).flatMap(
-            lambda t: _checkpoint_rows(store, t[0], t[1], mp)
+            lambda t: _checkpoint_rows(store, t[0], t[1], mp, now)
         )
     else:
         tasks = [
@@ -123,7 +168,7 @@ def read_state(spark: Any, uri: str, s3: S3Options | None = None) -> Any:
             for kg, info in sorted(op.key_groups.items())
         ]
         rdd = sc.parallelize(tasks, max(1, min(len(tasks), 64))).flatMap(
-            lambda t: _savepoint_rows(store, t[0], t[1], t[2], t[3])
+            lambda t: _savepoint_rows(store, t[0], t[1], t[2], t[3], now)
         )
     schema = StructType(
         [

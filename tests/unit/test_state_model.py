@@ -1,13 +1,16 @@
 """The keyed state API against a plain-Python model (hypothesis).
 
-A random program is a list of records, each carrying operations on a key's Value, List, Map
-and Reducing state and its event-time timers. The job runs it through the real driver loop
-(``Job`` and its ``RegionLoop``: checkpoints, failover, savepoints, restores) and the real
-source and keyed tasks (``inprocess_job.py`` runs them without Spark), with the things
-that move state around injected between and inside epochs: subtasks moving between Python
-workers (warm cache on, off, partial), retried task attempts, failed epochs (restored from
-local copies, or from the object store when the executor's disk is lost), driver crashes,
-and stop-with-savepoint then restore at another parallelism. Every read a function makes is
+A random program is a list of records, each carrying operations on a key's Value, List, Map,
+Reducing and Aggregating state (also with TTL) and its event-time timers. The processing
+time is injected: epoch e runs at e * CLOCK_STEP ms, so TTL-enabled values expire a few
+epochs after their last access, and the model checks expiry through every fault below. The
+job runs it through the real driver loop (``Job`` and its ``RegionLoop``: checkpoints,
+failover, savepoints, restores) and the real source and keyed tasks (``inprocess_job.py``
+runs them without Spark), with the things that move state around injected between and
+inside epochs: subtasks moving between Python workers (warm cache on, off, partial),
+retried task attempts, failed epochs (restored from local copies, or from the object store
+when the executor's disk is lost), driver crashes, and stop-with-savepoint then restore at
+another parallelism. Every read a function makes is
 part of its output, and the output the sink committed must equal what the model gives, key
 by key.
 
@@ -42,11 +45,12 @@ from stator.sinks.collect import CollectSink
 from stator.sources.generator import list_source
 from stator.state import warm
 from stator.state.markers import MISSING
-from tests.state_model import Program, Record, model
+from tests.state_model import Program, Record, model, record_times
 from tests.unit.inprocess_job import Faults, InProcessJob, TaskFailed
 
 EXAMPLES = int(os.environ.get("STATOR_MODEL_EXAMPLES", "0"))
 MAX_PARALLELISM = 8
+CLOCK_STEP = 10  # ms of processing time per epoch
 
 # ---------------------------------------------------------------------------- strategies
 
@@ -74,6 +78,29 @@ OPS = st.one_of(
     st.tuples(st.just("t.reg"), _stamp),
     st.tuples(st.just("t.del"), _stamp),
 )
+# The aggregating and TTL-enabled states' operations.
+TTL_OPS = st.one_of(
+    st.tuples(st.just("a.get")),
+    st.tuples(st.just("a.add"), _small),
+    st.tuples(st.just("a.clear")),
+    st.tuples(st.just("tv.get")),
+    st.tuples(st.just("tv.set"), _small),
+    st.tuples(st.just("tv.clear")),
+    st.tuples(st.just("tl.get")),
+    st.tuples(st.just("tl.add"), _small),
+    st.tuples(st.just("tl.update"), st.lists(_small, max_size=3).map(tuple)),
+    st.tuples(st.just("tm.get"), st.integers(0, 3)),
+    st.tuples(st.just("tm.put"), st.integers(0, 3), _small),
+    st.tuples(st.just("tm.remove"), st.integers(0, 3)),
+    st.tuples(st.just("tm.contains"), st.integers(0, 3)),
+    st.tuples(st.just("tm.items")),
+    st.tuples(st.just("tm.empty")),
+    st.tuples(st.just("tr.get")),
+    st.tuples(st.just("tr.add"), _small),
+    st.tuples(st.just("ta.get")),
+    st.tuples(st.just("ta.add"), _small),
+)
+ALL_OPS = st.one_of(OPS, TTL_OPS)
 
 # What happens after an epoch (by the driver's epoch listener) or inside it (the harness).
 EVENTS = st.sampled_from(
@@ -103,18 +130,19 @@ class Case:
     workers: int
     seed: int
     events: dict[int, str]
+    ttl_ms: int
 
 
 @st.composite
-def cases(draw: st.DrawFn) -> Case:
-    n_keys = draw(st.integers(1, 12))
+def cases(draw: st.DrawFn, ops_of: st.SearchStrategy[Any] = ALL_OPS, max_keys: int = 12) -> Case:
+    n_keys = draw(st.integers(1, max_keys))
     keys = [f"k{i}" for i in range(n_keys)]
     n = draw(st.integers(1, 40))
     records: list[Record] = []
     for seq in range(n):
         key = draw(st.sampled_from(keys))
         ts = draw(_stamp)
-        ops = tuple(draw(st.lists(OPS, min_size=1, max_size=5)))
+        ops = tuple(draw(st.lists(ops_of, min_size=1, max_size=5)))
         records.append((key, seq, ts, ops))
     epoch_size = draw(st.integers(1, 6))
     epochs = -(-n // epoch_size)
@@ -133,6 +161,7 @@ def cases(draw: st.DrawFn) -> Case:
         workers=draw(st.integers(1, 3)),
         seed=draw(st.integers(0, 2**16)),
         events=events,
+        ttl_ms=draw(st.sampled_from([15, 25, 45])),  # 1 to 4 epochs of CLOCK_STEP
     )
 
 
@@ -184,6 +213,7 @@ def run_job(
     sink = CollectSink()
     harness = InProcessJob(workers=case.workers, seed=case.seed, faults=Faults())
     monkeypatch.setattr(epoch_loop, "run_epoch_job", harness)
+    monkeypatch.setattr(epoch_loop, "epoch_processing_time", lambda epoch: epoch * CLOCK_STEP)
     read_file = warm._read
 
     def counted_read(file: Path, token: bytes, key: bytes) -> warm.Tables:
@@ -238,7 +268,7 @@ def _driver(case: Case, root: Path, sink: CollectSink, parallelism: int, restore
             watermarks=BoundedOutOfOrderness(case.delay),
         )
         .key_by(lambda r: r[0])
-        .process(Program(), uid="program")
+        .process(Program(case.ttl_ms), uid="program")
         .sink(sink, uid="out")
     )
     cfg = load_config(
@@ -264,8 +294,13 @@ def _driver(case: Case, root: Path, sink: CollectSink, parallelism: int, restore
 
 
 def check(case: Case, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    expected = model(case.records, case.epoch_size, case.delay)
     got, seen = run_job(dataclasses.replace(case, events=dict(case.events)), root, monkeypatch)
+    times = record_times(got)
+    assert set(times) == {r[1] for r in case.records}
+    stamps = [times[r[1]] for r in case.records]
+    # One time per epoch, from the injected clock, advancing with the input.
+    assert all(t % CLOCK_STEP == 0 for t in stamps) and stamps == sorted(stamps)
+    expected = model(case.records, case.epoch_size, case.delay, times, case.ttl_ms)
     for what in seen:
         event(what)
     event({0: "warm cache off", 4: "warm cache partial"}.get(case.warm_entries, "warm cache on"))
@@ -288,6 +323,23 @@ def test_state_reads_equal_the_model(
     case: Case, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = tmp_path_factory.mktemp("model")
+    try:
+        check(case, root, monkeypatch)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+_TTL_SETTINGS = settings(_SETTINGS, max_examples=EXAMPLES or 20)
+
+
+@_TTL_SETTINGS
+@given(case=cases(TTL_OPS, max_keys=3))
+def test_ttl_state_reads_equal_the_model(
+    case: Case, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Few keys and only aggregating and TTL-enabled state: a key's values are read again
+    after they expired, after a read restarted their time, and after cleanup ran."""
+    root = tmp_path_factory.mktemp("model-ttl")
     try:
         check(case, root, monkeypatch)
     finally:

@@ -7,7 +7,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, overload
 
+from ..state import ttl_tables
 from ..state.descriptors import (
+    AggregatingStateDescriptor,
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,
@@ -22,9 +24,16 @@ from ..state.operator_state import (
     OperatorTable,
 )
 from .operator_state import BroadcastState, OperatorListState
+from .ttl_state import (
+    TtlAggregatingState,
+    TtlListState,
+    TtlMapState,
+    TtlReducingState,
+    TtlValueState,
+)
 
 if TYPE_CHECKING:
-    from ..state.tables import ListTable, MapTable, ReducingTable, Table
+    from ..state.tables import AggregatingTable, ListTable, MapTable, ReducingTable, Table
 
 
 class KeyCursor:
@@ -97,6 +106,26 @@ class ReducingState:
     def get(self, default: Any = None) -> Any:
         v = self._t.load(self._cur.kkey)
         return default if v is self._missing else v
+
+    def add(self, value: Any) -> None:
+        self._t.add(self._cur.kkey, value)
+
+    def clear(self) -> None:
+        self._t.delete(self._cur.kkey)
+
+
+class AggregatingState:
+    """``add`` folds a value into the key's accumulator; ``get`` is its result (None while
+    the key has none)."""
+
+    __slots__ = ("_cur", "_missing", "_t")
+
+    def __init__(self, table: AggregatingTable, cursor: KeyCursor) -> None:
+        self._t, self._cur, self._missing = table, cursor, MISSING
+
+    def get(self) -> Any:
+        acc = self._t.load(self._cur.kkey)
+        return None if acc is self._missing else self._t.function.result(acc)
 
     def add(self, value: Any) -> None:
         self._t.add(self._cur.kkey, value)
@@ -217,9 +246,15 @@ class RuntimeContext:
     def get_state(self, desc: MapStateDescriptor) -> MapState: ...
     @overload
     def get_state(self, desc: ReducingStateDescriptor) -> ReducingState: ...
+    @overload
+    def get_state(self, desc: AggregatingStateDescriptor) -> AggregatingState: ...
 
     def get_state(self, desc: StateDescriptor) -> Any:
         table = self._backend.table(desc)
+        if desc.ttl is not None:
+            return _ttl_handle(table, self._cursor)
+        if isinstance(desc, AggregatingStateDescriptor):
+            return AggregatingState(table, self._cursor)  # type: ignore[arg-type]
         if isinstance(desc, MapStateDescriptor):
             return MapState(table, self._cursor)  # type: ignore[arg-type]
         if isinstance(desc, ListStateDescriptor):
@@ -252,6 +287,20 @@ class RuntimeContext:
         table = self._backend.operator_table(desc, kind)
         assert isinstance(table, OperatorListTable)
         return OperatorListState(table)
+
+
+def _ttl_handle(table: Table, cursor: KeyCursor) -> Any:
+    """The handle of a TTL-enabled state (``ttl_state.py``), by its table's kind."""
+    if isinstance(table, ttl_tables.TtlMapTable):
+        return TtlMapState(table, cursor)
+    if isinstance(table, ttl_tables.TtlListTable):
+        return TtlListState(table, cursor)
+    if isinstance(table, ttl_tables.TtlReducingTable):
+        return TtlReducingState(table, cursor)
+    if isinstance(table, ttl_tables.TtlAggregatingTable):
+        return TtlAggregatingState(table, cursor)
+    assert isinstance(table, ttl_tables.TtlValueTable)
+    return TtlValueState(table, cursor)
 
 
 class TimerService(Protocol):

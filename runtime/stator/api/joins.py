@@ -30,7 +30,7 @@ from .functions import Context, KeyedCoProcessFunction, OutputTag, RuntimeContex
 from .windows import Assigner, Windowed
 
 if TYPE_CHECKING:
-    from .graph import KeyedStream, Stream
+    from .graph import ConnectedStreams, KeyedStream, Stream
 
 JoinFn = Callable[[Any, Any], Any]
 
@@ -249,7 +249,8 @@ def interval_join(
     """``join(l, r)`` for every pair of the same key with
     ``l.ts + lower_ms <= r.ts <= l.ts + upper_ms``."""
     fn = IntervalJoin(lower_ms, upper_ms, join, late_output)
-    return left.connect(right).process(fn, uid=uid, parallelism=parallelism)
+    connected: ConnectedStreams = left.connect(right)
+    return connected.process(fn, uid=uid, parallelism=parallelism)
 
 
 def co_group(
@@ -265,7 +266,8 @@ def co_group(
     """``fn(key, window, lefts, rights)`` once per key and window that holds a record of
     either input (the other list may be empty); ``window.value`` is None."""
     function = WindowCoGroup(assigner, fn, late_output)
-    return left.connect(right).process(function, uid=uid, parallelism=parallelism)
+    connected: ConnectedStreams = left.connect(right)
+    return connected.process(function, uid=uid, parallelism=parallelism)
 
 
 def window_join(

@@ -72,6 +72,13 @@ log = logging.getLogger("stator.driver")
 STANDBY_ORDERS_WAIT_S = 10.0
 
 
+def epoch_processing_time(epoch: int) -> int:
+    """The processing time an epoch's records, timers and state TTL see: the wall clock when
+    the driver plans the epoch. Tests replace it (with a function of the epoch, a replayed
+    epoch sees the same time)."""
+    return now_ms()
+
+
 class RegionLoop:
     """Runs the epochs of one failover region (``region`` None: the whole job, whose
     checkpoints are at the job's root). Built by :class:`~stator.driver.job.Job`, which
@@ -294,7 +301,7 @@ class RegionLoop:
             job=self.job,
             epoch=position.epoch + 1,
             base_epoch=position.epoch,
-            processing_time_ms=now_ms(),
+            processing_time_ms=epoch_processing_time(position.epoch + 1),
             pipeline=self.pipeline,
             parallelism=self.parallelism.operators,
             max_parallelism=self.parallelism.max_parallelism,

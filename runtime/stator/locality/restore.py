@@ -82,6 +82,7 @@ def open_state(
     sweep(state_dir)
     try:
         opened = _open_state(spec, uid, subtask, key_groups, state_dir)
+        opened[0].clock.now_ms = spec.processing_time_ms  # TTL's time: the epoch's
     finally:
         # Pruned only now (a remote restore links the SSTs an older copy holds: ``_held_here``),
         # and also when the open fails: a retry on a full disk must not find them again.

@@ -33,7 +33,7 @@ NATIVE_COMPRESSION = "rocksdb"  # a native savepoint's files: as the database's 
 class OperatorSavepoint:
     uid: str
     parallelism: int  # when taken (restore may use another)
-    # name -> {"kind", "serializer", "version"[, "key_serializer"]}
+    # name -> {"kind", "serializer", "version"[, "key_serializer"][, "ttl"]}
     states: dict[str, dict[str, Any]]
     # canonical: key-group -> {"file", "bytes", "entries"}; empty key-groups have no file
     key_groups: dict[int, dict[str, Any]]
@@ -187,6 +187,11 @@ def _state(state: Fields) -> dict[str, Any]:
     state.integer("version")
     if "key_serializer" in state.raw:
         state.text("key_serializer")
+    if "ttl" in state.raw:  # a TTL-enabled state (``state/ttl.py``): its values carry stamps
+        ttl = state.fields("ttl")
+        ttl.integer("ttl_ms", low=1)
+        ttl.text("update_type")
+        ttl.text("visibility")
     return state.raw
 
 

@@ -27,6 +27,7 @@ from .layout import (
     META_OPERATOR_STATE,
     META_PREFIX,
     META_STATES,
+    META_TTL_CURSOR,
     META_WATERMARK,
     TIMER_MARK,
 )
@@ -34,6 +35,9 @@ from .markers import MISSING
 from .options import RocksDBOptions
 from .tables import MapTable, Table, table_for
 from .timers import TimerStore
+from .ttl import TtlClock
+from .ttl_cleanup import scan as scan_expired
+from .ttl_tables import TtlMapTable, TtlValueTable, ttl_table_for
 
 _I64 = struct.Struct(">q")
 MIN_WATERMARK = -(2**63)
@@ -91,6 +95,10 @@ class KeyedBackend:
         self._operator_image: opstate.Image = {}
         self.operator_tables: dict[str, opstate.OperatorTable] = {}
         self._operator_changed = False
+        # The processing time TTL-enabled states compare against (the epoch's).
+        self.clock = TtlClock()
+        self.ttl_tables: dict[int, TtlValueTable | TtlMapTable] = {}
+        self.ttl_cursor, self.ttl_removed = b"", False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -109,6 +117,9 @@ class KeyedBackend:
         self.watermark = _I64.unpack(raw_wm)[0] if raw_wm is not None else MIN_WATERMARK
         raw_states = db.get(META_STATES)
         self.registry = json.loads(raw_states) if raw_states is not None else {}
+        raw_cursor = db.get(META_TTL_CURSOR) or b"\x00"
+        # (whether the pass removed anything yet: it then compacts when it ends, cursor)
+        self.ttl_removed, self.ttl_cursor = raw_cursor[0] == 1, raw_cursor[1:]
         raw_token = db.get(META_COMMIT)
         self.commit_token = raw_token.hex() if raw_token is not None else ""
         if self.warm_entries:
@@ -151,7 +162,11 @@ class KeyedBackend:
             return existing
         assert self.db is not None, "open() the backend first"
         sid = self._register(desc, desc.kind.value)
-        table = table_for(self.db, sid, desc)
+        table: Table
+        if desc.ttl is None:
+            table = table_for(self.db, sid, desc)
+        else:
+            table = self.ttl_tables[sid] = ttl_table_for(self.db, sid, desc, self.clock)
         cached = self._warm.pop(sid, None)
         if cached is not None and not isinstance(table, MapTable):
             table.cache, table.complete = cached
@@ -194,16 +209,22 @@ class KeyedBackend:
 
     def _register(self, desc: StateDescriptor, kind: str) -> int:
         """The state id of a declared state, recorded in the registry if it is new."""
-        entry = {
+        entry: dict[str, Any] = {
             "kind": kind,
             "serializer": desc.serializer.name,
             "version": desc.serializer.version,
         }
         if isinstance(desc, MapStateDescriptor):
             entry["key_serializer"] = desc.key_serializer.name
+        ttl = getattr(desc, "ttl", None)
+        if ttl is not None:
+            entry["ttl"] = ttl.registry_entry()
         stored = self.registry.get(desc.name)
         if stored is not None:
             self._check_compatible(desc.name, stored, entry)
+            if stored.get("ttl") != entry.get("ttl"):  # a new duration or update type
+                stored["ttl"] = entry["ttl"]
+                self._registry_changed = True
             return int(stored["sid"])
         used = {int(s["sid"]) for s in self.registry.values()}
         sid = next((i for i in range(MAX_STATE_ID + 1) if i not in used), None)
@@ -236,6 +257,14 @@ class KeyedBackend:
                     f"declares '{entry[field]}': the stored values cannot be read. Keep the old "
                     f"serializer or migrate the state offline"
                 )
+        if ("ttl" in stored) != ("ttl" in entry):
+            now, was = ("with", "without") if "ttl" in entry else ("without", "with")
+            raise StateCompatibilityError(
+                f"{where} was written {was} TTL and is now declared {now} it: stored values "
+                f"{'lack' if was == 'without' else 'carry'} the access time TTL needs. Keep the "
+                f"state's TTL setting, or declare the state under a new name (and set "
+                f"restore.allow_non_restored_state=true to drop the old one)"
+            )
         if int(stored["version"]) > int(entry["version"]):
             raise StateCompatibilityError(
                 f"{where} was written by serializer version {stored['version']}, newer than "
@@ -351,6 +380,21 @@ class KeyedBackend:
         assert self.db is not None and self.timers is not None
         batch = rocksdict.WriteBatch(raw_mode=True)
         written = 0
+        cleanup, compact = None, False
+        if self.ttl_tables:
+            budget = max(t.cleanup_scan for t in self.ttl_tables.values())
+            cleanup = scan_expired(
+                self.db, self.ttl_tables, self.clock.now_ms, budget, self.ttl_cursor
+            )
+            for key, value in cleanup.puts:
+                if value is None:
+                    batch.delete(key)
+                else:
+                    batch.put(key, value)
+            removed = self.ttl_removed or bool(cleanup.puts)
+            compact = removed and cleanup.pass_ended
+            self.ttl_removed, self.ttl_cursor = removed and not compact, cleanup.cursor
+            batch.put(META_TTL_CURSOR, bytes((self.ttl_removed,)) + cleanup.cursor)
         for table in self.tables.values():
             written += table.write_to(batch)
         written += self.timers.write_to(batch)
@@ -364,6 +408,8 @@ class KeyedBackend:
             info = {"max_parallelism": self.max_parallelism, "operator_uid": self.operator_uid}
             batch.put(META_INFO, json.dumps(info, sort_keys=True).encode())
         self.db.write(batch)
+        if cleanup is not None and compact:  # the removed bytes leave the SST files too
+            self.db.compact_range(None, None)
         self.epoch, self.watermark, self._registry_changed = epoch, watermark, False
         for optable in self.operator_tables.values():
             optable.changed = False

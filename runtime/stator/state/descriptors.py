@@ -10,9 +10,10 @@ import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from .serializers import PICKLE, Serializer
+from .ttl import StateTtlConfig, check_ttl
 
 
 class StateKind(StrEnum):
@@ -20,6 +21,7 @@ class StateKind(StrEnum):
     LIST = "list"
     MAP = "map"
     REDUCING = "reducing"
+    AGGREGATING = "aggregating"
 
 
 def _check_name(name: object) -> None:
@@ -33,10 +35,12 @@ class ValueStateDescriptor:
 
     name: str
     serializer: Serializer = field(default=PICKLE, compare=False)
+    ttl: StateTtlConfig | None = None
     kind: ClassVar[StateKind] = StateKind.VALUE
 
     def __post_init__(self) -> None:
         _check_name(self.name)
+        check_ttl(self.name, self.ttl)
 
 
 @dataclass(frozen=True)
@@ -45,10 +49,12 @@ class ListStateDescriptor:
 
     name: str
     serializer: Serializer = field(default=PICKLE, compare=False)
+    ttl: StateTtlConfig | None = None
     kind: ClassVar[StateKind] = StateKind.LIST
 
     def __post_init__(self) -> None:
         _check_name(self.name)
+        check_ttl(self.name, self.ttl)
 
 
 @dataclass(frozen=True)
@@ -58,10 +64,12 @@ class MapStateDescriptor:
     name: str
     serializer: Serializer = field(default=PICKLE, compare=False)
     key_serializer: Serializer = field(default=PICKLE, compare=False)
+    ttl: StateTtlConfig | None = None
     kind: ClassVar[StateKind] = StateKind.MAP
 
     def __post_init__(self) -> None:
         _check_name(self.name)
+        check_ttl(self.name, self.ttl)
 
 
 @dataclass(frozen=True)
@@ -72,12 +80,56 @@ class ReducingStateDescriptor:
     name: str
     reduce_fn: Callable[[Any, Any], Any] = field(default=operator.add, compare=False)
     serializer: Serializer = field(default=PICKLE, compare=False)
+    ttl: StateTtlConfig | None = None
     kind: ClassVar[StateKind] = StateKind.REDUCING
 
     def __post_init__(self) -> None:
         _check_name(self.name)
+        check_ttl(self.name, self.ttl)
+
+
+class AggregateFunction(Protocol):
+    """Folds added values into an accumulator; the same protocol as the window aggregates
+    (``api/windows.Aggregate``), so one object serves both."""
+
+    def create(self) -> Any: ...
+    def add(self, acc: Any, value: Any) -> Any: ...
+    def merge(self, a: Any, b: Any) -> Any: ...
+    def result(self, acc: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class AggregatingStateDescriptor:
+    """One accumulator per key: ``add`` folds a value in with ``aggregate_function.add``,
+    ``get`` returns ``aggregate_function.result`` of it. The serializer stores the
+    accumulator."""
+
+    name: str
+    aggregate_function: AggregateFunction = field(compare=False)
+    serializer: Serializer = field(default=PICKLE, compare=False)
+    ttl: StateTtlConfig | None = None
+    kind: ClassVar[StateKind] = StateKind.AGGREGATING
+
+    def __post_init__(self) -> None:
+        _check_name(self.name)
+        check_ttl(self.name, self.ttl)
+        missing = [
+            m
+            for m in ("create", "add", "merge", "result")
+            if not callable(getattr(self.aggregate_function, m, None))
+        ]
+        if missing:
+            raise ValueError(
+                f"state '{self.name}': aggregate_function must have create(), add(acc, value), "
+                f"merge(a, b) and result(acc) (as api.windows.Count does); "
+                f"{type(self.aggregate_function).__name__} lacks {', '.join(missing)}"
+            )
 
 
 StateDescriptor = (
-    ValueStateDescriptor | ListStateDescriptor | MapStateDescriptor | ReducingStateDescriptor
+    ValueStateDescriptor
+    | ListStateDescriptor
+    | MapStateDescriptor
+    | ReducingStateDescriptor
+    | AggregatingStateDescriptor
 )

@@ -29,6 +29,7 @@ META_STATES = META_PREFIX + b"states"
 META_INFO = META_PREFIX + b"info"
 META_COMMIT = META_PREFIX + b"commit"
 META_OPERATOR_STATE = META_PREFIX + b"operator_state"
+META_TTL_CURSOR = META_PREFIX + b"ttl-cursor"  # where TTL cleanup continues (ttl_cleanup.py)
 EVENT_TIME, PROCESSING_TIME = 0, 1
 _TS_OFFSET = 1 << 63
 MAX_KEY_BYTES = 0xFFFE

@@ -20,6 +20,7 @@ from typing import Any, cast
 import rocksdict
 
 from .descriptors import (
+    AggregatingStateDescriptor,
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,
@@ -124,6 +125,20 @@ class ReducingTable(Table):
         self.store(key, value if current is MISSING else self.reduce_fn(current, value))
 
 
+class AggregatingTable(Table):
+    """One accumulator per key."""
+
+    def __init__(self, db: rocksdict.Rdict, sid: int, desc: StateDescriptor) -> None:
+        super().__init__(db, sid, desc)
+        assert isinstance(desc, AggregatingStateDescriptor)
+        self.function = desc.aggregate_function
+
+    def add(self, key: bytes, value: Any) -> None:
+        acc = self.load(key)
+        fn = self.function
+        self.store(key, fn.add(fn.create() if acc is MISSING else acc, value))
+
+
 def decode_list(raw: bytes, serializer: Serializer) -> list[Any]:
     """A stored list: length-prefixed serialized elements."""
     loads, out, pos, end = serializer.loads, [], 0, len(raw)
@@ -223,6 +238,7 @@ class MapTable(Table):
 
 
 def table_for(db: rocksdict.Rdict, sid: int, desc: StateDescriptor) -> Table:
+    """The table of a state without TTL (``ttl_tables.ttl_table_for`` makes the others)."""
     if isinstance(desc, MapStateDescriptor):
         return MapTable(db, sid, desc)
     if isinstance(desc, ListStateDescriptor):
@@ -231,4 +247,6 @@ def table_for(db: rocksdict.Rdict, sid: int, desc: StateDescriptor) -> Table:
         return ReducingTable(db, sid, desc)
     if isinstance(desc, ValueStateDescriptor):
         return ValueTable(db, sid, desc)
+    if isinstance(desc, AggregatingStateDescriptor):
+        return AggregatingTable(db, sid, desc)
     raise TypeError(f"not a state descriptor: {desc!r}")

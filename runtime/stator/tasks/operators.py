@@ -40,6 +40,7 @@ from ..api.operator_state import BroadcastState
 from ..keygroups import decode_key
 from ..state.backend import KeyedBackend
 from ..state.descriptors import (
+    AggregatingStateDescriptor,
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,
@@ -267,7 +268,11 @@ class ProcessRunner:
             t
             for t in self.backend.tables.values()
             if isinstance(
-                t.desc, ValueStateDescriptor | ReducingStateDescriptor | ListStateDescriptor
+                t.desc,
+                ValueStateDescriptor
+                | ReducingStateDescriptor
+                | ListStateDescriptor
+                | AggregatingStateDescriptor,
             )
         ]
         if all(t.complete for t in tables):  # absent keys need no read: nothing to gather
