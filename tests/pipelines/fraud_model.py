@@ -45,21 +45,33 @@ def expected(transactions: int) -> tuple[Counter[Any], Counter[Any], Counter[Any
         per_account[t.account].append(t)
     sessions: Counter[Any] = Counter()
     for account, ts in per_account.items():
-        spent: dict[int, int] = {}
-        for t in ts:  # daily limits, in event-time order per account
-            day = t.ts // DAY_MS
-            before = spent.get(day, 0)
-            spent[day] = before + t.amount
-            daily = limits_at(t.ts, LIMITS).daily
-            if before <= daily < before + t.amount:
-                alerts[Alert("daily-limit", account, t.txn_id, daily)] += 1
-        start, end, total = ts[0].ts, ts[0].ts + SESSION_GAP_MS, ts[0].amount
-        for t in ts[1:]:
-            if t.ts < end:
-                end, total = max(end, t.ts + SESSION_GAP_MS), total + t.amount
-            else:
-                sessions[Windowed(account, start, end, total)] += 1
-                start, end, total = t.ts, t.ts + SESSION_GAP_MS, t.amount
-        sessions[Windowed(account, start, end, total)] += 1
+        alerts.update(_daily_limits(account, ts))
+        sessions.update(_sessions(account, ts))
     late = Counter(t for t in txns if is_late(t))
     return alerts, sessions, late
+
+
+def _daily_limits(account: str, ts: list[Transaction]) -> list[Alert]:
+    """The first transaction of a day past the daily limit, in event-time order."""
+    out, spent = [], {}
+    for t in ts:
+        day = t.ts // DAY_MS
+        before = spent.get(day, 0)
+        spent[day] = before + t.amount
+        daily = limits_at(t.ts, LIMITS).daily
+        if before <= daily < before + t.amount:
+            out.append(Alert("daily-limit", account, t.txn_id, daily))
+    return out
+
+
+def _sessions(account: str, ts: list[Transaction]) -> list[Windowed]:
+    out = []
+    start, end, total = ts[0].ts, ts[0].ts + SESSION_GAP_MS, ts[0].amount
+    for t in ts[1:]:
+        if t.ts < end:
+            end, total = max(end, t.ts + SESSION_GAP_MS), total + t.amount
+        else:
+            out.append(Windowed(account, start, end, total))
+            start, end, total = t.ts, t.ts + SESSION_GAP_MS, t.amount
+    out.append(Windowed(account, start, end, total))
+    return out
