@@ -5,14 +5,17 @@ and migration (like Flink's State Processor API or Spark's state data source).
     df = read_state(spark, "s3://bucket/savepoints/job/savepoint-0000000042-ab12cd")
     df.where("operator_uid = 'running-total'").show()
 
-Columns: operator_uid, state_name, state_kind (value|list|map|reducing|aggregating|timer),
-key_group, key, user_key, value (an aggregating state's accumulator, not its result: the
-reader has no aggregate function). Keys and values are JSON text of the decoded Python
-values (repr for what JSON cannot hold); values of custom serializers are given as hex of
-their bytes. Timers appear with state_kind "timer", the timestamp as value and user_key
-"event" or "processing".
+Columns: operator_uid, state_name, state_kind (value|list|map|reducing|aggregating|timer|
+broadcast|operator_list|union_list), key_group, key, user_key, value (an aggregating state's
+accumulator, not its result: the reader has no aggregate function). Keys and values are JSON
+text of the decoded Python values (repr for what JSON cannot hold); values of custom
+serializers are given as hex of their bytes. Timers appear with state_kind "timer", the
+timestamp as value and user_key "event" or "processing".
 Values of TTL-enabled states are given without their access stamps; values (list elements,
 map entries) expired at ``now_ms`` (default: the wall clock when reading) are left out.
+Non-keyed state (broadcast and operator list state) is in no key-group: key_group is -1, key
+the subtask that holds it, user_key the broadcast entry's key or the list element's position;
+it is read from the metadata (no download).
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ from .checkpoint.transfer import download_snapshot
 from .keygroups import KeyGroupRange, decode_key
 from .lineage import load_target
 from .savepoint.format import StateEntry, TimerEntry, read_key_group
+from .savepoint.metadata import SavepointMetadata
 from .savepoint.transfer import database_entries, state_catalog
+from .state import operator_state as opstate
 from .state.backend import KeyedBackend
 from .state.options import RocksDBOptions
 from .state.serializers import by_name
@@ -140,6 +145,39 @@ def _checkpoint_rows(
         shutil.rmtree(work, ignore_errors=True)
 
 
+def operator_state_rows(meta: CheckpointMetadata | SavepointMetadata) -> list[Row]:
+    """Every subtask's non-keyed state, from the blobs the metadata carries."""
+    by_operator: dict[str, dict[int, str]] = {}
+    if isinstance(meta, SavepointMetadata) and not meta.native:
+        by_operator = {uid: dict(op.operator_states) for uid, op in meta.operators.items()}
+    else:
+        for uid, op in meta.operators.items():
+            by_operator[uid] = {s.index: s.operator_state for s in op.subtasks}
+    rows: list[Row] = []
+    for uid, blobs in sorted(by_operator.items()):
+        for subtask, text in sorted(blobs.items()):
+            where = f"of operator '{uid}' subtask {subtask}"
+            image = opstate.decode(opstate.from_text(text, where), where)
+            for name, raw in sorted(image.items()):
+                rows += _operator_rows(uid, name, subtask, raw)
+    return rows
+
+
+def _operator_rows(uid: str, name: str, subtask: int, raw: opstate.RawState) -> list[Row]:
+    serializer, uks = by_name(raw.serializer), by_name(raw.key_serializer)
+
+    def value(data: bytes) -> str:
+        return _text(serializer.loads(data)) if serializer else data.hex()
+
+    key, kind, e = _text(subtask), str(raw.kind), raw.elements
+    if raw.kind is not opstate.OperatorStateKind.BROADCAST:
+        return [(uid, name, kind, -1, key, str(i), value(x)) for i, x in enumerate(e)]
+    return [
+        (uid, name, kind, -1, key, _text(uks.loads(e[i])) if uks else e[i].hex(), value(e[i + 1]))
+        for i in range(0, len(e), 2)
+    ]
+
+
 def read_state(spark: Any, uri: str, s3: S3Options | None = None, now_ms: int | None = None) -> Any:
     """The state in the savepoint or checkpoint at ``uri`` as a DataFrame (read in parallel:
     one Spark task per key-group file or per checkpointed subtask); TTL-enabled values
@@ -170,6 +208,7 @@ def read_state(spark: Any, uri: str, s3: S3Options | None = None, now_ms: int | 
         rdd = sc.parallelize(tasks, max(1, min(len(tasks), 64))).flatMap(
             lambda t: _savepoint_rows(store, t[0], t[1], t[2], t[3], now)
         )
+    rdd = rdd.union(sc.parallelize(operator_state_rows(meta), 1))
     schema = StructType(
         [
             StructField("operator_uid", StringType(), False),

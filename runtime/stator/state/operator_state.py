@@ -8,8 +8,8 @@ state, kept by local recovery and by every copy of the database), and carried in
 checkpoint's and savepoint's metadata, so a restore at another parallelism reads every old
 subtask's blob without downloading their databases (``redistribute``).
 
-    blob      := MAGIC VERSION:u8 state*
-    state     := name:bytes kind:u8 count:u32 element*
+    blob      := MAGIC VERSION:u8 states:u32 state*      (exactly ``states`` states)
+    state     := name:bytes kind:u8 count:u32 serializer:bytes key_serializer:bytes element*
     element   := bytes                           (lists: each element as serialized)
                | key:bytes value:bytes           (broadcast: each entry)
     bytes     := length:u32 data
@@ -32,7 +32,7 @@ MAGIC = b"STOS"
 VERSION = 1
 # One subtask's non-keyed state, encoded; it is inline in every checkpoint's metadata.
 MAX_BLOB_BYTES = 4 * 1024 * 1024
-_HEAD = struct.Struct(">4sB")
+_HEAD = struct.Struct(">4sBI")
 _LEN = struct.Struct(">I")
 _KIND = struct.Struct(">BI")  # kind, element count
 
@@ -57,10 +57,13 @@ class OperatorStateError(ValueError):
 
 @dataclass(frozen=True)
 class RawState:
-    """One state of a blob, its elements as serialized (broadcast: key, value, key, ...)."""
+    """One state of a blob, its elements as serialized (broadcast: key, value, key, ...),
+    and its serializers' names (the offline reader decodes with them)."""
 
     kind: OperatorStateKind
     elements: tuple[bytes, ...]
+    serializer: str = ""
+    key_serializer: str = ""
 
 
 Image = dict[str, RawState]  # a subtask's non-keyed state: name -> raw state
@@ -70,12 +73,14 @@ Image = dict[str, RawState]  # a subtask's non-keyed state: name -> raw state
 
 
 def encode(image: Image) -> bytes:
-    parts = [_HEAD.pack(MAGIC, VERSION)]
+    parts = [_HEAD.pack(MAGIC, VERSION, len(image))]
     for name in sorted(image):
         state = image[name]
         data = name.encode()
         count = len(state.elements) // (2 if state.kind is OperatorStateKind.BROADCAST else 1)
         parts += [_LEN.pack(len(data)), data, _KIND.pack(_CODES[state.kind], count)]
+        for serializer in (state.serializer.encode(), state.key_serializer.encode()):
+            parts += [_LEN.pack(len(serializer)), serializer]
         for element in state.elements:
             parts += [_LEN.pack(len(element)), element]
     return b"".join(parts)
@@ -86,25 +91,31 @@ def decode(blob: bytes, where: str = "") -> Image:
     if not blob:
         return {}
     try:
-        magic, version = _HEAD.unpack_from(blob)
-        if magic != MAGIC:
+        if blob[:4] != MAGIC:
             raise OperatorStateError("not a non-keyed state blob")
-        if version != VERSION:
-            raise OperatorStateError(f"format version {version}, this Stator reads {VERSION}")
+        if blob[4:5] and blob[4] != VERSION:
+            raise OperatorStateError(f"format version {blob[4]}, this Stator reads {VERSION}")
+        _, _, states = _HEAD.unpack_from(blob)
         image: Image = {}
         pos = _HEAD.size
-        while pos < len(blob):
+        for _ in range(states):
             name, pos = _bytes(blob, pos)
             code, count = _KIND.unpack_from(blob, pos)
             pos += _KIND.size
             if code not in _KINDS:
                 raise OperatorStateError(f"state {name!r} has unknown kind code {code}")
             kind = _KINDS[code]
+            serializer, pos = _bytes(blob, pos)
+            key_serializer, pos = _bytes(blob, pos)
             elements = []
             for _ in range(count * (2 if kind is OperatorStateKind.BROADCAST else 1)):
                 element, pos = _bytes(blob, pos)
                 elements.append(element)
-            image[name.decode()] = RawState(kind, tuple(elements))
+            image[name.decode()] = RawState(
+                kind, tuple(elements), serializer.decode(), key_serializer.decode()
+            )
+        if pos != len(blob):
+            raise OperatorStateError(f"{len(blob) - pos} bytes after its last state")
         return image
     except (struct.error, UnicodeDecodeError) as exc:
         raise OperatorStateError(f"non-keyed state {where} is truncated: {exc}") from exc
@@ -180,7 +191,8 @@ def redistribute(
                 start, end = split_bounds(len(every), new_parallelism, subtask)
                 every = every[start:end]
             elements = every
-        image[name] = RawState(kind, elements)
+        first = next((o[name] for o in old if name in o), RawState(kind, ()))
+        image[name] = RawState(kind, elements, first.serializer, first.key_serializer)
     return image
 
 
@@ -215,7 +227,8 @@ class OperatorListTable(OperatorTable):
 
     def raw(self) -> RawState:
         dumps = self.serializer.dumps
-        return RawState(self.kind, tuple(dumps(v) for v in self.items))
+        items = tuple(dumps(v) for v in self.items)
+        return RawState(self.kind, items, self.serializer.name)
 
 
 class BroadcastTable(OperatorTable):
@@ -238,4 +251,4 @@ class BroadcastTable(OperatorTable):
     def raw(self) -> RawState:
         dumps = self.serializer.dumps
         flat = tuple(x for k, v in self.sorted_items() for x in (k, dumps(v)))
-        return RawState(self.kind, flat)
+        return RawState(self.kind, flat, self.serializer.name, self.key_serializer.name)
