@@ -1,0 +1,193 @@
+"""``examples/fraud_detection.py`` on real Spark, against its plain-Python model record for
+record: rescaled 3 -> 5 -> 2 through savepoints (canonical, then native) on fresh local disks
+each time, so every new subtask restores its keyed, timer, TTL and broadcast state from the
+savepoint; and run as a real ``stator run`` process killed with SIGKILL (the driver, then a
+Python worker) and restarted from its checkpoints. The model does not depend on where epochs
+end (late transactions are 20 minutes behind; an epoch here spans at most 200 s), so a run
+cut anywhere must still equal it."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from examples.fraud_detection import build
+from stator import Job
+from stator.config import JobConfig
+from stator.sinks import FileSink, read_committed
+from tests.helpers import stop_with_savepoint_after, with_overrides
+from tests.pipelines.fraud_model import expected
+
+ROOT = Path(__file__).resolve().parents[2]
+TRANSACTIONS, EPOCH = 16_000, 3_000
+SEED = int(os.environ.get("STATOR_FRAUD_SEED", str(random.SystemRandom().randrange(10**6))))
+DAEMON = "stator.tasks.pydaemon"
+
+
+def _as_json(records: Counter[Any]) -> Counter[str]:
+    """Records as the file sink commits them (JSON), as comparable text."""
+    return Counter(
+        {json.dumps(list(r) if isinstance(r, tuple) else r): n for r, n in records.items()}
+    )
+
+
+def _committed(out: str) -> tuple[Counter[str], Counter[str], Counter[str]]:
+    def read(name: str) -> Counter[str]:
+        return Counter(json.dumps(r) for r in read_committed(f"{out}/{name}"))
+
+    return read("alerts"), read("sessions"), read("late")
+
+
+def _assert_equals_model(out: str) -> None:
+    alerts, sessions, late = _committed(out)
+    want_alerts, want_sessions, want_late = (_as_json(c) for c in expected(TRANSACTIONS))
+    assert late == want_late
+    assert sessions == want_sessions
+    assert alerts == want_alerts
+
+
+def _job(out: str) -> Any:
+    return build(
+        FileSink(f"{out}/alerts"),
+        FileSink(f"{out}/sessions"),
+        FileSink(f"{out}/late"),
+        transactions=TRANSACTIONS,
+        max_parallelism=32,
+    )
+
+
+def test_rescaled_3_5_2_through_savepoints(
+    spark: Any, job_config: JobConfig, tmp_path: Path
+) -> None:
+    out = f"file://{tmp_path}/out"
+    base = with_overrides(
+        job_config, epoch={"max_records": EPOCH}, savepoint={"dir": f"file://{tmp_path}/sp"}
+    )
+    phases = [(3, "canonical", 4), (5, "native", 9), (2, "canonical", None)]
+    restore = "latest"
+    for parallelism, fmt, stop_after in phases:
+        cfg = with_overrides(
+            base,
+            parallelism=parallelism,
+            restore={"source": restore},
+            savepoint={"format_type": fmt},
+            state={"local_dir": str(tmp_path / f"pod-{parallelism}")},  # fresh disks
+        )
+        driver = Job(_job(out), cfg, spark)
+        if stop_after is not None:
+            stop_with_savepoint_after(driver, stop_after)
+        status = driver.run()
+        if stop_after is None:
+            assert status.finished
+        else:
+            assert status.state == "STOPPED" and status.stopped_with_savepoint
+            restore = status.stopped_with_savepoint
+    _assert_equals_model(out)
+
+
+class Run:
+    """``stator run`` of the example as its own process group, restartable."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir, self.starts = workdir, 0
+        self.out = f"file://{workdir}/out"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.starts += 1
+        argv = [sys.executable, "-m", "stator", "run", "examples/fraud_detection.py:pipeline"]
+        for setting in (
+            f"checkpoint.storage=file://{self.workdir}/ck",
+            f"state.local_dir={self.workdir}/state",
+            f"epoch.max_records={EPOCH}",
+            "parallelism=3",
+            "spark.master=local[2]",
+            "restart.delay_ms=200",
+        ):
+            argv += ["--set", setting]
+        env = {
+            **os.environ,
+            "STATOR_FRAUD_OUT": self.out,
+            "STATOR_FRAUD_TRANSACTIONS": str(TRANSACTIONS),
+            "STATOR_FRAUD_RATE": "1200",
+        }
+        log = (self.workdir / f"driver-{self.starts}.log").open("ab")
+        self.proc = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True
+        )
+
+    def checkpoints(self) -> int:
+        ids = [int(p.parent.name.split("-")[1]) for p in self.workdir.glob("ck/**/chk-*/_metadata")]
+        return max(ids, default=0)
+
+    def wait_for_checkpoint(self, n: int, timeout: float = 240) -> bool:
+        """True once checkpoint ``n`` completed; False if the job ended first."""
+        deadline = time.monotonic() + timeout
+        assert self.proc is not None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                assert self.proc.returncode == 0, self.log_tail()
+                return False
+            if self.checkpoints() >= n:
+                return True
+            time.sleep(0.1)
+        raise TimeoutError(f"checkpoint {n} not reached in {timeout}s\n{self.log_tail()}")
+
+    def kill_driver(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+
+    def workers(self) -> list[psutil.Process]:
+        assert self.proc is not None
+        found = []
+        for p in psutil.Process(self.proc.pid).children(recursive=True):
+            try:
+                if DAEMON in " ".join(p.cmdline()) and DAEMON in " ".join(p.parent().cmdline()):
+                    found.append(p)
+            except psutil.NoSuchProcess:
+                continue
+        return found
+
+    def wait(self, timeout: float = 300) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def log_tail(self) -> str:
+        logs = sorted(self.workdir.glob("driver-*.log"))
+        return "\n".join(f"--- {p.name}:\n" + p.read_text(errors="replace")[-3000:] for p in logs)
+
+
+def test_killed_driver_and_python_worker(tmp_path: Path) -> None:
+    rng = random.Random(SEED)
+    print(f"seed {SEED}")
+    run = Run(tmp_path)
+    run.start()
+    first = rng.randrange(2, 5)
+    assert run.wait_for_checkpoint(first), "the job ended before the driver could be killed"
+    time.sleep(rng.uniform(0, 0.5))
+    run.kill_driver()
+    run.start()
+    killed = 0
+    for target in sorted(rng.sample(range(first + 2, first + 10), 2)):
+        if not run.wait_for_checkpoint(target):
+            break
+        time.sleep(rng.uniform(0, 0.3))
+        workers = run.workers()
+        if workers:
+            rng.choice(workers).kill()
+            killed += 1
+    assert killed >= 1, "no Python worker was found to kill: the test would prove nothing"
+    assert run.wait() == 0, run.log_tail()
+    assert run.starts == 2
+    _assert_equals_model(run.out)
