@@ -29,9 +29,13 @@ Groups (``--only``):
   check, 300 lookups, close) after one epoch wrote ``--epoch-access-bytes`` at once, with
   partitioned index and filters (the default) vs monolithic ones (before);
 - ``spark_start``: a session and its first job on ``local-cluster[2,1,1024]`` (a driver
-  and two executor JVMs) with Stator's class-data archives vs the JDK's own.
+  and two executor JVMs) with Stator's class-data archives vs the JDK's own;
+- ``join``: an interval join of two streams (the same ``--join-events`` on both sides,
+  ``--join-keys`` keys, +-5 s) against Spark's stream-stream join with watermarks and a
+  range condition (RocksDB state store), both outputs' pair counts checked
+  (``bench/joins.py``).
 
-``--quick`` runs a reduced ``count`` and ``tws`` once each without MinIO, in under three
+``--quick`` runs a reduced ``count``, ``tws`` and ``join`` once each without MinIO, in under three
 minutes, for development: its numbers are not those of docs/benchmarks.md.
 """
 
@@ -63,7 +67,8 @@ LINK: dict[str, str] = {}  # "url": MinIO behind a bandwidth-capped link (--link
 def run_case(name: str, **kwargs: Any) -> dict[str, Any]:
     """Run one case in a child process and return its result."""
     code = (
-        "import json, sys; from bench.cases import CASES; "
+        "import json, sys; from bench.cases import CASES; from bench.joins import JOIN_CASES; "
+        "CASES.update(JOIN_CASES); "
         f"r = CASES[{name!r}](**json.loads(sys.argv[1])); print('RESULT ' + json.dumps(r))"
     )
     # This checkout's runtime first: an installed (e.g. editable, other checkout) stator
@@ -104,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epoch", type=int, default=500_000, help="records per epoch/trigger")
     parser.add_argument("--tws-events", type=int, default=200_000)
     parser.add_argument("--tws-keys", type=int, default=20_000)
+    parser.add_argument("--join-events", type=int, default=2_000_000, help="per side")
+    parser.add_argument("--join-keys", type=int, default=200_000)
+    parser.add_argument("--join-epoch", type=int, default=250_000, help="per side")
     parser.add_argument("--churn-keys", type=int, default=400_000)
     parser.add_argument("--churn-checkpoints", type=int, default=20)
     parser.add_argument("--sp-keys", type=int, default=1_000_000, help="savepoint state keys")
@@ -130,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             "standby",
             "epoch_access",
             "spark_start",
+            "join",
         ],
     )
     parser.add_argument("--json", type=Path, help="also write every run's result here")
@@ -147,8 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     compile_sources(ROOT)
     if args.quick:
-        args.runs, args.only, args.no_minio = 1, ["count", "tws"], True
+        args.runs, args.only, args.no_minio = 1, ["count", "tws", "join"], True
         args.events, args.keys, args.epoch = 200_000, 20_000, 50_000
+        args.join_events, args.join_keys, args.join_epoch = 100_000, 10_000, 25_000
         args.tws_events, args.tws_keys = 8_000, 1_000
     elif args.runs < 3:
         parser.error("--runs must be at least 3 (fewer make no median); --quick for less")
@@ -250,6 +260,35 @@ def _run(args: argparse.Namespace, s3: str) -> int:
                 "the same, checkpoints on local disk vs none",
                 runs.runs_of("builtin", "checkpoints on local disk", "events/s"),
                 runs.runs_of("builtin_none", "built-in `.count()`, no checkpoints", "events/s"),
+            ).row()
+        )
+
+    if "join" in args.only:
+        runs = Alternating(args.runs, log)
+        join = dict(
+            events=args.join_events,
+            keys=args.join_keys,
+            epoch=args.join_epoch,
+            bound_ms=5_000,
+            ms_per_record=1,
+        )
+        runs.measure(
+            {
+                "stator": _case("stator_interval_join", "events_per_s", **join),
+                "spark": _case("spark_interval_join", "events_per_s", **join),
+            }
+        )
+        dumps["join"] = runs.results
+        rows.append(
+            Comparison(
+                f"interval join of two streams ({args.join_events:,} events each, the same on "
+                f"both sides; {args.join_keys:,} keys; pairs within +-5 s; "
+                f"{args.join_epoch:,} per side per epoch/trigger); a checkpoint every epoch "
+                f"on local disk, both; pair counts checked: `interval_join` vs Spark's "
+                f"stream-stream join (watermarks, range condition, RocksDB state store)",
+                runs.runs_of("stator", "`interval_join`", "events/s"),
+                runs.runs_of("spark", "stream-stream join", "events/s"),
+                target=">= 1.5",
             ).row()
         )
 
