@@ -8,6 +8,8 @@ from typing import Any
 
 from ..state.operator_state import BroadcastTable, OperatorListTable
 
+KEY_MEMO_LIMIT = 10_000
+
 
 class ReadOnlyStateError(RuntimeError):
     """A write through a read-only view of broadcast state."""
@@ -20,10 +22,22 @@ class BroadcastState:
     may read, and every write raises :class:`ReadOnlyStateError` (a write from one subtask's
     keyed records would make the copies differ)."""
 
-    __slots__ = ("_t", "_uks", "writable")
+    __slots__ = ("_kb", "_t", "_uks", "writable")
 
     def __init__(self, table: BroadcastTable, writable: bool = True) -> None:
         self._t, self._uks, self.writable = table, table.key_serializer, writable
+        self._kb: dict[Any, bytes] = {}  # serialized keys: a lookup per record serializes once
+
+    def _key(self, key: Any) -> bytes:
+        try:
+            kb = self._kb.get(key)
+        except TypeError:  # an unhashable key: serialized each time
+            return self._uks.dumps(key)
+        if kb is None:
+            kb = self._uks.dumps(key)
+            if len(self._kb) < KEY_MEMO_LIMIT:
+                self._kb[key] = kb
+        return kb
 
     def read_only(self) -> BroadcastState:
         return BroadcastState(self._t, writable=False)
@@ -39,7 +53,7 @@ class BroadcastState:
         return self._t.entries
 
     def get(self, key: Any, default: Any = None) -> Any:
-        return self._t.entries.get(self._uks.dumps(key), default)
+        return self._t.entries.get(self._key(key), default)
 
     def put(self, key: Any, value: Any) -> None:
         if value is None:
@@ -54,7 +68,7 @@ class BroadcastState:
         self._write().pop(self._uks.dumps(key), None)
 
     def contains(self, key: Any) -> bool:
-        return self._uks.dumps(key) in self._t.entries
+        return self._key(key) in self._t.entries
 
     def items(self) -> Iterator[tuple[Any, Any]]:
         loads = self._uks.loads

@@ -92,8 +92,9 @@ class _Context:
     function's per-record cost)."""
 
     __slots__ = (
-        "_broadcast",
+        "_read_only",
         "_runner",
+        "_writable",
         "broadcast_writable",
         "current_key",
         "side",
@@ -110,13 +111,14 @@ class _Context:
         # Broadcast state may change only while the broadcast input is processed: the same
         # records in the same order on every subtask keep the copies equal.
         self.broadcast_writable = False
-        self._broadcast: dict[tuple[str, bool], BroadcastState] = {}
+        self._writable: dict[str, BroadcastState] = {}
+        self._read_only: dict[str, BroadcastState] = {}
 
     def get_broadcast_state(self, desc: MapStateDescriptor) -> BroadcastState:
         """The operator's broadcast state: writable in ``process_broadcast_element``,
         read-only elsewhere."""
         writable = self.broadcast_writable
-        handle = self._broadcast.get((desc.name, writable))
+        handle = (self._writable if writable else self._read_only).get(desc.name)
         if handle is None:
             declared = [d.name for d in self._runner.broadcast_states]
             if desc.name not in declared:
@@ -125,7 +127,8 @@ class _Context:
                     f"stream.broadcast(...) (declared: {declared})"
                 )
             full = self._runner.runtime.get_broadcast_state(desc)
-            handle = self._broadcast[(desc.name, writable)] = full if writable else full.read_only()
+            handle = full if writable else full.read_only()
+            (self._writable if writable else self._read_only)[desc.name] = handle
         return handle
 
     def apply_to_keyed_state(self, desc: StateDescriptor, fn: Callable[[Any, Any], None]) -> None:
