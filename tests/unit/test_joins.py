@@ -116,11 +116,16 @@ def join_cases(draw: st.DrawFn, least: int = 0) -> dict[str, Any]:
     right = sorted(_side(draw, "r", *(dense if sparse_left else sparse)), key=lambda r: r[1])
     lower = draw(st.integers(-15, 5))
     upper = lower + draw(st.integers(0, 15))
+    # strict bounds, where the interval keeps a timestamp
+    lower_exclusive = draw(st.booleans()) and lower < upper
+    upper_exclusive = draw(st.booleans()) and lower + lower_exclusive < upper
     return {
         "left": left,
         "right": right,
         "lower": lower,
         "upper": upper,
+        "lower_exclusive": lower_exclusive,
+        "upper_exclusive": upper_exclusive,
         "epoch": draw(st.integers(2, 12)),
         "parallelism": draw(st.integers(1, 3)),
         "fail": draw(st.booleans()),
@@ -170,7 +175,7 @@ def test_interval_join_equals_the_model(
 ) -> None:
     got, epochs = _run(
         case,
-        _interval_stamped(case["lower"], case["upper"]),
+        _interval_stamped(case),
         tmp_path_factory.mktemp("ij"),
         monkeypatch,
     )
@@ -180,23 +185,34 @@ def test_interval_join_equals_the_model(
 
 
 def interval_model(case: dict[str, Any], epochs: Epochs) -> Counter[tuple[Any, Any]]:
-    """Every pair of on-time records of one key within the bounds (inclusive)."""
+    """Every pair of on-time records of one key within the bounds (inclusive unless the
+    case makes one exclusive)."""
     lower, upper = case["lower"], case["upper"]
     kept = on_time([case["left"], case["right"]], epochs)
+
+    def within(lts: int, rts: int) -> bool:
+        above = lts + lower < rts if case["lower_exclusive"] else lts + lower <= rts
+        below = rts < lts + upper if case["upper_exclusive"] else rts <= lts + upper
+        return above and below
+
     return Counter(
         (lr, rr)
         for lr in case["left"]
         for rr in case["right"]
-        if lr[2] in kept
-        and rr[2] in kept
-        and lr[0] == rr[0]
-        and lr[1] + lower <= rr[1] <= lr[1] + upper
+        if lr[2] in kept and rr[2] in kept and lr[0] == rr[0] and within(lr[1], rr[1])
     )
 
 
-def _interval_stamped(lower: int, upper: int) -> Any:
+def _interval_stamped(case: dict[str, Any]) -> Any:
     return lambda a, b: (
-        a.interval_join(b, lower, upper, uid="j")
+        a.interval_join(
+            b,
+            case["lower"],
+            case["upper"],
+            uid="j",
+            lower_exclusive=case["lower_exclusive"],
+            upper_exclusive=case["upper_exclusive"],
+        )
         .key_by(lambda p: p[0][0])
         .process(WithTimestamp(), uid="stamp")
     )
@@ -319,6 +335,10 @@ def test_bad_join_arguments_are_refused() -> None:
         a.interval_join(b, 5, -5, uid="j")
     with pytest.raises(PipelineError, match="must be an int"):
         a.interval_join(b, 0.5, 1, uid="j")  # type: ignore[arg-type]
+    with pytest.raises(PipelineError, match=r"\(0, 1\) holds no timestamp.*make a bound"):
+        a.interval_join(b, 0, 1, uid="j", lower_exclusive=True, upper_exclusive=True)
+    with pytest.raises(PipelineError, match="upper_exclusive must be True or False"):
+        a.interval_join(b, 0, 1, uid="j", upper_exclusive="yes")  # type: ignore[arg-type]
     with pytest.raises(PipelineError, match="window assigner"):
         a.window_join(b, 10, uid="w")
     with pytest.raises(PipelineError, match="OutputTag"):
@@ -467,9 +487,7 @@ def test_interval_join_across_restores_and_rescales_equals_the_model(
 ) -> None:
     root = tmp_path_factory.mktemp("ij-restored")
     try:
-        got, epochs = _run_restored(
-            case, _interval_stamped(case["lower"], case["upper"]), root, monkeypatch
-        )
+        got, epochs = _run_restored(case, _interval_stamped(case), root, monkeypatch)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     assert all(ts == max(pair[0][1], pair[1][1]) for pair, ts in got)

@@ -486,11 +486,13 @@ class KeyedStream:
         uid: str,
         join: Callable[[Any, Any], Any] | None = None,
         late_output: OutputTag | None = None,
+        lower_exclusive: bool = False,
+        upper_exclusive: bool = False,
         parallelism: int | None = None,
     ) -> Stream:
         """``join(l, r)`` (default: the pair) for each ``l`` of this stream and ``r`` of
         ``other`` with the same key and ``l.ts + lower_ms <= r.ts <= l.ts + upper_ms``
-        (``stator.api.joins``)."""
+        (``<`` on an exclusive side; ``stator.api.joins``)."""
         from . import joins  # noqa: PLC0415 - joins build on this module
 
         return joins.interval_join(
@@ -501,6 +503,8 @@ class KeyedStream:
             uid=uid,
             join=join or joins.pair,
             late_output=late_output,
+            lower_exclusive=lower_exclusive,
+            upper_exclusive=upper_exclusive,
             parallelism=parallelism,
         )
 

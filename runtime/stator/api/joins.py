@@ -3,10 +3,12 @@ event-time timers (as ``windows.py`` builds windows on ``KeyedProcessFunction``)
 
 - **Interval join** (Flink's ``intervalJoin().between(lower, upper)``): each pair of the same
   key with ``left.ts + lower_ms <= right.ts <= left.ts + upper_ms`` (bounds inclusive) gives
-  ``join(left, right)``, stamped ``max(left.ts, right.ts)``. Each side is buffered per key and
-  timestamp until the watermark passes the last time the other side could still match it
-  (left: ``ts + max(upper, 0)``, right: ``ts + max(-lower, 0)``, as Flink's
-  ``IntervalJoinOperator``), when an event-time timer drops it.
+  ``join(left, right)``, stamped ``max(left.ts, right.ts)`` (``lower_exclusive`` /
+  ``upper_exclusive`` make a bound strict, as Flink's ``lowerBoundExclusive()``). Each
+  side is buffered per key and timestamp until the watermark passes the last time the other
+  side could still match it (left: ``ts + max(upper, 0)``, right: ``ts + max(-lower, 0)``,
+  with the bounds of a strict side moved a ms inward, as Flink's ``IntervalJoinOperator``),
+  when an event-time timer drops it.
 - **Window join / co-group** over Tumbling, Sliding or Session windows: when a window fires
   (its end - 1 passed by the watermark of both inputs), ``co_group(key, window, lefts,
   rights)`` is called once per key and window with both sides' records in arrival order
@@ -55,7 +57,14 @@ class IntervalJoin(KeyedCoProcessFunction):
     what the interval can still match), read once per key and epoch from the state cache."""
 
     def __init__(
-        self, lower_ms: int, upper_ms: int, join: JoinFn, late_output: OutputTag | None = None
+        self,
+        lower_ms: int,
+        upper_ms: int,
+        join: JoinFn,
+        late_output: OutputTag | None = None,
+        *,
+        lower_exclusive: bool = False,
+        upper_exclusive: bool = False,
     ) -> None:
         for name, value in (("lower_ms", lower_ms), ("upper_ms", upper_ms)):
             if isinstance(value, bool) or not isinstance(value, int):
@@ -64,11 +73,26 @@ class IntervalJoin(KeyedCoProcessFunction):
             raise PipelineError(
                 f"interval_join needs lower_ms <= upper_ms, got {lower_ms} > {upper_ms}"
             )
+        # Timestamps are whole ms: a strict bound is the inclusive one a ms inside (as Flink
+        # moves its bounds), so the lookups and the cleanup times need no other case.
+        for name, flag in (
+            ("lower_exclusive", lower_exclusive),
+            ("upper_exclusive", upper_exclusive),
+        ):
+            if not isinstance(flag, bool):
+                raise PipelineError(f"interval_join {name} must be True or False, got {flag!r}")
+        lower, upper = lower_ms + lower_exclusive, upper_ms - upper_exclusive
+        if lower > upper:
+            raise PipelineError(
+                f"interval_join's interval ({lower_ms}, {upper_ms}) holds no timestamp with "
+                f"lower_exclusive={lower_exclusive}, upper_exclusive={upper_exclusive}: widen "
+                f"it or make a bound inclusive"
+            )
         if not callable(join):
             raise PipelineError(f"interval_join join= must be a function, got {join!r}")
         if late_output is not None and not isinstance(late_output, OutputTag):
             raise PipelineError(f"late_output must be an OutputTag, got {late_output!r}")
-        self.lower, self.upper, self.join, self.late_output = lower_ms, upper_ms, join, late_output
+        self.lower, self.upper, self.join, self.late_output = lower, upper, join, late_output
 
     def open(self, ctx: RuntimeContext) -> None:
         self.left = ctx.get_state(ValueStateDescriptor("interval-join-left"))
@@ -244,11 +268,20 @@ def interval_join(
     uid: str,
     join: JoinFn = pair,
     late_output: OutputTag | None = None,
+    lower_exclusive: bool = False,
+    upper_exclusive: bool = False,
     parallelism: int | None = None,
 ) -> Stream:
     """``join(l, r)`` for every pair of the same key with
-    ``l.ts + lower_ms <= r.ts <= l.ts + upper_ms``."""
-    fn = IntervalJoin(lower_ms, upper_ms, join, late_output)
+    ``l.ts + lower_ms <= r.ts <= l.ts + upper_ms`` (``<`` on an exclusive side)."""
+    fn = IntervalJoin(
+        lower_ms,
+        upper_ms,
+        join,
+        late_output,
+        lower_exclusive=lower_exclusive,
+        upper_exclusive=upper_exclusive,
+    )
     connected: ConnectedStreams = left.connect(right)
     return connected.process(fn, uid=uid, parallelism=parallelism)
 
