@@ -26,7 +26,7 @@ from ..api.functions import (
     RuntimeContext,
     Timestamped,
 )
-from ..api.graph import (
+from ..api.nodes import (
     BroadcastProcessNode,
     CoProcessNode,
     NonKeyedBroadcastNode,
