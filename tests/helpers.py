@@ -111,3 +111,20 @@ def wait_until(what: str, check: Any, timeout: float = 120) -> Any:
             return value
         time.sleep(0.2)
     raise TimeoutError(what)
+
+
+PYTHON_DAEMON = "stator.tasks.pydaemon"  # the module Spark starts its Python workers from
+
+
+def python_workers(pid: int) -> list[psutil.Process]:
+    """PySpark's forked Python workers under process ``pid`` (a ``stator run``): children of
+    the daemon process (Stator's, ``stator.tasks.pydaemon``), with its command line."""
+    found = []
+    for p in psutil.Process(pid).children(recursive=True):
+        try:
+            cmd, parent = " ".join(p.cmdline()), p.parent()
+            if PYTHON_DAEMON in cmd and parent and PYTHON_DAEMON in " ".join(parent.cmdline()):
+                found.append(p)
+        except psutil.NoSuchProcess:
+            continue
+    return found

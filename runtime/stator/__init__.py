@@ -31,8 +31,8 @@ from .api.functions import (
     RuntimeContext,
     ValueState,
 )
-from .api.graph import KeyedStream, Stream
 from .api.pipeline import Pipeline
+from .api.streams import KeyedStream, Stream
 from .api.time import BoundedOutOfOrderness
 from .config import JobConfig, load_config
 from .state.descriptors import (

@@ -28,13 +28,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from stator.sinks import read_committed
 from stator.storage import S3Options
+from tests.helpers import python_workers
 from tests.testbed.kafka import KafkaBroker
 from tests.testbed.minio import MinioServer, S3Endpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 EVENTS, USERS, PARTITIONS = 24_000, 300, 4
 SEED = int(os.environ.get("STATOR_EO_SEED", str(random.SystemRandom().randrange(10**6))))
-DAEMON = "stator.tasks.pydaemon"  # the module Spark starts its Python workers from
 
 
 @pytest.fixture(scope="module")
@@ -150,17 +150,8 @@ class Run:
         raise TimeoutError(f"fewer than {n} checkpoints after {timeout}s\n{self.log_tail()}")
 
     def workers(self) -> list[psutil.Process]:
-        """PySpark's forked Python workers: children of the daemon process (Stator's,
-        ``stator.tasks.pydaemon``), with its command line."""
         assert self.proc is not None
-        found = []
-        for p in psutil.Process(self.proc.pid).children(recursive=True):
-            try:
-                if DAEMON in " ".join(p.cmdline()) and DAEMON in " ".join(p.parent().cmdline()):
-                    found.append(p)
-            except psutil.NoSuchProcess:
-                continue
-        return found
+        return python_workers(self.proc.pid)
 
     def log_tail(self) -> str:
         logs = sorted(self.workdir.glob("driver-*.log"))

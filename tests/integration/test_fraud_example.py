@@ -1,13 +1,14 @@
 """``examples/fraud_detection.py`` on real Spark, against its plain-Python model record for
 record: rescaled 3 -> 5 -> 2 through savepoints (canonical, then native) on fresh local disks
 each time, so every new subtask restores its keyed, timer, TTL and broadcast state from the
-savepoint; and run as a real ``stator run`` process killed with SIGKILL (the driver, then a
-Python worker) and restarted from its checkpoints. The model does not depend on where epochs
-end (late transactions are 20 minutes behind; an epoch here spans at most 200 s), so a run
-cut anywhere must still equal it."""
+savepoint; and run as a real ``stator run`` process on ``local-cluster`` whose Python worker,
+executor JVM and driver are killed with SIGKILL and restarted from its checkpoints. The
+model does not depend on where epochs end (late transactions are 20 minutes behind; an epoch
+here spans at most 200 s), so a run cut anywhere must still equal it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -25,13 +26,13 @@ from examples.fraud_detection import build
 from stator import Job
 from stator.config import JobConfig
 from stator.sinks import FileSink, read_committed
-from tests.helpers import stop_with_savepoint_after, with_overrides
+from tests.helpers import python_workers, stop_with_savepoint_after, with_overrides
 from tests.pipelines.fraud_model import expected
 
 ROOT = Path(__file__).resolve().parents[2]
 TRANSACTIONS, EPOCH = 16_000, 3_000
 SEED = int(os.environ.get("STATOR_FRAUD_SEED", str(random.SystemRandom().randrange(10**6))))
-DAEMON = "stator.tasks.pydaemon"
+EXECUTOR = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 
 
 def _as_json(records: Counter[Any]) -> Counter[str]:
@@ -98,8 +99,8 @@ def test_rescaled_3_5_2_through_savepoints(
 class Run:
     """``stator run`` of the example as its own process group, restartable."""
 
-    def __init__(self, workdir: Path) -> None:
-        self.workdir, self.starts = workdir, 0
+    def __init__(self, workdir: Path, master: str = "local[2]") -> None:
+        self.workdir, self.starts, self.master = workdir, 0, master
         self.out = f"file://{workdir}/out"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -111,7 +112,7 @@ class Run:
             f"state.local_dir={self.workdir}/state",
             f"epoch.max_records={EPOCH}",
             "parallelism=3",
-            "spark.master=local[2]",
+            f"spark.master={self.master}",
             "restart.delay_ms=200",
         ):
             argv += ["--set", setting]
@@ -150,13 +151,16 @@ class Run:
 
     def workers(self) -> list[psutil.Process]:
         assert self.proc is not None
+        return python_workers(self.proc.pid)
+
+    def executors(self) -> list[psutil.Process]:
+        """The job's executor JVMs (``local-cluster``)."""
+        assert self.proc is not None
         found = []
         for p in psutil.Process(self.proc.pid).children(recursive=True):
-            try:
-                if DAEMON in " ".join(p.cmdline()) and DAEMON in " ".join(p.parent().cmdline()):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                if EXECUTOR in p.cmdline():
                     found.append(p)
-            except psutil.NoSuchProcess:
-                continue
         return found
 
     def wait(self, timeout: float = 300) -> int:
@@ -168,26 +172,33 @@ class Run:
         return "\n".join(f"--- {p.name}:\n" + p.read_text(errors="replace")[-3000:] for p in logs)
 
 
-def test_killed_driver_and_python_worker(tmp_path: Path) -> None:
+def test_killed_python_worker_executor_and_driver(tmp_path: Path) -> None:
+    """On ``local-cluster`` (executors are JVMs of their own): a Python worker, then an
+    executor JVM with its workers, then the whole driver are SIGKILLed at seeded points after
+    checkpoints; the restarted job must still equal the model."""
     rng = random.Random(SEED)
     print(f"seed {SEED}")
-    run = Run(tmp_path)
+    run = Run(tmp_path, master="local-cluster[2,1,1024]")
     run.start()
-    first = rng.randrange(2, 5)
-    assert run.wait_for_checkpoint(first), "the job ended before the driver could be killed"
-    time.sleep(rng.uniform(0, 0.5))
-    run.kill_driver()
-    run.start()
-    killed = 0
-    for target in sorted(rng.sample(range(first + 2, first + 10), 2)):
-        if not run.wait_for_checkpoint(target):
+    points = sorted(rng.sample(range(2, 12), 3))
+    killed: list[str] = []
+    for point, victim in zip(points, ("python worker", "executor", "driver"), strict=True):
+        if not run.wait_for_checkpoint(point):
             break
-        time.sleep(rng.uniform(0, 0.3))
-        workers = run.workers()
-        if workers:
+        time.sleep(rng.uniform(0, 0.4))
+        if victim == "python worker" and (workers := run.workers()):
             rng.choice(workers).kill()
-            killed += 1
-    assert killed >= 1, "no Python worker was found to kill: the test would prove nothing"
+        elif victim == "executor" and (executors := run.executors()):
+            jvm = rng.choice(executors)
+            for proc in [jvm, *jvm.children(recursive=True)]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    proc.kill()
+        elif victim == "driver":
+            run.kill_driver()
+            run.start()
+        else:
+            continue
+        killed.append(victim)
+    assert killed == ["python worker", "executor", "driver"], (killed, run.log_tail())
     assert run.wait() == 0, run.log_tail()
-    assert run.starts == 2
     _assert_equals_model(run.out)

@@ -26,7 +26,7 @@ from typing import Any
 
 from pyspark import cloudpickle
 
-from stator.api.graph import KeyedNode, SourceNode
+from stator.api.nodes import KeyedNode, SourceNode
 from stator.epoch.reports import Report, StateReport
 from stator.epoch.spec import EpochSpec
 from stator.state import warm

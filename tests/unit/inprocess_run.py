@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from stator import Job
+from stator import EpochResult, Job
 from stator.api.pipeline import Pipeline
 from stator.config import load_config
 from stator.driver import epoch_loop
+from stator.driver.savepoints import SavepointRequest
 from tests.unit.inprocess_job import InProcessJob
 
 
@@ -35,11 +36,23 @@ def run_in_process(
     monkeypatch: pytest.MonkeyPatch,
     *config: str,
     harness: InProcessJob | None = None,
+    stop_after_epoch: int | None = None,
 ) -> Job:
     """Run ``pipeline`` (one failover region or several, one after another) until its sources
-    are exhausted; ``config``: job config lines over :func:`settings`."""
+    are exhausted, or until ``stop_after_epoch`` ended and a stop-with-savepoint (one region)
+    completed (its location: :func:`stopped_with`); ``config``: job config lines over
+    :func:`settings`."""
     monkeypatch.setattr(epoch_loop, "run_epoch_job", harness or InProcessJob())
     job = Job(pipeline, load_config(None, settings(root, *config)))
+    if stop_after_epoch is not None:
+        requests: list[SavepointRequest] = []
+
+        def stop(result: EpochResult) -> None:
+            if result.epoch == stop_after_epoch and not requests:
+                requests.append(job.request_savepoint(stop=True))
+
+        job.on_epoch(stop)
+        _STOPS[id(job)] = requests
     plan = job.check_restore_source()
     for loop in job.loops:
         try:
@@ -48,6 +61,16 @@ def run_in_process(
         finally:
             loop.checkpoints.in_flight.abort_all("the run ended")
     return job
+
+
+_STOPS: dict[int, list[SavepointRequest]] = {}
+
+
+def stopped_with(job: Job) -> str:
+    """Where the stop-with-savepoint of a :func:`run_in_process` run wrote its savepoint."""
+    (request,) = _STOPS.pop(id(job))
+    assert request.status == "COMPLETED", request.error
+    return str(request.location)
 
 
 def list_epochs(sizes: list[int], max_records: int) -> list[list[tuple[int, int]]]:

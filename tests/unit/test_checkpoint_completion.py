@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from stator.api.graph import SinkNode
+from stator.api.nodes import SinkNode
 from stator.checkpoint.coordinator import CheckpointCoordinator
 from stator.checkpoint.metadata import SubtaskSnapshot
 from stator.driver.completion import PendingOutput, acknowledge, commit_completed

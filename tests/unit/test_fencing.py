@@ -173,7 +173,7 @@ def test_a_prestarted_driver_prepares_its_lease_client_before_the_hand_over(
 def test_a_replaced_driver_discards_no_staged_output(exits: list[int]) -> None:
     # Its failover would delete what the new driver staged meanwhile (files.py deletes every
     # staged object after the epoch, whoever wrote it).
-    from stator.api.graph import SinkNode
+    from stator.api.nodes import SinkNode
     from tests.unit.epoch_fakes import RecordingSink
 
     sink = RecordingSink()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -21,10 +22,12 @@ from stator.api.functions import (
 )
 from stator.api.pipeline import Pipeline
 from stator.api.windows import Collect, Count, Session, Tumbling
+from stator.checkpoint.metadata import CheckpointMetadata
 from stator.errors import PipelineError
 from stator.sinks.collect import CollectSink
 from stator.sources.generator import list_source
-from stator.state.descriptors import ValueStateDescriptor
+from stator.state.descriptors import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+from stator.state_reader import operator_state_rows
 from tests.pipelines.multi_input import (
     RULES,
     broadcast_counts,
@@ -34,7 +37,7 @@ from tests.pipelines.multi_input import (
     expected_match,
 )
 from tests.unit.inprocess_job import Faults, InProcessJob
-from tests.unit.inprocess_run import run_in_process
+from tests.unit.inprocess_run import run_in_process, stopped_with
 
 
 @pytest.mark.parametrize("parallelism", [1, 3])
@@ -329,3 +332,73 @@ def test_a_late_record_that_merges_into_an_open_session_is_kept(
         (100, 110, [("s", 100)]),
     ]
     assert late.results == []
+
+
+SEEN = ListStateDescriptor("seen")
+EVERYONE = ListStateDescriptor("everyone")
+APPLIED_RULES = MapStateDescriptor("applied-rules")
+
+
+class Remember(BroadcastProcessFunction):
+    """Non-keyed: each subtask keeps the records it took in split list state, the count of
+    records per subtask in union list state, and every rule in broadcast state."""
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.seen = ctx.get_operator_list_state(SEEN)
+        self.everyone = ctx.get_union_list_state(EVERYONE)
+
+    def process_element(self, value: Any, ctx: Any) -> list[Any]:
+        self.seen.add(value)
+        return [(value, len(list(ctx.get_broadcast_state(APPLIED_RULES).keys())))]
+
+    def process_broadcast_element(self, value: Any, ctx: Any) -> None:
+        ctx.get_broadcast_state(APPLIED_RULES).put(value, True)
+        if value == "r0":  # one element per subtask that saw the first rule
+            self.everyone.add(value)
+
+
+def test_operator_and_broadcast_state_of_a_non_keyed_operator_across_rescales(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """3 -> 5 -> 2 subtasks through savepoints: the split lists keep every record once, the
+    union list gives every new subtask all old elements, every subtask holds every rule."""
+    out = CollectSink()
+
+    def job() -> Pipeline:
+        p = Pipeline("opstate", max_parallelism=8)
+        numbers = p.source(list_source(list(range(60)), splits=2), uid="numbers")
+        rules = p.source(list_source([f"r{i}" for i in range(4)]), uid="rules")
+        numbers.connect(rules.broadcast(APPLIED_RULES)).process(Remember(), uid="remember").sink(
+            out, uid="out"
+        )
+        return p
+
+    restore, last = "latest", None
+    for parallelism, stop_after in ((3, 2), (5, 4), (2, 100)):
+        ran = run_in_process(
+            job(),
+            tmp_path,
+            monkeypatch,
+            f"parallelism={parallelism}",
+            "epoch.max_records=10",
+            f"restore.source={restore}",
+            stop_after_epoch=stop_after,
+        )
+        last = restore = stopped_with(ran) if stop_after < 100 else last
+        if stop_after == 100:
+            assert ran.status.finished
+    assert sorted(v for v, _ in out.results) == list(range(60))
+    assert all(rules == 4 for _, rules in out.results)  # the rules came first, everywhere
+    final = _final_checkpoint(tmp_path)
+    rows = operator_state_rows(final)
+    seen = sorted(json.loads(r[6]) for r in rows if r[1] == "seen")
+    assert seen == list(range(60))  # split: every record kept once, wherever it went
+    everyone = Counter(r[4] for r in rows if r[1] == "everyone")
+    assert set(everyone) == {"0", "1"} and set(everyone.values()) == {15}  # 3 + 5*3 = 15 each
+    rules = {(r[4], r[5]) for r in rows if r[1] == "applied-rules"}
+    assert rules == {(str(s), json.dumps(f"r{i}")) for s in range(2) for i in range(4)}
+
+
+def _final_checkpoint(root: Path) -> CheckpointMetadata:
+    found = sorted(root.glob("ck/**/chk-*/_metadata"), key=lambda p: int(p.parent.name[4:]))
+    return CheckpointMetadata.from_json(found[-1].read_bytes())

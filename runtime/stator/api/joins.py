@@ -32,7 +32,7 @@ from .functions import Context, KeyedCoProcessFunction, OutputTag, RuntimeContex
 from .windows import Assigner, Windowed
 
 if TYPE_CHECKING:
-    from .graph import ConnectedStreams, KeyedStream, Stream
+    from .streams import ConnectedStreams, KeyedStream, Stream
 
 JoinFn = Callable[[Any, Any], Any]
 

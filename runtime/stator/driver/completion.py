@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..api.graph import SinkNode
+from ..api.nodes import SinkNode
 from ..api.time import MAX_TIMESTAMP
 from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.metadata import (

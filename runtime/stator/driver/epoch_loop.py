@@ -34,7 +34,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..api.graph import KeyedNode, PipelineGraph, SinkNode, SourceNode
+from ..api.graph import PipelineGraph
+from ..api.nodes import KeyedNode, SinkNode, SourceNode
 from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.ownership import Ownership
 from ..cluster.jvm import live_executors, load_helper

@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..api.graph import PipelineGraph, SinkNode
+from ..api.graph import PipelineGraph
+from ..api.nodes import SinkNode
 from ..checkpoint.coordinator import now_ms
 from ..checkpoint.metadata import CheckpointMetadata
 from ..cluster.jvm import live_executors

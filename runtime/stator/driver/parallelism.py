@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..api.graph import KeyedNode, PipelineGraph
+from ..api.graph import PipelineGraph
+from ..api.nodes import KeyedNode
 from ..config import JobConfig
 from ..errors import ConfigError
 from ..keygroups import DEFAULT_MAX_PARALLELISM, check_parallelism

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..api.graph import SourceNode
+from ..api.nodes import SourceNode
 from ..api.time import MIN_TIMESTAMP
 from ..checkpoint.coordinator import now_ms
 from ..config import CheckpointConfig, EpochConfig

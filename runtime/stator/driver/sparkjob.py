@@ -11,7 +11,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from ..api.graph import KeyedNode, PipelineGraph, SourceNode
+from ..api.graph import PipelineGraph
+from ..api.nodes import KeyedNode, SourceNode
 from ..cluster.jvm import prefer_locations
 from ..epoch.reports import Report
 from ..epoch.spec import EpochSpec

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ..api.graph import KeyedNode, OperatorNode, ReduceNode
+from ..api.nodes import KeyedNode, OperatorNode, ReduceNode
 from ..api.time import MIN_TIMESTAMP
 from ..cluster.jvm import task_location
 from ..epoch.reports import Report, SavepointPart, StateReport

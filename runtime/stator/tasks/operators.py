@@ -8,7 +8,7 @@ event-time timers fire up to the epoch's new watermark after all records are pro
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from itertools import chain, repeat
 from operator import is_
 from typing import Any
@@ -26,7 +26,7 @@ from ..api.functions import (
     RuntimeContext,
     Timestamped,
 )
-from ..api.graph import (
+from ..api.nodes import (
     BroadcastProcessNode,
     CoProcessNode,
     NonKeyedBroadcastNode,
@@ -224,13 +224,7 @@ class ProcessRunner:
                 ctx.timestamp = ts
                 result = process(value, ctx)
                 if result is not None:
-                    for o in result:
-                        if type(o) is Timestamped:
-                            out_v.append(o.value)
-                            out_t.append(o.timestamp)
-                        else:
-                            out_v.append(o)
-                            out_t.append(ts)
+                    _collect(result, ts, out_v, out_t)
         # Timers: event time up to the new watermark, processing time up to the epoch's time.
         self.watermark = max(self.watermark, new_watermark)
         if not isinstance(self.fn, BroadcastProcessFunction | ProcessFunction):  # no key: no timers
@@ -255,13 +249,7 @@ class ProcessRunner:
                     ctx.timestamp = ts
                     result = process(value, ctx)
                     if result is not None:
-                        for o in result:
-                            if type(o) is Timestamped:
-                                out_v.append(o.value)
-                                out_t.append(o.timestamp)
-                            else:
-                                out_v.append(o)
-                                out_t.append(ts)
+                        _collect(result, ts, out_v, out_t)
         finally:
             cursor.kkey = b""
             ctx.broadcast_writable = False
@@ -300,13 +288,7 @@ class ProcessRunner:
                 ctx.timestamp = ts
                 result = fn.on_timer(ts, ctx)
                 if result is not None:
-                    for o in result:
-                        if type(o) is Timestamped:
-                            out_v.append(o.value)
-                            out_t.append(o.timestamp)
-                        else:
-                            out_v.append(o)
-                            out_t.append(ts)
+                    _collect(result, ts, out_v, out_t)
 
 
 class ReduceRunner:
@@ -395,3 +377,15 @@ def decoded(kkey: bytes) -> Any:
             _DECODED.clear()
         key = _DECODED[kkey] = decode_key(kkey[4:])
     return key
+
+
+def _collect(result: Iterable[Any], ts: Any, out_v: list[Any], out_t: list[Any]) -> None:
+    """A function's output records, each with the timestamp of what produced it (``ts``) or
+    its own (``Timestamped``)."""
+    for o in result:
+        if type(o) is Timestamped:
+            out_v.append(o.value)
+            out_t.append(o.timestamp)
+        else:
+            out_v.append(o)
+            out_t.append(ts)

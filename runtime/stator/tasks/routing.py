@@ -16,9 +16,9 @@ from typing import Any
 
 from .. import pickling
 from ..api.functions import OutputTag
-from ..api.graph import (
+from ..api.graph import PipelineGraph
+from ..api.nodes import (
     KeyedNode,
-    PipelineGraph,
     ReduceNode,
     Route,
     SideOutputNode,

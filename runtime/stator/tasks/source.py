@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ..api.graph import SourceNode
+from ..api.nodes import SourceNode
 from ..api.time import MAX_TIMESTAMP, MIN_TIMESTAMP
 from ..epoch.reports import Report, SplitFailure, SplitReport
 from ..epoch.spec import EpochSpec
