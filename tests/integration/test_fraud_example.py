@@ -128,8 +128,15 @@ class Run:
         )
 
     def checkpoints(self) -> int:
-        ids = [int(p.parent.name.split("-")[1]) for p in self.workdir.glob("ck/**/chk-*/_metadata")]
-        return max(ids, default=0)
+        """The newest completed checkpoint's id (0 before the first). Retention deletes old
+        checkpoint directories while this looks: a directory gone mid-glob is looked at again."""
+        for _ in range(10):
+            try:
+                found = self.workdir.glob("ck/**/chk-*/_metadata")
+                return max((int(p.parent.name.split("-")[1]) for p in found), default=0)
+            except FileNotFoundError:
+                continue
+        return 0
 
     def wait_for_checkpoint(self, n: int, timeout: float = 240) -> bool:
         """True once checkpoint ``n`` completed; False if the job ended first."""
