@@ -19,6 +19,7 @@ from .descriptors import (
     ValueStateDescriptor,
 )
 from .markers import MISSING
+from .serializers import Serializer
 from .tables import MapTable, Table
 from .ttl import STAMP, STAMP_BYTES, StateTtlConfig, TtlClock
 
@@ -30,13 +31,13 @@ def _config(desc: StateDescriptor) -> StateTtlConfig:
     return desc.ttl
 
 
-class TtlValueTable(Table):
-    """Value state with TTL (and the base of reducing and aggregating state with TTL)."""
+class _Stamped:
+    """What value and map tables with TTL share: the config, and values stored as
+    ``stamp | value`` (the last access, in the epoch's processing time)."""
 
-    def __init__(
-        self, db: rocksdict.Rdict, sid: int, desc: StateDescriptor, clock: TtlClock
-    ) -> None:
-        super().__init__(db, sid, desc)
+    serializer: Serializer
+
+    def _stamped(self, desc: StateDescriptor, clock: TtlClock) -> None:
         ttl = _config(desc)
         self.ttl_ms, self.clock = ttl.ttl_ms, clock
         self.refresh_on_read, self.return_expired = ttl.refresh_on_read, ttl.return_expired
@@ -47,6 +48,16 @@ class TtlValueTable(Table):
 
     def encode(self, value: Any) -> bytes:
         return STAMP.pack(value[0]) + self.serializer.dumps(value[1])
+
+
+class TtlValueTable(_Stamped, Table):
+    """Value state with TTL (and the base of reducing and aggregating state with TTL)."""
+
+    def __init__(
+        self, db: rocksdict.Rdict, sid: int, desc: StateDescriptor, clock: TtlClock
+    ) -> None:
+        super().__init__(db, sid, desc)
+        self._stamped(desc, clock)
 
     def read(self, kkey: bytes) -> Any:
         """The key's value (MISSING if none or expired); an expired value is removed."""
@@ -185,7 +196,7 @@ class TtlListTable(TtlValueTable):
         return b"".join(kept) if kept else None
 
 
-class TtlMapTable(MapTable):
+class TtlMapTable(_Stamped, MapTable):
     """Map state with TTL: each entry's value is ``stamp | value``; each entry expires on
     its own."""
 
@@ -193,16 +204,7 @@ class TtlMapTable(MapTable):
         self, db: rocksdict.Rdict, sid: int, desc: StateDescriptor, clock: TtlClock
     ) -> None:
         super().__init__(db, sid, desc)
-        ttl = _config(desc)
-        self.ttl_ms, self.clock = ttl.ttl_ms, clock
-        self.refresh_on_read, self.return_expired = ttl.refresh_on_read, ttl.return_expired
-        self.cleanup_scan = ttl.cleanup_scan_per_epoch
-
-    def decode(self, raw: bytes) -> Any:
-        return STAMP.unpack_from(raw)[0], self.serializer.loads(raw[STAMP_BYTES:])
-
-    def encode(self, value: Any) -> bytes:
-        return STAMP.pack(value[0]) + self.serializer.dumps(value[1])
+        self._stamped(desc, clock)
 
     def read(self, skey: bytes, ukey: bytes) -> Any:
         entry = self.get(skey, ukey)
