@@ -99,37 +99,59 @@ class IntervalJoin(KeyedCoProcessFunction):
         self.right = ctx.get_state(ValueStateDescriptor("interval-join-right"))
 
     def process_element1(self, value: Any, ctx: Context) -> Iterable[Any] | None:
-        ts = _timestamp(ctx, "interval_join")
-        if self._late(ts, value, ctx):
-            return None
-        _add(self.left, ts, value)
-        ctx.timer_service.register_event_time_timer(ts + max(self.upper, 0))
-        others = self.right.value()
-        if not others:
-            return None
-        lo, hi, join = ts + self.lower, ts + self.upper, self.join
-        return [
-            Timestamped(join(value, r), max(ts, rts))
-            for rts, rights in others.items()
-            if lo <= rts <= hi
-            for r in rights
-        ]
+        join = self.join
+        return self._arrive(
+            value,
+            ctx,
+            self.left,
+            self.right,
+            self.upper,
+            self.lower,
+            self.upper,
+            lambda other: join(value, other),
+        )
 
     def process_element2(self, value: Any, ctx: Context) -> Iterable[Any] | None:
+        join = self.join
+        return self._arrive(
+            value,
+            ctx,
+            self.right,
+            self.left,
+            -self.lower,
+            -self.upper,
+            -self.lower,
+            lambda other: join(other, value),
+        )
+
+    def _arrive(
+        self,
+        value: Any,
+        ctx: Context,
+        own: Any,
+        other: Any,
+        kept_for: int,
+        lower: int,
+        upper: int,
+        pair: Callable[[Any], Any],
+    ) -> Iterable[Any] | None:
+        """A record of one side: buffered until the watermark passes ``ts + kept_for`` (the
+        last time the other side can still match it), joined with the other side's buffered
+        records at ``ts + lower ..= ts + upper`` (relative to this side)."""
         ts = _timestamp(ctx, "interval_join")
         if self._late(ts, value, ctx):
             return None
-        _add(self.right, ts, value)
-        ctx.timer_service.register_event_time_timer(ts + max(-self.lower, 0))
-        others = self.left.value()
+        _add(own, ts, value)
+        ctx.timer_service.register_event_time_timer(ts + max(kept_for, 0))
+        others = other.value()
         if not others:
             return None
-        lo, hi, join = ts - self.upper, ts - self.lower, self.join
+        lo, hi = ts + lower, ts + upper
         return [
-            Timestamped(join(left, value), max(ts, lts))
-            for lts, lefts in others.items()
-            if lo <= lts <= hi
-            for left in lefts
+            Timestamped(pair(o), max(ts, ots))
+            for ots, os_ in others.items()
+            if lo <= ots <= hi
+            for o in os_
         ]
 
     def on_timer(self, timestamp: int, ctx: Context) -> Iterable[Any] | None:
