@@ -33,10 +33,16 @@ Groups (``--only``):
 - ``join``: an interval join of two streams (the same ``--join-events`` on both sides,
   ``--join-keys`` keys, +-5 s) against Spark's stream-stream join with watermarks and a
   range condition (RocksDB state store), both outputs' pair counts checked
-  (``bench/joins.py``).
+  (``bench/joins.py``);
+- ``kafka``: Kafka -> keyed count -> Kafka on the test bed's broker (started for the group):
+  Stator's exactly-once and at-least-once ``KafkaSink`` against Spark's Kafka source,
+  ``groupBy().count()`` and Kafka sink on the same backlog, outputs checked by a
+  ``read_committed`` consumer; and end-to-end latency (p50, p99) at ``--kafka-rate``
+  records/s (``bench/kafka.py``).
 
-``--quick`` runs a reduced ``count``, ``tws`` and ``join`` once each without MinIO, in under three
-minutes, for development: its numbers are not those of docs/benchmarks.md.
+``--quick`` runs a reduced ``count``, ``tws`` and ``join`` (or the groups ``--only`` names, e.g.
+``--quick --only kafka``) once each without MinIO, in under three minutes per group, for
+development: its numbers are not those of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -59,6 +65,20 @@ from bench.harness import Alternating, Comparison, Runs, compile_sources, table
 ROOT = Path(__file__).resolve().parent.parent
 
 
+GROUPS = (
+    "count",
+    "uploads",
+    "tws",
+    "churn",
+    "savepoint",
+    "local_restore",
+    "standby",
+    "epoch_access",
+    "spark_start",
+    "join",
+    "kafka",
+)
+MINIO_GROUPS = {"uploads", "churn", "savepoint", "local_restore", "standby"}  # start MinIO
 ENV: dict[str, str] = {}  # extra environment for cases (S3 credentials when on MinIO)
 SP_RESTORE_EPOCH = 1_000  # records in the first epoch of the restored savepoint job
 LINK: dict[str, str] = {}  # "url": MinIO behind a bandwidth-capped link (--link-mb)
@@ -68,7 +88,7 @@ def run_case(name: str, **kwargs: Any) -> dict[str, Any]:
     """Run one case in a child process and return its result."""
     code = (
         "import json, sys; from bench.cases import CASES; from bench.joins import JOIN_CASES; "
-        "CASES.update(JOIN_CASES); "
+        "from bench.kafka import KAFKA_CASES; CASES.update(JOIN_CASES); CASES.update(KAFKA_CASES); "
         f"r = CASES[{name!r}](**json.loads(sys.argv[1])); print('RESULT ' + json.dumps(r))"
     )
     # This checkout's runtime first: an installed (e.g. editable, other checkout) stator
@@ -125,21 +145,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--standby-bytes", type=int, default=1 << 30, help="state of the standby case"
     )
+    parser.add_argument("--kafka-events", type=int, default=1_000_000, help="Kafka backlog")
+    parser.add_argument("--kafka-keys", type=int, default=100_000)
+    parser.add_argument("--kafka-epoch", type=int, default=250_000, help="records per epoch")
+    parser.add_argument("--kafka-rate", type=int, default=5_000, help="latency: records/s")
+    parser.add_argument("--kafka-lat-keys", type=int, default=10_000, help="latency: keys")
+    parser.add_argument("--kafka-lat-s", type=float, default=30.0, help="latency: measured s")
+    parser.add_argument("--kafka-warmup-s", type=float, default=15.0, help="latency: warm-up s")
     parser.add_argument(
         "--only",
         nargs="*",
-        default=[
-            "count",
-            "uploads",
-            "tws",
-            "churn",
-            "savepoint",
-            "local_restore",
-            "standby",
-            "epoch_access",
-            "spark_start",
-            "join",
-        ],
+        default=None,
+        help="groups to run (default: all; with --quick: count tws join)",
     )
     parser.add_argument("--json", type=Path, help="also write every run's result here")
     parser.add_argument(
@@ -156,15 +173,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     compile_sources(ROOT)
     if args.quick:
-        args.runs, args.only, args.no_minio = 1, ["count", "tws", "join"], True
+        args.runs, args.no_minio = 1, True
+        args.only = args.only or ["count", "tws", "join"]
         args.events, args.keys, args.epoch = 200_000, 20_000, 50_000
+        args.kafka_events, args.kafka_keys, args.kafka_epoch = 100_000, 10_000, 25_000
+        args.kafka_lat_keys, args.kafka_lat_s, args.kafka_warmup_s = 2_000, 10.0, 8.0
         args.join_events, args.join_keys, args.join_epoch = 100_000, 10_000, 25_000
         args.tws_events, args.tws_keys = 8_000, 1_000
     elif args.runs < 3:
         parser.error("--runs must be at least 3 (fewer make no median); --quick for less")
+    args.only = args.only or [*GROUPS]
+    unknown = sorted(set(args.only) - set(GROUPS))
+    if unknown:
+        parser.error(f"--only: unknown group(s) {unknown}; the groups are {list(GROUPS)}")
     with contextlib.ExitStack() as stack:
         s3 = ""
-        if not args.no_minio:
+        if not args.no_minio and set(args.only) & MINIO_GROUPS:
             from tests.testbed.minio import MinioServer
             from tests.testbed.throttle import ThrottledPort
 
@@ -205,7 +229,7 @@ def _log(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _run(args: argparse.Namespace, s3: str) -> int:
+def _run(args: argparse.Namespace, s3: str) -> int:  # noqa: PLR0912 - a branch per group
     log = _log
     rows: list[tuple[str, str, str, str]] = []
     dumps: dict[str, Any] = {}
@@ -291,6 +315,13 @@ def _run(args: argparse.Namespace, s3: str) -> int:
                 target=">= 1.5",
             ).row()
         )
+
+    if "kafka" in args.only:
+        from bench.kafka import kafka_rows
+
+        got, dumped = kafka_rows(args, _case, log)
+        rows += got
+        dumps.update(dumped)
 
     if "uploads" in args.only and s3:
         runs = Alternating(args.runs, log)
