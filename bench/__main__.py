@@ -176,8 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         args.runs, args.no_minio = 1, True
         args.only = args.only or ["count", "tws", "join"]
         args.events, args.keys, args.epoch = 200_000, 20_000, 50_000
-        args.kafka_events, args.kafka_keys, args.kafka_epoch = 100_000, 10_000, 25_000
-        args.kafka_lat_keys, args.kafka_lat_s, args.kafka_warmup_s = 2_000, 10.0, 8.0
+        args.kafka_events, args.kafka_keys, args.kafka_epoch = 50_000, 5_000, 12_500
+        args.kafka_rate, args.kafka_lat_keys = 1_000, 2_000
+        args.kafka_lat_s, args.kafka_warmup_s = 8.0, 6.0
         args.join_events, args.join_keys, args.join_epoch = 100_000, 10_000, 25_000
         args.tws_events, args.tws_keys = 8_000, 1_000
     elif args.runs < 3:

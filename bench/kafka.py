@@ -412,22 +412,24 @@ def latencies(
     seen: dict[str, list[tuple[int, int]]],
     after_ms: int,
 ) -> np.ndarray:
-    """Per input record produced at or after ``after_ms`` (broker time): ms from its broker
-    timestamp to the arrival of the first output of its key whose count covers it."""
+    """Per input record produced at or after ``after_ms`` (broker time), in broker time
+    order: ms from its broker timestamp to the arrival of the first output of its key whose
+    count covers it. A key whose outputs never cover all its records fails the run."""
     stamps: dict[str, list[int]] = {}
     for _, raw, _, stamp in inputs:
         stamps.setdefault(raw.decode(), []).append(stamp)
-    out: list[int] = []
+    out: list[tuple[int, int]] = []  # (broker timestamp, latency)
     for key, ts in stamps.items():
         covered = 0
         for arrived, count in seen.get(key, []):
             for n in range(covered, min(count, len(ts))):
                 if ts[n] >= after_ms:
-                    out.append(arrived - ts[n])
+                    out.append((ts[n], arrived - ts[n]))
             covered = max(covered, count)
         if covered < len(ts):
             raise WrongOutput(f"key {key}: {len(ts)} records in, outputs covered {covered}")
-    return np.array(out, dtype=np.int64)
+    out.sort()
+    return np.array([latency for _, latency in out], dtype=np.int64)
 
 
 def _measure_latency(
@@ -478,9 +480,12 @@ def _measure_latency(
     ms = latencies(inputs, watcher.seen, int((producer.started + warmup_s) * 1000))
     if len(ms) == 0:
         raise WrongOutput(f"{what}: no input records after the warm-up")
+    third = max(1, len(ms) // 3)
     return {
         "records": len(ms),
         "rate": producer.sent / (warmup_s + seconds),
+        # > 0: latency grew over the window (the engine fell behind the input rate).
+        "drift_ms": float(np.median(ms[-third:]) - np.median(ms[:third])),
         "p50_ms": float(np.percentile(ms, 50)),
         "p99_ms": float(np.percentile(ms, 99)),
         "max_ms": float(ms.max()),
