@@ -439,11 +439,12 @@ def _measure_latency(
     rate: int,
     seconds: float,
     warmup_s: float,
-    start: Callable[[str, str], Callable[[], None]],
+    start: Callable[[str, str], Callable[[], dict[str, float]]],
 ) -> dict[str, Any]:
-    """Run a job started by ``start(input topic, output topic)`` (which returns how to stop
-    it) under a producer of ``rate`` records/s for ``warmup_s + seconds``; wait until its
-    output covers every input record; report percentiles of the records after the warm-up."""
+    """Run a job started by ``start(input topic, output topic)`` under a producer of
+    ``rate`` records/s for ``warmup_s + seconds``; ``start`` returns how to stop the job, and
+    the stop returns the median duration of its epochs or micro-batches. Waits until the
+    output covers every input record; reports percentiles of the records after the warm-up."""
     source = create_topic(bootstrap, "bench-lat-in", log_append_time=True)
     out = create_topic(bootstrap, "bench-lat-out")
     watcher = OutputWatcher(bootstrap, out)
@@ -471,7 +472,7 @@ def _measure_latency(
                 )
             time.sleep(0.1)
     finally:
-        stop()
+        pace = stop()
         watcher.halt.set()
         watcher.join(30)
     inputs = read_topic(bootstrap, source)
@@ -490,6 +491,7 @@ def _measure_latency(
         "p99_ms": float(np.percentile(ms, 99)),
         "max_ms": float(ms.max()),
         "outputs": sum(len(v) for v in watcher.seen.values()),
+        **pace,
     }
 
 
@@ -500,15 +502,18 @@ def stator_kafka_latency(
     ``epoch.max_records``), a checkpoint every epoch, under a fixed input rate."""
     work = _workdir("stator-kafka-lat")
 
-    def start(source: str, out: str) -> Callable[[], None]:
+    def start(source: str, out: str) -> Callable[[], dict[str, float]]:
         job = _stator_job(bootstrap, source, out, delivery, work, [], False)
+        took: list[float] = []  # seconds of each epoch that read records
+        job.on_epoch(lambda r: took.append(r.duration_s) if r.records_in else None)
         runner = threading.Thread(target=job.run, daemon=True)
         runner.start()
 
-        def stop() -> None:
+        def stop() -> dict[str, float]:
             job.stop()
             runner.join(120)
             job.spark.stop()
+            return {"batches": len(took), "batch_s": float(np.median(took)) if took else 0.0}
 
         return stop
 
@@ -529,12 +534,18 @@ def spark_kafka_latency(
     work = _workdir("spark-kafka-lat")
     spark = _spark_with_kafka()
 
-    def start(source: str, out: str) -> Callable[[], None]:
+    def start(source: str, out: str) -> Callable[[], dict[str, float]]:
         handle = _spark_query(spark, bootstrap, source, out, work, 0).start()
 
-        def stop() -> None:
+        def stop() -> dict[str, float]:
+            took = [
+                p["durationMs"]["triggerExecution"] / 1000
+                for p in handle.recentProgress  # the last 100 micro-batches
+                if p["numInputRows"] > 0
+            ]
             handle.stop()
             spark.stop()
+            return {"batches": len(took), "batch_s": float(np.median(took)) if took else 0.0}
 
         return stop
 
