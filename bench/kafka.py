@@ -633,8 +633,9 @@ def kafka_rows(
             )
         rows.append(
             Comparison(
-                f"{what}: Stator with its at-least-once sink vs Spark (the same query as "
-                f"above; both sinks at-least-once)",
+                f"{what}: Stator with its at-least-once sink vs Spark (Kafka source, "
+                f"`groupBy(key).count()`, update mode, its at-least-once Kafka sink; both "
+                f"sinks at-least-once)",
                 alo,
                 spark,
             ).row()
