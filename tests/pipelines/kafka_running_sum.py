@@ -1,5 +1,6 @@
-"""Kafka -> per-user running count and sum -> exactly-once file sink. Configured by
-environment variables, so failure tests can run it as a real ``stator run`` process."""
+"""Kafka -> per-user running count and sum -> exactly-once file sink (``EO_OUT``) or
+transactional Kafka sink (``EO_OUT_TOPIC``). Configured by environment variables, so failure
+tests can run it as a real ``stator run`` process."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import Any
 
 from stator import INT64, Context, KeyedProcessFunction, Pipeline, RuntimeContext
 from stator import ValueStateDescriptor as Value
-from stator.sinks import FileSink
+from stator.sinks import FileSink, KafkaSink
+from stator.sinks.base import Sink
 from stator.sources import KafkaRecord, KafkaSource
 from stator.storage import S3Options
 
@@ -41,6 +43,16 @@ def build() -> Pipeline:
         connect_timeout_s=2,
         read_timeout_s=10,
     )
+    sink: Sink
+    if "EO_OUT_TOPIC" in os.environ:
+        sink = KafkaSink(
+            os.environ["EO_BOOTSTRAP"],
+            os.environ["EO_OUT_TOPIC"],
+            key=lambda r: r["user"],
+            delivery=os.environ.get("EO_DELIVERY", "exactly-once"),
+        )
+    else:
+        sink = FileSink(os.environ["EO_OUT"], s3=s3)
     p = Pipeline("eo-running-sum", max_parallelism=64)
     (
         p.source(
@@ -51,6 +63,6 @@ def build() -> Pipeline:
         )
         .key_by(lambda e: e["user"])
         .process(RunningSum(), uid="running-sum")
-        .sink(FileSink(os.environ["EO_OUT"], s3=s3), uid="out")
+        .sink(sink, uid="out")
     )
     return p

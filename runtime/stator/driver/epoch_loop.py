@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .. import failpoints
 from ..api.graph import PipelineGraph
 from ..api.nodes import KeyedNode, SinkNode, SourceNode
 from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
@@ -47,6 +48,7 @@ from ..ha.fencing import guard
 from ..keygroups import SubtaskId
 from ..lineage import Target
 from ..locality.placement import PlacementTracker, uses_placement
+from ..sinks.base import SinkContext
 from ..storage import ObjectStore
 from .checkpointing import RegionCheckpoints
 from .completion import PendingOutput
@@ -107,6 +109,8 @@ class RegionLoop:
             {n.uid: n for n in pipeline.nodes if isinstance(n, SourceNode)}, config.epoch
         )
         self.output = PendingOutput({n.uid: n for n in pipeline.nodes if isinstance(n, SinkNode)})
+        for uid, node in self.output.sinks.items():
+            node.sink.bind(SinkContext(self.job, uid, store, config.checkpoint.enabled))
         self.recovery = Recovery(
             self.job,
             config,
@@ -284,6 +288,7 @@ class RegionLoop:
         where = f"{self.job} region {self.region}" if self.region else self.job
         group = f"{self.region}-epoch-{spec.epoch}" if self.region else f"epoch-{spec.epoch}"
         reports = run_epoch_job(self.spark, spec, group, f"{where} epoch {spec.epoch}", placement)
+        failpoints.reach("driver.epoch-ran")  # output staged, checkpoint not yet acknowledged
         result = self._advance(spec, reports, started)
         if self.status.startup.first_epoch_ms is None:
             self.status.startup.first_epoch_ms = now_ms()

@@ -8,7 +8,11 @@ deterministic, so a replayed epoch rewrites the same parts instead of adding new
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..storage import ObjectStore
 
 
 class SinkWriter(ABC):
@@ -19,6 +23,16 @@ class SinkWriter(ABC):
     def finish(self) -> tuple[dict[str, Any], Any]:
         """Stage what was written. Returns a JSON-able descriptor (kept in checkpoint metadata
         until committed) and an optional payload that travels to the driver in the report."""
+
+
+@dataclass(frozen=True)
+class SinkContext:
+    """What the driver tells a sink before the job's first epoch (``Sink.bind``)."""
+
+    job: str
+    uid: str
+    store: ObjectStore  # the job's (or region's) checkpoint store: staged output goes beside it
+    checkpoints: bool  # checkpoint.enabled: without, every epoch commits when it ends
 
 
 class Sink(ABC):
@@ -37,6 +51,10 @@ class Sink(ABC):
 
     def discard_after(self, uid: str, epoch: int) -> None:  # noqa: B027 - optional hook
         """Remove staged output of epochs after ``epoch`` (they will be replayed)."""
+
+    def bind(self, context: SinkContext) -> None:  # noqa: B027 - optional hook
+        """Called on the driver before the first epoch, before the sink travels to
+        executors: a sink that stages output or names itself after the job learns where."""
 
     def connect(self) -> None:  # noqa: B027 - optional hook
         """Build what a worker process needs to write now rather than at its first write:
