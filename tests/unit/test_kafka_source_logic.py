@@ -108,15 +108,20 @@ def r(split: str, start: int, end: int) -> SplitRange:
 def test_a_split_is_idle_after_idleness_ms_without_input_and_active_again_with_input() -> None:
     idle = IdleTracker({"src": 100, "never": 0})
     idle.reset(1_000)
-    marks = lambda rs, now: [x.idle for x in idle.mark("src", rs, now)]  # noqa: E731
-    assert marks([r("a", 0, 5), r("b", 0, 0)], 1_050) == [False, False]
-    assert marks([r("a", 5, 5), r("b", 0, 0)], 1_100) == [False, True]  # b: 100 ms since start
-    assert marks([r("a", 5, 5), r("b", 0, 0)], 1_149) == [False, True]
-    assert marks([r("a", 5, 5), r("b", 0, 0)], 1_150) == [True, True]  # a: 100 ms since input
-    assert marks([r("a", 5, 5), r("b", 0, 3)], 1_160) == [True, False]  # input: active
-    assert marks([r("a", 5, 5), r("b", 3, 3)], 1_259) == [True, False]
-    assert marks([r("a", 5, 5), r("b", 3, 3)], 1_260) == [True, True]
-    assert [x.idle for x in idle.mark("never", [r("a", 0, 0)], 10**9)] == [False]
+
+    def marks(rs: list[SplitRange], now: int) -> tuple[list[bool], bool]:
+        out, became = idle.mark("src", rs, now)
+        return [x.idle for x in out], became
+
+    assert marks([r("a", 0, 5), r("b", 0, 0)], 1_050) == ([False, False], False)
+    # b: 100 ms since the start; turning idle is news (the epoch moves the watermark)
+    assert marks([r("a", 5, 5), r("b", 0, 0)], 1_100) == ([False, True], True)
+    assert marks([r("a", 5, 5), r("b", 0, 0)], 1_149) == ([False, True], False)
+    assert marks([r("a", 5, 5), r("b", 0, 0)], 1_150) == ([True, True], True)  # a: 100 ms idle
+    assert marks([r("a", 5, 5), r("b", 0, 3)], 1_160) == ([True, False], False)  # b has input
+    assert marks([r("a", 5, 5), r("b", 3, 3)], 1_259) == ([True, False], False)
+    assert marks([r("a", 5, 5), r("b", 3, 3)], 1_260) == ([True, True], True)
+    assert idle.mark("never", [r("a", 0, 0)], 10**9)[0][0].idle is False
 
 
 def test_lag_counts_records_and_ages_the_next_unread_record_peeking_only_when_it_moved() -> None:

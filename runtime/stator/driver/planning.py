@@ -127,9 +127,9 @@ class EpochPlanner:
             for split, pos in open_splits.items():
                 if split not in planned:
                     ranges.append(SplitRange(split, pos, pos, order[split]))
-            ranges = self.idle.mark(uid, ranges, now)
+            ranges, became_idle = self.idle.mark(uid, ranges, now)
             plan[uid] = sorted(ranges, key=lambda r: r.order)
-            work = work or any(r.final or r.end != r.start for r in plan[uid])
+            work = work or became_idle or any(r.final or r.end != r.start for r in plan[uid])
         return plan if work else None
 
     def empty_plan(self, paused: frozenset[tuple[str, str]] = frozenset()) -> Plan:
