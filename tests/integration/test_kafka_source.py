@@ -177,20 +177,21 @@ def test_start_by_timestamp_and_by_group_offsets_and_offsets_committed_after_che
     kafka: KafkaBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     topic = make_topic(kafka, f"start-{unique()}", 1)
-    produce(kafka, topic, 0, [f"v{i}" for i in range(10)], ts=[1_000 * (i + 1) for i in range(10)])
+    base = (int(time.time()) - 600) * 1000  # recent: retention deletes records stamped long ago
+    produce(kafka, topic, 0, [f"v{i}" for i in range(10)], ts=[base + 1_000 * i for i in range(10)])
 
     p = Pipeline("kafka-by-time")
     out = CollectSink()
     src = KafkaSource(
         kafka.bootstrap_servers,
         topic,
-        start=StartFrom.timestamp(5_500),
+        start=StartFrom.timestamp(base + 4_500),
         bounded=True,
         decode=as_tuple,
     )
     p.source(src, uid="in").sink(out, uid="out")
     run_in_process(p, tmp_path / "time", monkeypatch)
-    assert [r[3] for r in out.results] == ["v5", "v6", "v7", "v8", "v9"]  # ts 6000..10000
+    assert [r[3] for r in out.results] == ["v5", "v6", "v7", "v8", "v9"]  # at/after base+5000
 
     group = f"g-{unique()}"
     c = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": group})
@@ -261,7 +262,9 @@ def test_an_idle_partition_does_not_hold_back_event_time_windows(
 ) -> None:
     topic = make_topic(kafka, f"idle-{unique()}", 2)  # partition 1 never gets a record
     values = ["x-1", "x-2", "x-3", "x-4"]
-    produce(kafka, topic, 0, values, ts=[1_000, 1_500, 2_100, 3_200])
+    # Recent timestamps (the broker's retention deletes records stamped long ago).
+    base = (int(time.time()) - 600) * 1000
+    produce(kafka, topic, 0, values, ts=[base + t for t in (0, 500, 1_100, 2_200)])
     cfg = ("epoch.max_records=2", "checkpoint.every_epochs=1")
 
     # Without idleness the empty partition's watermark (none yet) holds every window back.
@@ -279,7 +282,8 @@ def test_an_idle_partition_does_not_hold_back_event_time_windows(
     running.append(job)
     job.wait_for("two windows", lambda: len(out.results) == 2)
     job.stop()
-    assert out.results == [("x", 1_000, 2), ("x", 2_000, 1)]  # [3000, 4000) waits: wm 3200
+    # The third window waits: the watermark is its last record's timestamp.
+    assert out.results == [("x", base, 2), ("x", base + 1_000, 1)]
 
 
 def test_a_record_that_fails_to_decode_fails_the_job_naming_its_offset(
