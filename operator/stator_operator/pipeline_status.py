@@ -266,6 +266,8 @@ MIRRORED = (
     "epoch",
     "parallelism",
     "jobState",
+    "lagRecords",  # the sources' consumer lag, in records (total) and ms (largest)
+    "lagMs",
     "latestCheckpoint",
     "lastError",
     "standbyCopies",

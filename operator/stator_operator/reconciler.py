@@ -506,7 +506,10 @@ class Reconciler:
 def _job_fields(job: JobInfo) -> dict[str, Json]:
     """The status fields a running driver's answer gives (bounded by the caller): the
     answer's fields under their camelCase names (``stator.control.schema.mirror``)."""
-    fields: dict[str, Json] = {**mirror(job, "epoch", "parallelism"), "jobState": job.state}
+    fields: dict[str, Json] = {
+        **mirror(job, "epoch", "parallelism", "lag_records", "lag_ms"),
+        "jobState": job.state,
+    }
     latest = job.latest_checkpoint
     if latest:
         fields["latestCheckpoint"] = {

@@ -25,6 +25,8 @@ MIRRORED = {
     "epoch",
     "jobState",
     "parallelism",
+    "lagRecords",
+    "lagMs",
     "lastError",
     "latestCheckpoint.id",
     "latestCheckpoint.epoch",
@@ -68,6 +70,8 @@ ANSWER: dict[str, Any] = {
     "state": "RUNNING",
     "epoch": 12,
     "parallelism": {"count": 2},
+    "lag_records": 42,
+    "lag_ms": 1500,
     "last_error": "region 'in-a': a task failed once",
     "latest_checkpoint": {
         "id": 5,
@@ -142,6 +146,7 @@ def test_the_mirror_writes_exactly_the_status_fields_it_always_wrote() -> None:
     assert set(fields) == set(STATUS_MIRRORED), "the fields PipelineStatus.mirrored reads back"
     assert fields["latestCheckpoint"]["time"] == "2023-11-14T22:13:20Z"
     assert fields["placement"]["subtasks"][0]["keyGroups"] == [0, 64], "JSON data: lists"
+    assert (fields["lagRecords"], fields["lagMs"]) == (42, 1500)
 
 
 @pytest.mark.parametrize("crd", CRDS, ids=lambda p: str(p.relative_to(ROOT)))
@@ -158,3 +163,4 @@ def test_the_crds_status_schema_keeps_every_mirrored_field(crd: Path) -> None:
         mirrored_columns = [c for c in columns if c.startswith(".status.latestCheckpoint")]
         assert {c.removeprefix(".status.") for c in mirrored_columns} <= MIRRORED
         assert mirrored_columns, "kubectl get shows the latest checkpoint's time"
+        assert ".status.lagRecords" in columns, "kubectl get shows the sources' lag"

@@ -23,6 +23,8 @@ from .schema import (
     RestoreEntry,
     Restores,
     SavepointRequest,
+    SourceInfo,
+    SplitLagInfo,
     StandbyCopies,
     StartupMarks,
 )
@@ -32,6 +34,7 @@ from .view import JobView
 def job_info(d: JobView, st: JobStatus) -> JobInfo:
     """``GET /v1/job`` (``st``: the job's status, read once)."""
     latest, restored = st.last_checkpoint, st.last_restores
+    sources = source_infos(st)
     return JobInfo(
         job=d.job,
         state=st.state,
@@ -54,7 +57,27 @@ def job_info(d: JobView, st: JobStatus) -> JobInfo:
         ),
         placement=_placement(d, st),
         standby_copies=StandbyCopies(**st.standby_copies.to_json()),
+        sources=sources,
+        lag_records=sum(s.lag_records for s in sources.values()),
+        lag_ms=max((s.lag_ms for s in sources.values()), default=0),
     )
+
+
+def source_infos(st: JobStatus) -> dict[str, SourceInfo]:
+    """Lag per source and split (sources that measure it) and dead letters per source."""
+    out = {}
+    for uid in sorted(set(st.source_lag) | set(st.dead_letters)):
+        splits = {
+            split: SplitLagInfo(records=lag.records, lag_ms=round(lag.seconds * 1000))
+            for split, lag in sorted(st.source_lag.get(uid, {}).items())
+        }
+        out[uid] = SourceInfo(
+            splits=splits,
+            lag_records=sum(s.records for s in splits.values()),
+            lag_ms=max((s.lag_ms for s in splits.values()), default=0),
+            dead_letters=st.dead_letters.get(uid, 0),
+        )
+    return out
 
 
 def checkpoints_info(d: JobView) -> CheckpointsInfo:

@@ -10,7 +10,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from ..driver.status import JobState
+from ..driver.status import JobState, JobStatus
 from .view import JobView
 
 
@@ -121,12 +121,41 @@ class DriverCollector(Collector):
         yield restarts
         yield epochs
         yield running
+        yield from _source_metrics(d.job, st)
         parallelism = GaugeMetricFamily(
             "stator_operator_parallelism", "Subtasks per operator", labels=["job", "operator"]
         )
         for uid, p in d.parallelism.operators.items():
             parallelism.add_metric([d.job, uid], p)
         yield parallelism
+
+
+def _source_metrics(job: str, st: JobStatus) -> Iterator[Any]:
+    """Consumer lag per source split, as measured when the latest epoch was planned, and
+    records sent to dead letters per source."""
+    labels = ["job", "source", "split"]
+    records = GaugeMetricFamily(
+        "stator_source_lag_records", "Records in the source not yet read, per split", labels=labels
+    )
+    seconds = GaugeMetricFamily(
+        "stator_source_lag_seconds",
+        "Age of the next unread record of the split (0: caught up)",
+        labels=labels,
+    )
+    for uid, splits in sorted(st.source_lag.items()):
+        for split, lag in sorted(splits.items()):
+            records.add_metric([job, uid, split], lag.records)
+            seconds.add_metric([job, uid, split], lag.seconds)
+    yield records
+    yield seconds
+    letters = CounterMetricFamily(
+        "stator_source_dead_letters",
+        "Records the source could not decode and sent to its dead-letter topic",
+        labels=["job", "source"],
+    )
+    for uid, count in sorted(st.dead_letters.items()):
+        letters.add_metric([job, uid], count)
+    yield letters
 
 
 def render_metrics(driver: JobView) -> tuple[bytes, str]:

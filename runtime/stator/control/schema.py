@@ -197,6 +197,25 @@ class StandbyCopies(Answer):
 
 
 @dataclass(frozen=True, kw_only=True)
+class SplitLagInfo(Answer):
+    """A source split's consumer lag when the latest epoch was planned: ``records`` not yet
+    read, ``lag_ms`` from the timestamp of the next unread record to then (0: caught up)."""
+
+    records: int = 0
+    lag_ms: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceInfo(Answer):
+    """One source: its lag per split and in total, and records sent to dead letters."""
+
+    splits: Mapping[str, SplitLagInfo] | None = None
+    lag_records: int = 0  # the sum over the splits
+    lag_ms: int = 0  # the largest over the splits
+    dead_letters: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class JobInfo(Answer):
     """``GET /v1/job``: the job's state and progress."""
 
@@ -218,6 +237,9 @@ class JobInfo(Answer):
     restores: Restores | None = None
     placement: Placement | None = None  # None with one executor
     standby_copies: StandbyCopies | None = None
+    sources: Mapping[str, SourceInfo] | None = None  # source uid -> its lag
+    lag_records: int = 0  # consumer lag of every source, in records
+    lag_ms: int = 0  # the largest of any split, in ms
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,7 +17,7 @@ from ..config import JobConfig
 from ..epoch.reports import StateReport
 from ..epoch.spec import CheckpointTask, EpochSpec
 from .checkpoint_base import incremental_base
-from .completion import PendingOutput, acknowledge, commit_completed
+from .completion import PendingOutput, acknowledge, commit_completed, notify_sources
 from .in_flight import InFlightCheckpoints
 from .parallelism import Parallelism
 from .planning import CheckpointSchedule, EpochPlanner
@@ -139,6 +139,7 @@ class RegionCheckpoints:
             self.status.last_checkpoint = v.meta
             self.schedule.checkpoint_done()
             commit_completed(v.meta, self.output, self.coordinator)
+            notify_sources(v.meta, self.planner.sources)
             for listener in self.listeners:
                 listener(v.meta)
         self.status.in_flight_checkpoints = tuple(sorted(self.in_flight.ids()))

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..api.nodes import SinkNode
+from ..api.nodes import SinkNode, SourceNode
 from ..api.time import MAX_TIMESTAMP
 from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.metadata import (
@@ -164,3 +164,22 @@ def commit_completed(
         ) from exc
     finally:
         coordinator.subsume()
+
+
+def notify_sources(meta: CheckpointMetadata, sources: dict[str, SourceNode]) -> None:
+    """Tell each source the positions a completed checkpoint holds (e.g. the Kafka source
+    commits them to its consumer group for monitoring). A failure is logged, never fatal:
+    restore reads the checkpoint, not what a source published."""
+    for uid, node in sources.items():
+        splits = meta.sources.get(uid)
+        if not splits:
+            continue
+        try:
+            node.source.on_checkpoint_complete({s: st["position"] for s, st in splits.items()})
+        except Exception as exc:
+            log.warning(
+                "source '%s': publishing the positions of checkpoint %d failed: %s",
+                uid,
+                meta.checkpoint_id,
+                exc,
+            )

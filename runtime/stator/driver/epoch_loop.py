@@ -226,6 +226,7 @@ class RegionLoop:
                     continue
                 paused = self.split_failover.paused() if self.split_failover else set()
                 plan = self.planner.plan(frozenset(paused))
+                self.status.source_lag = self.planner.lag()
                 if plan is None:
                     self.checkpoints.poll()
                     time.sleep(self.config.epoch.idle_wait_ms / 1000)
@@ -352,6 +353,10 @@ class RegionLoop:
         if self.split_failover is not None:
             self.split_failover.read(reads)
         records_in = self.planner.advance(ranges, reads)
+        for rep in reads:
+            if rep.rejected:
+                letters = self.status.dead_letters
+                letters[rep.uid] = letters.get(rep.uid, 0) + rep.rejected
         records_out = self.output.add([r for r in reports if isinstance(r, SinkReport)])
         states = [r for r in reports if isinstance(r, StateReport)]
         self.status.records_in += records_in

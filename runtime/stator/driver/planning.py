@@ -7,6 +7,8 @@ checkpoint re-reads exactly the records it read before.
 
 from __future__ import annotations
 
+import logging
+from dataclasses import replace
 from typing import Any
 
 from ..api.nodes import SourceNode
@@ -14,7 +16,10 @@ from ..api.time import MIN_TIMESTAMP
 from ..checkpoint.coordinator import now_ms
 from ..config import CheckpointConfig, EpochConfig
 from ..epoch.reports import SplitReport
-from ..sources.base import SplitRange, SplitState
+from ..sources.base import SplitLag, SplitRange, SplitState
+from .idleness import IdleTracker
+
+log = logging.getLogger("stator.planning")
 
 Plan = dict[str, list[SplitRange]]  # source uid -> ranges, in split order
 
@@ -25,27 +30,63 @@ class EpochPlanner:
     def __init__(self, sources: dict[str, SourceNode], config: EpochConfig) -> None:
         self.sources, self.config = sources, config
         self.positions: dict[str, dict[str, SplitState]] = {}
+        self.discovered_ms: dict[str, int] = {}  # source uid -> its last discovery
+        self.idle = IdleTracker({uid: node.watermarks.idleness_ms for uid, node in sources.items()})
 
     def rewind(self, restored: dict[str, dict[str, dict[str, Any]]] | None) -> None:
-        """Positions from a checkpoint or savepoint (None: every split from its beginning).
-        Splits the snapshot does not know (new splits, a new source) start at the beginning."""
-        positions = {
-            uid: {
-                s: SplitState(node.source.initial_position(s), MIN_TIMESTAMP)
-                for s in node.source.discover_splits()
-            }
-            for uid, node in self.sources.items()
-        }
-        for uid, splits in (restored or {}).items():
-            if uid not in positions:
-                continue  # a source that was removed (allow_non_restored_state)
-            for split, state in splits.items():
-                position = SplitState.from_json(state)
-                # The source decides again whether a split is at its end: a bounded source
-                # may have been given more input since (costs at most one empty epoch).
-                position.finished = False
-                positions[uid][split] = position
+        """Positions from a checkpoint or savepoint (None: every split from its start mode).
+        Splits a restored source's snapshot does not know appeared after the job first
+        started (discovered while running, or since): they start at their beginning
+        (``Source.new_split_position``), so a rewound job re-reads what it read before. A
+        source the snapshot does not know at all starts by its start mode."""
+        restored = restored or {}
+        positions: dict[str, dict[str, SplitState]] = {}
+        for uid, node in self.sources.items():
+            known = restored.get(uid)
+            start = (
+                node.source.initial_position if known is None else node.source.new_split_position
+            )
+            splits: dict[str, SplitState | None] = dict.fromkeys(node.source.discover_splits())
+            splits.update(dict.fromkeys(known or {}))  # known but gone: kept, at the end
+            for split in splits:
+                if known is not None and split in known:
+                    position = SplitState.from_json(known[split])
+                    # The source decides again whether a split is at its end: a bounded
+                    # source may have been given more input since (costs at most one empty
+                    # epoch).
+                    position.finished = False
+                    splits[split] = position
+                else:
+                    splits[split] = SplitState(start(split), MIN_TIMESTAMP)
+            positions[uid] = _in_order(node, {s: st for s, st in splits.items() if st})
         self.positions = positions
+        now = now_ms()
+        self.discovered_ms = dict.fromkeys(self.sources, now)
+        self.idle.reset(now)
+
+    def rediscover(self, now: int) -> None:
+        """Sources due for discovery (``Source.discovery_interval_ms``) are asked for their
+        splits again; new ones join at their beginning. A failing discovery is logged and
+        tried again at the next interval: the known splits go on."""
+        for uid, node in self.sources.items():
+            interval = node.source.discovery_interval_ms
+            if interval <= 0 or now - self.discovered_ms.get(uid, now) < interval:
+                continue
+            self.discovered_ms[uid] = now
+            try:
+                found = node.source.discover_splits()
+                known = self.positions[uid]
+                new = {
+                    s: SplitState(node.source.new_split_position(s), MIN_TIMESTAMP)
+                    for s in found
+                    if s not in known
+                }
+            except Exception as exc:
+                log.warning("source '%s': discovering splits failed: %s", uid, exc)
+                continue
+            if new:
+                log.info("source '%s': new splits %s", uid, ", ".join(new))
+                self.positions[uid] = _in_order(node, {**known, **new})
 
     def finished(self) -> bool:
         """Every split of every source is exhausted (and the job may end, if configured)."""
@@ -59,6 +100,7 @@ class EpochPlanner:
         (source uid, split): splits waiting out a restart delay get no range at all
         (``split_failover.py``)."""
         now = now_ms()
+        self.rediscover(now)
         open_by_source = {
             uid: {
                 s: st.position
@@ -78,13 +120,16 @@ class EpochPlanner:
             if not open_splits:
                 continue
             order = {s: i for i, s in enumerate(self.positions[uid])}
-            ranges = node.source.plan(open_splits, budget, now)
+            ranges = [
+                replace(r, order=order[r.split]) for r in node.source.plan(open_splits, budget, now)
+            ]
             planned = {r.split for r in ranges}
             for split, pos in open_splits.items():
                 if split not in planned:
                     ranges.append(SplitRange(split, pos, pos, order[split]))
+            ranges, became_idle = self.idle.mark(uid, ranges, now)
             plan[uid] = sorted(ranges, key=lambda r: r.order)
-            work = work or any(r.final or r.end != r.start for r in plan[uid])
+            work = work or became_idle or any(r.final or r.end != r.start for r in plan[uid])
         return plan if work else None
 
     def empty_plan(self, paused: frozenset[tuple[str, str]] = frozenset()) -> Plan:
@@ -124,6 +169,10 @@ class EpochPlanner:
             records += rep.records
         return records
 
+    def lag(self) -> dict[str, dict[str, SplitLag]]:
+        """Per source and split, the lag its source measured at the last planning."""
+        return {uid: node.source.lag() for uid, node in self.sources.items()}
+
     def max_timestamps(self) -> dict[str, dict[str, int]]:
         return {
             uid: {s: st.max_timestamp for s, st in splits.items()}
@@ -140,6 +189,16 @@ class EpochPlanner:
     def close(self) -> None:
         for node in self.sources.values():
             node.source.close()
+
+
+def _in_order(node: SourceNode, splits: dict[str, SplitState]) -> dict[str, SplitState]:
+    """Splits in the source's own order (``Source.split_key``; none: as discovered, new
+    ones last): with a key, a split's place, and so the order in which keyed subtasks take
+    its records, does not depend on when it was discovered."""
+    key = node.source.split_key
+    if key is None:
+        return splits
+    return {s: splits[s] for s in sorted(splits, key=key)}
 
 
 class CheckpointSchedule:

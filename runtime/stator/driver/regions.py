@@ -158,6 +158,8 @@ def merged_status(
         st.keyed_tasks_total += p.keyed_tasks_total
         st.last_restores.update(p.last_restores)
         st.standby_copies.merge(p.standby_copies)  # one uploader serves every region
+        st.source_lag.update(p.source_lag)  # each source belongs to one region
+        st.dead_letters.update(p.dead_letters)
     st.in_flight_checkpoints = tuple(c for p in parts for c in p.in_flight_checkpoints)
     st.restores = RestoreCounts(
         sum(p.restores.local for p in parts),

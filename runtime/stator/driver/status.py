@@ -19,6 +19,7 @@ from ..checkpoint.pending import CheckpointResult
 from ..epoch.reports import RestoreSource, StandbyTally, StateReport
 from ..keygroups import SubtaskId
 from ..locality.placement import EpochPlacement
+from ..sources.base import SplitLag
 
 log = logging.getLogger("stator.driver")
 
@@ -146,6 +147,10 @@ class JobStatus:
     # (uid, subtask) -> the latest restore of that subtask, for the control API.
     last_restores: dict[SubtaskId, dict[str, Any]] = field(default_factory=dict)
     startup: StartupTimes = field(default_factory=StartupTimes)
+    # Source uid -> split -> lag, as measured when the latest epoch was planned.
+    source_lag: dict[str, dict[str, SplitLag]] = field(default_factory=dict)
+    # Source uid -> records its decoder rejected to a dead-letter sink.
+    dead_letters: dict[str, int] = field(default_factory=dict)
 
     @property
     def finished(self) -> bool:

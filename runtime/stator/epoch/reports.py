@@ -23,6 +23,7 @@ class SplitReport:
     epoch: int
     max_timestamp: int
     records: int
+    rejected: int = 0  # records the source sent to its dead-letter sink
 
 
 @dataclass(frozen=True)

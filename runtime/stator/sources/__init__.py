@@ -1,7 +1,7 @@
 from .base import Source, SplitRange
 from .files import FileSource
 from .generator import FromList, GeneratorSource, KeyedEvents, SweepEvents, list_source
-from .kafka import KafkaRecord, KafkaSource
+from .kafka import KafkaRecord, KafkaSource, StartFrom
 
 __all__ = [
     "FileSource",
@@ -12,6 +12,7 @@ __all__ = [
     "KeyedEvents",
     "Source",
     "SplitRange",
+    "StartFrom",
     "SweepEvents",
     "list_source",
 ]

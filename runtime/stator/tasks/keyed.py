@@ -50,7 +50,9 @@ def keyed_task(
     p = spec.parallelism[node.uid]
     key_groups = range_for_subtask(subtask, p, spec.max_parallelism)
     headers = sorted((unpack(h) for _, h in items), key=lambda h: (h[0], h[2]))
-    new_watermark = min((h[1] for h in headers), default=MIN_TIMESTAMP)
+    # Idle source splits send None: they do not hold the watermark back; with every input
+    # idle the subtask keeps its watermark (MIN_TIMESTAMP here cannot lower it).
+    new_watermark = min((h[1] for h in headers if h[1] is not None), default=MIN_TIMESTAMP)
     batches = [(h[2], h[3]) for h in headers]
     records_in = sum(len(b[0]) for _, b in batches)
 

@@ -39,7 +39,8 @@ Columns = tuple[list[bytes], list[Any], list[Any]]  # (kkeys, values, timestamps
 # What a task sends one keyed subtask for one of its inputs: (order key, watermark, input,
 # columns). The order key (node id, split order or subtask) fixes the order in which the
 # subtask processes its inputs; the input is the position in the keyed node's ``inputs``.
-Header = tuple[tuple[int, int], int, int, Columns]
+# The watermark is None from an idle source split (``driver/idleness.py``).
+Header = tuple[tuple[int, int], int | None, int, Columns]
 Target = tuple[KeyedNode, int]  # a keyed node and which of its inputs
 Shuffled = tuple[int, int, bytes]  # (keyed node id, target subtask, packed header)
 
@@ -135,7 +136,9 @@ class Router:
             reports.append(SinkReport(node.uid, epoch, descriptor, payload))
         return reports
 
-    def downstream(self, origin: tuple[int, int], watermark: int, node_id: int) -> list[Shuffled]:
+    def downstream(
+        self, origin: tuple[int, int], watermark: int | None, node_id: int
+    ) -> list[Shuffled]:
         """One (possibly empty) batch for every subtask of every keyed operator fed by
         ``node_id``: an empty batch still carries this task's watermark, which the subtask
         needs to advance its own."""

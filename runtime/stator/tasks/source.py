@@ -52,7 +52,7 @@ def _read_range(spec: EpochSpec, node_id: int, reports: Any, index: int) -> Iter
     node = spec.pipeline.node(node_id)
     assert isinstance(node, SourceNode)
     rng = spec.ranges[node.uid][index]
-    records = node.source.read(rng)
+    records, rejected = node.source.read_counted(rng)
     max_ts = spec.split_max_ts.get(node.uid, {}).get(rng.split, MIN_TIMESTAMP)
     batch: Batch
     if node.timestamps is not None:
@@ -65,7 +65,14 @@ def _read_range(spec: EpochSpec, node_id: int, reports: Any, index: int) -> Iter
         batch = (records, [None] * len(records))
     if batch[1] and batch[1][0] is not None:
         max_ts = max(max_ts, *batch[1])
-    watermark = MAX_TIMESTAMP if rng.final else node.watermarks.watermark(max_ts)
+    # An idle split sends no watermark (None): it does not hold back the operators it feeds.
+    watermark: int | None = (
+        MAX_TIMESTAMP
+        if rng.final
+        else None
+        if rng.idle and not records
+        else node.watermarks.watermark(max_ts)
+    )
 
     router = Router(
         spec.pipeline,
@@ -76,7 +83,9 @@ def _read_range(spec: EpochSpec, node_id: int, reports: Any, index: int) -> Iter
     )
     router.push(node.id, batch)
     out = router.downstream((node.id, rng.order), watermark, node.id)
-    done: list[Report] = [SplitReport(node.uid, rng.split, spec.epoch, max_ts, len(records))]
+    done: list[Report] = [
+        SplitReport(node.uid, rng.split, spec.epoch, max_ts, len(records), rejected)
+    ]
     reports.add([*done, *router.staged(spec.epoch)])
     return iter(out)
 
