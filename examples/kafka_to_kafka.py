@@ -80,7 +80,7 @@ def payments(n: int) -> list[dict[str, Any]]:
 
 def produce(n: int) -> None:
     from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     bootstrap, source, out = _settings()
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -121,9 +121,9 @@ def read_totals() -> dict[str, dict[str, Any]]:
             if msg is None:
                 break
             if msg.error() is not None:
-                done.add(msg.partition())
+                done.add(msg.partition() or 0)
                 continue
-            update = json.loads(msg.value())
+            update = json.loads(msg.value() or b"{}")
             latest[update["user"]] = update
     finally:
         consumer.close()

@@ -115,9 +115,13 @@ def read_range(opts: ReadOptions, rng: SplitRange) -> tuple[list[Any], int]:
     rejects = DeadLetters(opts.dead_letter, opts.producer_config) if opts.dead_letter else None
     out: list[Any] = []
     deadline = time.monotonic() + opts.timeout_s
+    expected = start  # the next offset, if there are no gaps
     try:
         while True:
-            msgs = consumer.consume(num_messages=10_000, timeout=1.0)
+            # consume() waits for num_messages or its timeout: ask for no more than the range
+            # still holds, else every task waits out the timeout (it cost 1 s per task).
+            want = max(1, min(10_000, end - expected))
+            msgs = consumer.consume(num_messages=want, timeout=0.1)
             done = False
             for msg in msgs:
                 if msg.error() is not None:
@@ -139,6 +143,7 @@ def read_range(opts: ReadOptions, rng: SplitRange) -> tuple[list[Any], int]:
                 if ok:
                     out.append((value, rec.timestamp) if opts.with_timestamps else value)
                 done = offset == end - 1
+                expected = offset + 1
             if done:
                 break
             if msgs:
