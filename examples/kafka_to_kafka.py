@@ -65,7 +65,16 @@ def pipeline() -> Pipeline:
     bounded = os.environ.get("STATOR_KAFKA_BOUNDED", "") == "1"
     p = Pipeline("kafka-to-kafka", max_parallelism=64)
     (
-        p.source(KafkaSource(bootstrap, source, bounded=bounded, decode=decode), uid="payments")
+        p.source(
+            KafkaSource(
+                bootstrap,
+                source,
+                bounded=bounded,
+                decode=decode,
+                group_id="kafka-to-kafka",  # offsets committed per checkpoint: lag tools see it
+            ),
+            uid="payments",
+        )
         .key_by(lambda e: e["user"])
         .process(RunningTotal(), uid="running-total")
         .sink(KafkaSink(bootstrap, out, key=lambda r: r["user"]), uid="totals")
@@ -73,12 +82,14 @@ def pipeline() -> Pipeline:
     return p
 
 
-def payments(n: int) -> list[dict[str, Any]]:
-    """Deterministic input: ``n`` payments of 50 users."""
-    return [{"user": f"u{i % 50}", "amount": (i * 7) % 13 + 1, "ts": i} for i in range(n)]
+def payments(n: int, start: int = 0) -> list[dict[str, Any]]:
+    """Deterministic input: payments ``start`` to ``start + n`` of 50 users."""
+    return [
+        {"user": f"u{i % 50}", "amount": (i * 7) % 13 + 1, "ts": i} for i in range(start, start + n)
+    ]
 
 
-def produce(n: int) -> None:
+def produce(n: int, start: int = 0) -> None:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
@@ -89,7 +100,7 @@ def produce(n: int) -> None:
     for future in admin.create_topics(new).values() if new else []:
         future.result(30)
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for payment in payments(n):
+    for payment in payments(n, start):
         producer.produce(source, key=payment["user"].encode(), value=json.dumps(payment).encode())
         producer.poll(0)
     if producer.flush(60):
