@@ -168,6 +168,19 @@ class Run:
         )
 
 
+def run_env(s3: S3Endpoint, kafka: KafkaBroker, topic: str, **extra: str) -> dict[str, str]:
+    """The environment of a ``stator run`` of ``tests/pipelines/kafka_running_sum.py``."""
+    return {
+        **os.environ,
+        **s3.env(),
+        "EO_BOOTSTRAP": kafka.bootstrap_servers,
+        "EO_TOPIC": topic,
+        "PYTHONPATH": str(ROOT),
+        "PYSPARK_PYTHON": sys.executable,
+        **extra,
+    }
+
+
 @pytest.fixture
 def new_run(s3: S3Endpoint, kafka: KafkaBroker, topic: str, tmp_path: Path) -> Iterator[Any]:
     runs: list[Run] = []
@@ -175,15 +188,7 @@ def new_run(s3: S3Endpoint, kafka: KafkaBroker, topic: str, tmp_path: Path) -> I
     def make() -> Run:
         bucket = f"eo-{uuid.uuid4().hex[:10]}"
         s3.client().create_bucket(Bucket=bucket)
-        env = {
-            **os.environ,
-            **s3.env(),
-            "EO_BOOTSTRAP": kafka.bootstrap_servers,
-            "EO_TOPIC": topic,
-            "EO_OUT": f"s3://{bucket}/out",
-            "PYTHONPATH": str(ROOT),
-            "PYSPARK_PYTHON": sys.executable,
-        }
+        env = run_env(s3, kafka, topic, EO_OUT=f"s3://{bucket}/out")
         run = Run(s3, bucket, tmp_path / bucket, env)
         run.workdir.mkdir()
         runs.append(run)
@@ -222,15 +227,7 @@ def baseline(
     then what every failure run must reproduce exactly."""
     bucket = f"eo-base-{uuid.uuid4().hex[:6]}"
     s3.client().create_bucket(Bucket=bucket)
-    env = {
-        **os.environ,
-        **s3.env(),
-        "EO_BOOTSTRAP": kafka.bootstrap_servers,
-        "EO_TOPIC": topic,
-        "EO_OUT": f"s3://{bucket}/out",
-        "PYTHONPATH": str(ROOT),
-        "PYSPARK_PYTHON": sys.executable,
-    }
+    env = run_env(s3, kafka, topic, EO_OUT=f"s3://{bucket}/out")
     run = Run(s3, bucket, tmp_path_factory.mktemp("baseline"), env)
     run.start()
     assert run.wait() == 0, run.log_tail()

@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import signal
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,10 +25,10 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.test_exactly_once import (  # noqa: F401 - the input topic fixture
-    ROOT,
     Run,
     expected_output,
     per_user,
+    run_env,
     topic,
 )
 from tests.testbed.kafka import KafkaBroker
@@ -111,15 +110,7 @@ def kafka_run(
         out_topic = f"keo-out-{uuid.uuid4().hex[:6]}"
         admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
         admin.create_topics([NewTopic(out_topic, OUT_PARTITIONS, 1)])[out_topic].result(30)
-        env = {
-            **os.environ,
-            **s3.env(),
-            "EO_BOOTSTRAP": kafka.bootstrap_servers,
-            "EO_TOPIC": topic,
-            "EO_OUT_TOPIC": out_topic,
-            "PYTHONPATH": str(ROOT),
-            "PYSPARK_PYTHON": sys.executable,
-        }
+        env = run_env(s3, kafka, topic, EO_OUT_TOPIC=out_topic)
         run = KafkaRun(s3, bucket, tmp_path / bucket, env)
         run.bootstrap, run.out_topic = kafka.bootstrap_servers, out_topic
         run.workdir.mkdir()
