@@ -12,7 +12,6 @@ are too short to hit from outside.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import uuid
@@ -21,50 +20,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.test_exactly_once import (  # noqa: F401 - the input topic fixture
+from tests.integration.running_sum_runs import (
+    OUT_PARTITIONS,
     Run,
     expected_output,
+    fill_topic,
     per_user,
+    read_topic,
     run_env,
-    topic,
 )
 from tests.testbed.kafka import KafkaBroker
 from tests.testbed.minio import S3Endpoint
-
-OUT_PARTITIONS = 3
-
-
-def read_topic(bootstrap: str, name: str, isolation: str) -> list[dict[str, Any]]:
-    """Every record of ``name`` a consumer with ``isolation`` reads, partition by partition."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"check-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "isolation.level": isolation,
-            "enable.partition.eof": True,
-        }
-    )
-    out: list[dict[str, Any]] = []
-    try:
-        consumer.assign([TopicPartition(name, p, 0) for p in range(OUT_PARTITIONS)])
-        at_end: set[int] = set()
-        while len(at_end) < OUT_PARTITIONS:
-            msg = consumer.poll(10)
-            assert msg is not None, f"reading {name}: no end of partition after 10 s"
-            if msg.error() is not None:
-                if msg.error().code() == -191:  # _PARTITION_EOF
-                    at_end.add(msg.partition())
-                    continue
-                raise AssertionError(msg.error())
-            at_end.discard(msg.partition())
-            out.append(json.loads(msg.value()))
-    finally:
-        consumer.close()
-    return out
 
 
 class KafkaRun(Run):
@@ -95,11 +63,16 @@ class KafkaRun(Run):
         self.proc.wait(30)
 
 
+@pytest.fixture(scope="module")
+def topic(kafka: KafkaBroker) -> str:
+    return fill_topic(kafka)
+
+
 @pytest.fixture
 def kafka_run(
     s3: S3Endpoint,
     kafka: KafkaBroker,
-    topic: str,  # noqa: F811 - the fixture imported above
+    topic: str,
     tmp_path: Path,
 ) -> Iterator[Any]:
     runs: list[KafkaRun] = []

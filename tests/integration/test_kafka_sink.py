@@ -22,7 +22,7 @@ from stator.sinks import KafkaSink
 from stator.sinks.kafka.publisher import TransactionalPublisher, commit_id
 from stator.sources import GeneratorSource, KeyedEvents
 from tests.helpers import stop_with_savepoint_after, with_overrides
-from tests.integration.test_kafka_exactly_once import read_topic
+from tests.integration.running_sum_runs import read_topic
 from tests.testbed.kafka import KafkaBroker
 
 EVENTS, KEYS = 6_000, 40
