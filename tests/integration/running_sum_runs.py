@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,8 +110,11 @@ class Run:
         return code
 
     def kill_driver(self) -> None:
+        """SIGKILL to the driver's process group: its Spark JVM and workers go too (a
+        crashed pod's would), also when the driver itself already died."""
         assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(30)
 
     def checkpoints(self) -> int:
@@ -221,3 +226,10 @@ def read_topic(bootstrap: str, name: str, isolation: str) -> list[dict[str, Any]
     finally:
         consumer.close()
     return out
+
+
+def kill_all(runs: Sequence[Run]) -> None:
+    """A test's teardown: no run of it outlives the test."""
+    for run in runs:
+        if run.proc is not None and run.proc.poll() is None:
+            os.killpg(run.proc.pid, signal.SIGKILL)

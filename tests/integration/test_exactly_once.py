@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from tests.integration.running_sum_runs import (
     Run,
     expected_output,
     fill_topic,
+    kill_all,
     per_user,
     run_env,
 )
@@ -52,9 +52,7 @@ def new_run(s3: S3Endpoint, kafka: KafkaBroker, topic: str, tmp_path: Path) -> I
         return run
 
     yield make
-    for run in runs:
-        if run.proc is not None and run.proc.poll() is None:
-            os.killpg(run.proc.pid, signal.SIGKILL)
+    kill_all(runs)
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,6 @@ are too short to hit from outside.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import uuid
 from collections.abc import Iterator
@@ -27,6 +25,7 @@ from tests.integration.running_sum_runs import (
     Run,
     expected_output,
     fill_topic,
+    kill_all,
     per_user,
     read_topic,
     run_env,
@@ -54,13 +53,6 @@ class KafkaRun(Run):
 
     def disarm(self) -> None:
         self.env = {k: v for k, v in self.env.items() if not k.startswith("STATOR_FAILPOINTS")}
-
-    def reap(self) -> None:
-        """After the driver died: its Spark JVM and workers go too (a crashed pod's would)."""
-        assert self.proc is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(30)
 
 
 @pytest.fixture(scope="module")
@@ -91,9 +83,7 @@ def kafka_run(
         return run
 
     yield make
-    for run in runs:
-        if run.proc is not None and run.proc.poll() is None:
-            os.killpg(run.proc.pid, signal.SIGKILL)
+    kill_all(runs)
 
 
 # Each step of the commit protocol, in the order one run meets them again and again: the
@@ -120,7 +110,7 @@ def test_killed_at_each_commit_step(kafka_run: Any) -> None:
             assert code == 0, run.log_tail()  # the driver outlived its worker
             break
         assert code == -signal.SIGKILL, f"the driver was to die at {step}: exit {code}"
-        run.reap()
+        run.kill_driver()
     committed = run.committed()
     assert per_user(committed) == expected_output(), "committed output is not exactly once"
     # What the driver produced in the transaction it died in is in the log, aborted: a

@@ -171,6 +171,8 @@ class KafkaSink(Sink):
         self.staging, self.s3 = staging, s3
         self.producer_config, self.timeout_s = config, timeout_s
         self.uid = ""
+        self._delivery: str | None = None  # resolved by bind()
+        self._prefix: str | None = None
         self._staging_store: ObjectStore | None = None
         self._publisher: TransactionalPublisher | None = None
 
@@ -180,17 +182,18 @@ class KafkaSink(Sink):
     # -- where it runs -------------------------------------------------------------------
     @property
     def exactly_once(self) -> bool:  # type: ignore[override]
-        return self.delivery != "at-least-once"
+        return (self._delivery or self.delivery) != "at-least-once"
 
     def bind(self, context: SinkContext) -> None:
+        """Resolves the defaults that depend on the job; the arguments stay as given, so a
+        sink bound again (another run, other settings) resolves them afresh."""
         self.uid = context.uid
-        if self.delivery is None:
-            self.delivery = "exactly-once" if context.checkpoints else "at-least-once"
-        if self.transactional_id_prefix is None:
-            self.transactional_id_prefix = f"stator-{context.job}"
+        checkpointed = "exactly-once" if context.checkpoints else "at-least-once"
+        self._delivery = self.delivery or checkpointed
+        self._prefix = self.transactional_id_prefix or f"stator-{context.job}"
         if self.staging is None:
             self._staging_store = context.store.child(f"{STAGING_DIR}/{context.uid}")
-        if self._publisher is not None:  # bound again (another run): a fresh producer
+        if self._publisher is not None:  # a fresh producer for the new run
             self._publisher.close()
             self._publisher = None
 
@@ -207,7 +210,8 @@ class KafkaSink(Sink):
 
     @property
     def transactional_id(self) -> str:
-        return f"{self.transactional_id_prefix or 'stator'}-{self.uid or self.topic}"
+        prefix = self._prefix or self.transactional_id_prefix or "stator"
+        return f"{prefix}-{self.uid or self.topic}"
 
     def connect(self) -> None:
         if self.exactly_once:
@@ -279,8 +283,3 @@ class KafkaSink(Sink):
             if m and int(m.group(1)) > epoch:
                 stale.append(key)
         store.delete(stale)
-
-    def close(self) -> None:
-        if self._publisher is not None:
-            self._publisher.close()
-            self._publisher = None
