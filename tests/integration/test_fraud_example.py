@@ -187,7 +187,10 @@ def test_killed_python_worker_executor_and_driver(tmp_path: Path) -> None:
     print(f"seed {SEED}")
     run = Run(tmp_path, master="local-cluster[2,1,1024]")
     run.start()
-    points = sorted(rng.sample(range(2, 12), 3))
+    # Every run commits at least ceil(16,000 / 3,000) = 6 checkpoints, so kill points up to
+    # 5 are always reached with work left for the restarted driver (a point past the run's
+    # last checkpoint made the test depend on how the generator's epochs happened to split).
+    points = sorted(rng.sample(range(2, 6), 3))
     killed: list[str] = []
     for point, victim in zip(points, ("python worker", "executor", "driver"), strict=True):
         if not run.wait_for_checkpoint(point):
