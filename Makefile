@@ -14,7 +14,7 @@ export STATOR_UV := $(UV)
 export PYSPARK_PYTHON := $(abspath $(PY))
 export UV_CACHE_DIR ?= $(STATOR_CACHE)/uv
 
-.PHONY: help install lock testbed test unit lint fmt demo demo-local bench clean kind-e2e
+.PHONY: help install lock testbed images test unit lint fmt demo demo-local bench clean kind-e2e
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -35,10 +35,14 @@ install: $(VENV)/.installed  ## create .venv from the lock (reuses the uv cache)
 
 lock:  ## re-resolve requirements.lock from pyproject.toml
 	$(UV) pip compile --quiet pyproject.toml --extra dev --python-version 3.11 -o requirements.lock
+	$(UV) pip compile --quiet pyproject.toml -c requirements.lock --python-version 3.11 -o images/runtime/requirements.lock
 	$(UV) pip compile --quiet images/operator/requirements.in -c requirements.lock --python-version 3.11 -o images/operator/requirements.lock
 
 testbed: install  ## build or reuse the pinned test bed components in $(STATOR_CACHE)
 	$(PY) -m tests.testbed build
+
+images: install  ## build the images from images/ with buildah (no registry needed), check them as containers
+	$(PY) -m tests.testbed images $(IMAGES_ARGS)
 
 lint: install  ## ruff and mypy
 	$(PY) -m ruff check .

@@ -1,4 +1,5 @@
-"""``python -m tests.testbed build|up|versions|path``: the test bed from the command line."""
+"""``python -m tests.testbed build|up|versions|path|images``: the test bed from the command
+line."""
 
 from __future__ import annotations
 
@@ -33,25 +34,32 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--root", type=Path, help="directory for the components' data and logs")
     sub.add_parser("versions", help="print the pinned versions and cache directories")
     sub.add_parser("path", help="print a PATH prefix with the test bed's kubectl and helm")
+    images = sub.add_parser(
+        "images", help="build the images from images/ (no registry needed) and check them"
+    )
+    images.add_argument(
+        "--base",
+        help="base image for the Dockerfiles (default: a Debian bookworm base made locally)",
+    )
+    images.add_argument("--no-check", action="store_true", help="build and export only")
     args = parser.parse_args(argv)
 
+    if args.cmd == "images":
+        return _images(args.base, check=not args.no_check)
     if args.cmd == "build":
         unknown = [n for n in args.names if n not in COMPONENTS]
         if unknown:
             parser.error(f"unknown component(s) {unknown}; choose from {', '.join(COMPONENTS)}")
+    if args.cmd in ("build", "path"):
         try:
-            ensure_all(args.names or None)
+            if args.cmd == "build":
+                ensure_all(args.names or None)
+            else:
+                tools = [ensure("kubernetes").path("bin"), ensure("helm").path("bin")]
+                print(":".join(str(t) for t in tools))
         except BuildError as exc:
             print(exc, file=sys.stderr)
             return 1
-        return 0
-    if args.cmd == "path":
-        try:
-            tools = [ensure("kubernetes").path("bin"), ensure("helm").path("bin")]
-        except BuildError as exc:
-            print(exc, file=sys.stderr)
-            return 1
-        print(":".join(str(t) for t in tools))
         return 0
     if args.cmd == "versions":
         dirs = {name: str(c.directory) for name, c in COMPONENTS.items()}
@@ -65,6 +73,24 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         with contextlib.suppress(KeyboardInterrupt):
             stop.wait()
+    return 0
+
+
+def _images(base: str | None, *, check: bool) -> int:
+    from . import image_checks, images
+
+    try:
+        store = images.Store()
+        archives = images.build_all(store, base=base)
+        for tag, archive in archives.items():
+            print(f"{tag}: {archive}")
+        if check:
+            image_checks.check_driver(store, f"localhost/{images.RUNTIME_TEST.tag}")
+            image_checks.check_executor(store, f"localhost/{images.RUNTIME.tag}")
+            image_checks.check_operator(store, f"localhost/{images.OPERATOR.tag}")
+    except images.ImageError as exc:
+        print(exc, file=sys.stderr)
+        return 1
     return 0
 
 

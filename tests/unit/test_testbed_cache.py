@@ -100,3 +100,21 @@ def test_spark_pin_matches_pyproject() -> None:
     assert f"pyspark=={PINS.spark}" in deps
     lock = (ROOT / "requirements.lock").read_text().splitlines()
     assert f"pyspark=={PINS.spark}" in lock
+
+
+def _pins(path: Path) -> dict[str, str]:
+    found = (line.split("==", 1) for line in path.read_text().splitlines() if "==" in line)
+    return {name.strip().lower(): version.strip() for name, version in found}
+
+
+def test_image_locks_pin_what_the_tests_use() -> None:
+    """The images install their own locks (the runtime's without the dev extra): every pin
+    equals the main lock's, so an image never runs versions the suite did not test."""
+    main = _pins(ROOT / "requirements.lock")
+    for image in ("runtime", "operator"):
+        pins = _pins(ROOT / "images" / image / "requirements.lock")
+        assert pins, image
+        drifted = {n: (v, main.get(n)) for n, v in pins.items() if main.get(n) != v}
+        assert not drifted, f"images/{image}/requirements.lock differs (make lock): {drifted}"
+    runtime = _pins(ROOT / "images" / "runtime" / "requirements.lock")
+    assert "pytest" not in runtime and "mypy" not in runtime, "the runtime image has no dev tools"
