@@ -10,6 +10,7 @@ Run ``python -m tests.testbed build [NAME ...]`` (``make testbed`` does).
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import re
@@ -156,9 +157,14 @@ def _write_wrapper(src: Path, module: str, go_line: str, body: str, imports: Seq
 
 
 K8S_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+# The real-node bed's node agent (tests/testbed/realnodes.py): a component of its own, so the
+# control plane's build is not redone for it.
+KUBELET_COMMANDS = ("kubelet",)
 
 
-def build_kubernetes(stage: Path, step: Step) -> dict[str, object]:
+def build_kubernetes(
+    stage: Path, step: Step, commands: Sequence[str] = K8S_COMMANDS
+) -> dict[str, object]:
     """Wrapper module requiring k8s.io/kubernetes, each staging module replaced by its tag."""
     version = PINS.kubernetes
     src = stage / "src"
@@ -184,7 +190,7 @@ def build_kubernetes(stage: Path, step: Step) -> dict[str, object]:
         "stator.local/testbed/kubernetes",
         go_line.group(1) if go_line else "1.24",
         body,
-        [f"k8s.io/kubernetes/cmd/{c}" for c in K8S_COMMANDS],
+        [f"k8s.io/kubernetes/cmd/{c}" for c in commands],
     )
     env = _go_env(src)
     step.run("go mod tidy", ["go", "mod", "tidy"], src, env)
@@ -212,7 +218,7 @@ def build_kubernetes(stage: Path, step: Step) -> dict[str, object]:
             f"-s -w {_stamp(stamps)}",
             "-o",
             str(stage / "bin") + "/",
-            *[f"k8s.io/kubernetes/cmd/{c}" for c in K8S_COMMANDS],
+            *[f"k8s.io/kubernetes/cmd/{c}" for c in commands],
         ],
         src,
         env,
@@ -276,6 +282,12 @@ def build_minio(stage: Path, step: Step) -> dict[str, object]:
         "github.com/minio/minio/cmd.ReleaseTag": PINS.minio_release_tag,
     }
     _go_install(stage, step, f"github.com/minio/minio@{PINS.minio}", f"-s -w {_stamp(stamps)}")
+    return {}
+
+
+def build_coredns(stage: Path, step: Step) -> dict[str, object]:
+    """Cluster DNS for the real-node bed's pods (a host process; its kubernetes plugin)."""
+    _go_install(stage, step, f"github.com/coredns/coredns@{PINS.coredns}", "-s -w")
     return {}
 
 
@@ -406,7 +418,15 @@ COMPONENTS: dict[str, Component] = {
     c.name: c
     for c in (
         Component("kubernetes", PINS.kubernetes, _bin(*K8S_COMMANDS), build_kubernetes),
+        Component(
+            "kubelet",
+            PINS.kubernetes,
+            _bin(*KUBELET_COMMANDS),
+            functools.partial(build_kubernetes, commands=KUBELET_COMMANDS),
+            KUBELET_COMMANDS,
+        ),
         Component("etcd", PINS.etcd, _bin("etcd", "etcdctl"), build_etcd),
+        Component("coredns", PINS.coredns, _bin("coredns"), build_coredns),
         Component("helm", PINS.helm, _bin("helm"), build_helm, (PINS.kubernetes,)),
         Component("minio", PINS.minio, _bin("minio"), build_minio, (PINS.minio_release_tag,)),
         Component(

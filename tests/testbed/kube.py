@@ -95,6 +95,11 @@ class KubeCluster:
     kubeconfig: Path = Path()
     ca: pki.Pair | None = None
     admin: pki.Pair | None = None
+    kubelet_client: pki.Pair | None = None
+    authority: pki.Authority | None = None  # issues more identities (real nodes' kubelets)
+    # The API server's address: loopback, or the address that pods in containers reach the
+    # host at (the real-node bed, tests/testbed/realnodes.py).
+    host: str = LOOPBACK
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -102,6 +107,7 @@ class KubeCluster:
         k8s, etcd = ensure("kubernetes"), ensure("etcd")
         certs = self.workdir / "pki"
         authority = pki.Authority(certs)
+        self.authority = authority
         self.ca = authority.pair
         serving = authority.issue(
             "apiserver",
@@ -110,6 +116,7 @@ class KubeCluster:
             hosts=(
                 "localhost",
                 LOOPBACK,
+                *([self.host] if self.host != LOOPBACK else []),
                 "10.0.0.1",
                 "kubernetes",
                 "kubernetes.default",
@@ -117,12 +124,16 @@ class KubeCluster:
             ),
         )
         self.admin = authority.issue("admin", "testbed-admin", org="system:masters")
+        # The API server's identity towards kubelets (logs, exec, port-forward).
+        self.kubelet_client = authority.issue(
+            "apiserver-kubelet-client", "kube-apiserver-kubelet-client", org="system:masters"
+        )
         sa = pki.service_account_keys(certs)
 
         try:
             self._start_etcd(etcd.path("bin/etcd"), timeout)
             api_port = free_port()
-            self.server = f"https://{LOOPBACK}:{api_port}"
+            self.server = f"https://{self.host}:{api_port}"
             self.kubeconfig = write_kubeconfig(
                 self.workdir / "kubeconfig",
                 self.server,
@@ -194,7 +205,7 @@ class KubeCluster:
     def _start_apiserver(
         self, binary: Path, port: int, serving: pki.Pair, sa: pki.Pair, timeout: float
     ) -> None:
-        assert self.ca
+        assert self.ca and self.kubelet_client
         proc = ManagedProcess(
             "kube-apiserver",
             [
@@ -202,11 +213,15 @@ class KubeCluster:
                 f"--etcd-servers={self.etcd_url}",
                 f"--cert-dir={self.workdir / 'pki'}",
                 f"--secure-port={port}",
-                f"--bind-address={LOOPBACK}",
-                f"--advertise-address={LOOPBACK}",
+                f"--bind-address={self.host}",
+                f"--advertise-address={self.host}",
                 "--endpoint-reconciler-type=none",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
-                "--authorization-mode=RBAC",
+                # Node: real kubelets (system:nodes) read what their own pods need.
+                "--authorization-mode=Node,RBAC",
+                f"--kubelet-client-certificate={self.kubelet_client.cert}",
+                f"--kubelet-client-key={self.kubelet_client.key}",
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
                 "--allow-privileged=true",
                 f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
                 f"--service-account-key-file={sa.cert}",
@@ -250,9 +265,15 @@ class KubeCluster:
                 f"--bind-address={LOOPBACK}",
                 f"--secure-port={port}",
                 f"--cert-dir={self.workdir / 'kcm-certs'}",
-                # Pods run as local processes with loopback IPs, which Endpoints and
-                # EndpointSlices reject; those controllers would only emit failure events.
-                "--controllers=*,-endpoint,-endpointslice,-endpointslicemirroring",
+                # The node agent's pods have loopback IPs, which Endpoints and EndpointSlices
+                # reject; those controllers would only emit failure events. Real nodes' pods
+                # have real IPs, and cluster DNS answers headless Services from the slices.
+                "--controllers="
+                + (
+                    "*"
+                    if self.host != LOOPBACK
+                    else "*,-endpoint,-endpointslice,-endpointslicemirroring"
+                ),
                 f"--service-account-private-key-file={sa.key}",
                 f"--root-ca-file={self.ca.cert}",
                 "--use-service-account-credentials=true",

@@ -52,13 +52,16 @@ class MinioServer:
     proc: ManagedProcess | None = None
     endpoint: S3Endpoint | None = None
     port: int = 0
+    # Loopback unless pods in containers must reach it (the real-node bed binds the address
+    # its pods reach the host at; only that address, never every interface).
+    host: str = LOOPBACK
 
     def start(self, timeout: float = 60.0) -> MinioServer:
         binary = ensure("minio").path("bin/minio")
         self.port = self.port or free_port()
         if self.endpoint is None:  # keep credentials across a restart of the same server
             self.endpoint = S3Endpoint(
-                f"http://{LOOPBACK}:{self.port}",
+                f"http://{self.host}:{self.port}",
                 "stator-" + secrets.token_hex(4),
                 secrets.token_urlsafe(24),
             )
@@ -71,7 +74,7 @@ class MinioServer:
                 "server",
                 "--quiet",
                 "--address",
-                f"{LOOPBACK}:{self.port}",
+                f"{self.host}:{self.port}",
                 "--console-address",
                 f"{LOOPBACK}:{free_port()}",
                 str(data),
@@ -89,7 +92,7 @@ class MinioServer:
         ).start()
 
         def live() -> bool:
-            url = f"http://{LOOPBACK}:{self.port}/minio/health/ready"
+            url = f"http://{self.host}:{self.port}/minio/health/ready"
             with urllib.request.urlopen(url, timeout=2) as resp:
                 return bool(resp.status == 200)
 

@@ -52,6 +52,8 @@ from urllib.parse import urlparse
 import pyspark
 from kubernetes import client, config
 
+from . import localvolumes
+
 log = logging.getLogger("testbed.nodeagent")
 ENTRYPOINT = Path(__file__).resolve().parents[2] / "images" / "runtime" / "entrypoint.sh"
 _VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
@@ -62,7 +64,6 @@ def _now() -> str:
 
 
 BACKOFF_S, MAX_BACKOFF_S, BACKOFF_RESET_S = 10.0, 300.0, 600.0  # the kubelet's
-LOCAL_VOLUME_LABEL = "testbed.stator.dev/local-volume"
 
 
 @dataclass
@@ -159,55 +160,17 @@ class NodeAgent:
     def provide_local_volumes(
         self, storage_class: str, per_node: int, capacity: str = "20Gi"
     ) -> None:
-        """A StorageClass of local volumes (no provisioner, bound when the first pod using
-        a claim is scheduled) and ``per_node`` PersistentVolumes on each node."""
-        sc = {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": storage_class},
-            "provisioner": "kubernetes.io/no-provisioner",
-            "volumeBindingMode": "WaitForFirstConsumer",
-            "reclaimPolicy": "Retain",
-        }
-        with contextlib.suppress(client.ApiException):
-            self.storage.create_storage_class(sc)
-        for node in self.nodes:
-            for i in range(per_node):
-                pv = {
-                    "apiVersion": "v1",
-                    "kind": "PersistentVolume",
-                    "metadata": {
-                        "name": f"{storage_class}-{node}-{i}",
-                        "labels": {LOCAL_VOLUME_LABEL: storage_class},
-                    },
-                    "spec": {
-                        "capacity": {"storage": capacity},
-                        "accessModes": ["ReadWriteOnce"],
-                        "persistentVolumeReclaimPolicy": "Retain",
-                        "storageClassName": storage_class,
-                        "local": {"path": f"/mnt/{storage_class}/{i}"},
-                        "nodeAffinity": {
-                            "required": {
-                                "nodeSelectorTerms": [
-                                    {
-                                        "matchExpressions": [
-                                            {
-                                                "key": "kubernetes.io/hostname",
-                                                "operator": "In",
-                                                "values": [node],
-                                            }
-                                        ]
-                                    }
-                                ]
-                            }
-                        },
-                    },
-                }
-                try:
-                    self.api.create_persistent_volume(pv)
-                except client.ApiException as exc:
-                    if exc.status != 409:
-                        raise
+        """A StorageClass of local volumes and ``per_node`` PersistentVolumes on each node
+        (tests/testbed/localvolumes.py), at the same path on every node."""
+        localvolumes.provide(
+            self.api,
+            self.storage,
+            storage_class,
+            self.nodes,
+            per_node,
+            lambda _node, i: f"/mnt/{storage_class}/{i}",
+            capacity,
+        )
 
     def _recycle_volumes(self) -> None:
         """Released local volumes are wiped and offered again (the static provisioner's
@@ -215,14 +178,7 @@ class NodeAgent:
         if time.monotonic() - self._recycled_at < 2:
             return
         self._recycled_at = time.monotonic()
-        for pv in self.api.list_persistent_volume(label_selector=LOCAL_VOLUME_LABEL).items:
-            if pv.status.phase != "Released" or pv.spec.local is None:
-                continue
-            node = _volume_node(pv)
-            if node not in self.nodes or node in self.lost:
-                continue
-            shutil.rmtree(self._local_path(node, pv.spec.local.path), ignore_errors=True)
-            self.api.patch_persistent_volume(pv.metadata.name, {"spec": {"claimRef": None}})
+        localvolumes.recycle_released(self.api, self._local_path, self.nodes, self.lost)
 
     def _local_path(self, node: str, path: str) -> Path:
         return self.node_dir(node) / "local" / path.strip("/")
@@ -464,7 +420,7 @@ class NodeAgent:
         if claim.spec.volume_name:
             pv = self.api.read_persistent_volume(claim.spec.volume_name)
             if pv.spec.local is not None:
-                if _volume_node(pv) != node:
+                if localvolumes.volume_node(pv) != node:
                     raise client.ApiException(reason=f"volume {pv.metadata.name} is not on {node}")
                 return self._local_path(node, str(pv.spec.local.path))
         return self.node_dir(node) / "pvc" / ns / str(source.claim_name)
@@ -712,18 +668,6 @@ def _under(path: str, root: str) -> bool:
 def _restarts(pod: Any, code: int) -> bool:
     policy = pod.spec.restart_policy or "Always"
     return policy == "Always" or (policy == "OnFailure" and code != 0)
-
-
-def _volume_node(pv: Any) -> str | None:
-    """The node a local PersistentVolume's node affinity names."""
-    affinity = pv.spec.node_affinity
-    if affinity is None or affinity.required is None:
-        return None
-    for term in affinity.required.node_selector_terms or []:
-        for expr in term.match_expressions or []:
-            if expr.key == "kubernetes.io/hostname" and expr.values:
-                return str(expr.values[0])
-    return None
 
 
 def _items(data: dict[str, bytes], items: list[Any] | None) -> dict[str, bytes]:

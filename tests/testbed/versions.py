@@ -18,6 +18,8 @@ class Pins:
     # the API server's etcd client is not bumped by minimal version selection.
     etcd: str = "v3.5.35"
     helm: str = "v3.21.4"
+    # Cluster DNS of the real-node bed (its go.mod has no replace directives: go install works).
+    coredns: str = "v1.13.2"
     # MinIO is archived and source-only: pinned to its last commit on the Go module proxy.
     minio: str = "v0.0.0-20260212201848-7aac2a2c5b7c"
     minio_release_tag: str = "RELEASE.2026-02-12T20-18-48Z"
