@@ -14,7 +14,7 @@ export STATOR_UV := $(UV)
 export PYSPARK_PYTHON := $(abspath $(PY))
 export UV_CACHE_DIR ?= $(STATOR_CACHE)/uv
 
-.PHONY: help install lock testbed images test unit lint fmt demo demo-local bench clean kind-e2e
+.PHONY: help install lock testbed images e2e-real test unit lint fmt demo demo-local bench clean kind-e2e
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -43,6 +43,9 @@ testbed: install  ## build or reuse the pinned test bed components in $(STATOR_C
 
 images: install  ## build the images from images/ with buildah (no registry needed), check them as containers
 	$(PY) -m tests.testbed images $(IMAGES_ARGS)
+
+e2e-real: testbed  ## the e2e suite on real kubelets (containerd, runc, CNI) with the images from images/
+	$(PY) -m tests.e2e.real_nodes $(PYTEST_ARGS)
 
 lint: install  ## ruff and mypy
 	$(PY) -m ruff check .

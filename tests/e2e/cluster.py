@@ -22,6 +22,7 @@ from tests.testbed.kube import KubeCluster, run_kubectl
 from tests.testbed.minio import S3Endpoint
 from tests.testbed.nodeagent import NodeAgent
 from tests.testbed.procs import LOOPBACK, ManagedProcess, free_port
+from tests.testbed.realnodes import NodeHandle
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "stator-operator"
@@ -34,6 +35,8 @@ LOCAL_STORAGE_CLASS = "stator-local"  # local PersistentVolumes the node agent p
 # same list).
 WATCHED = [f"e2e-{i:02d}" for i in range(32)]
 EXTERNAL = os.environ.get("STATOR_E2E_KUBECONFIG")
+# The CPU an executor pod requests (Spark's default: its cores); set where nodes are small.
+EXECUTOR_REQUEST_CORES = os.environ.get("STATOR_E2E_EXECUTOR_REQUEST_CORES", "")
 
 
 class Kubectl(Protocol):
@@ -252,6 +255,34 @@ class KindNodes:
         subprocess.run(["docker", "unpause", node], check=True)
 
 
+@dataclass
+class RealNodeControl:
+    """The real-node bed's nodes (tests/e2e/real_nodes.py): a lost one has its pods frozen
+    and its kubelet and containerd stopped, in the process that runs the suite."""
+
+    handles: dict[str, NodeHandle]
+
+    @classmethod
+    def from_file(cls, path: Path) -> RealNodeControl:
+        raw = json.loads(path.read_text())
+        return cls({name: NodeHandle(**fields) for name, fields in raw.items()})
+
+    def lose(self, node: str) -> None:
+        self.handles[node].lose()
+
+    def restore(self, node: str) -> None:
+        self.handles[node].restore()
+
+
+def node_control() -> NodeControl:
+    """How an external cluster's nodes are lost: ``STATOR_E2E_NODES=real:<file>`` for the
+    real-node bed, else kind's containers."""
+    nodes = os.environ.get("STATOR_E2E_NODES", "kind")
+    if nodes.startswith("real:"):
+        return RealNodeControl.from_file(Path(nodes.removeprefix("real:")))
+    return KindNodes()
+
+
 RUNNING_AGAIN_S = 60  # issue 9: a lost node costs the job less than this
 
 
@@ -316,6 +347,11 @@ class Space:
             "driver": {"env": env},
         }
         base.update(spec)
+        if EXECUTOR_REQUEST_CORES:
+            # Nodes smaller than the tests' executors (the real-node bed's report this
+            # machine's 2 CPUs each): executors ask for less CPU than their task slots.
+            conf = {"spark.kubernetes.executor.request.cores": EXECUTOR_REQUEST_CORES}
+            base["sparkConf"] = {**conf, **base.get("sparkConf", {})}
         return {
             "apiVersion": "stator.dev/v1alpha1",
             "kind": "StatefulPipeline",

@@ -5,7 +5,8 @@ The suite needs only a kubeconfig and an S3 endpoint. With ``STATOR_E2E_KUBECONF
 uses that cluster instead of the test bed: the operator is the one installed there by Helm,
 pods are run by real kubelets, and S3 is ``STATOR_E2E_S3_ENDPOINT`` (as the tests reach it)
 and ``STATOR_E2E_S3_POD_ENDPOINT`` (as pods reach it), with ``STATOR_E2E_S3_ACCESS_KEY`` and
-``STATOR_E2E_S3_SECRET_KEY``. ``make kind-e2e`` (tests/e2e/kind/run.sh) sets these up."""
+``STATOR_E2E_S3_SECRET_KEY``. ``make kind-e2e`` (tests/e2e/kind/run.sh) sets these up, and
+``make e2e-real`` (tests/e2e/real_nodes.py: the test bed's real kubelets) too."""
 
 from __future__ import annotations
 
@@ -28,13 +29,13 @@ from tests.e2e.cluster import (
     AgentNodes,
     ExternalCluster,
     InClusterOperator,
-    KindNodes,
     Kubectl,
     NodeControl,
     OperatorControl,
     Space,
     create_credentials,
     launch_operator,
+    node_control,
     render_and_apply,
     restrict,
     wait_for_crd,
@@ -118,9 +119,10 @@ def operator(
 
 @pytest.fixture(scope="session")
 def nodes(request: pytest.FixtureRequest) -> NodeControl:
-    """Lose a node and bring it back: the node agent's, or a kind node's container."""
+    """Lose a node and bring it back: the node agent's, a real node's (frozen), or a kind
+    node's container."""
     if EXTERNAL:
-        return KindNodes()
+        return node_control()
     agent: NodeAgent = request.getfixturevalue("agent")
     return cast(NodeControl, AgentNodes(agent))
 

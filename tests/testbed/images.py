@@ -213,7 +213,7 @@ def build(store: Store, spec: ImageSpec, base: str | None, logs: Path) -> str:
     return local
 
 
-def export(store: Store, spec: ImageSpec, dest: Path) -> Path:
+def export_archive(store: Store, spec: ImageSpec, dest: Path) -> Path:
     """A docker archive named as containerd resolves the plain tag (docker.io/library/...)."""
     dest.mkdir(parents=True, exist_ok=True)
     archive = dest / f"{spec.tag.replace(':', '_')}.tar"
@@ -249,8 +249,10 @@ def build_all(
     base: str | None = None,
     specs: Sequence[ImageSpec] = ALL,
     out: Path | None = None,
+    export: Sequence[ImageSpec] | None = None,
 ) -> dict[str, Path]:
-    """Build every image (on the local base unless ``base`` names one) and export them."""
+    """Build ``specs`` (on the local base unless ``base`` names one) and export those in
+    ``export`` (default: all of them); return the archives by tag."""
     store = store or Store()
     out = out or cache_root() / "images" / "archives"
     logs = cache_root() / "images" / "logs"
@@ -258,5 +260,6 @@ def build_all(
     archives: dict[str, Path] = {}
     for spec in specs:
         build(store, spec, chosen, logs)
-        archives[spec.tag] = export(store, spec, out)
+    for spec in specs if export is None else export:
+        archives[spec.tag] = export_archive(store, spec, out)
     return archives

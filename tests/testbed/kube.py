@@ -355,6 +355,8 @@ class KubeCluster:
             "HELM_CACHE_HOME": str(home / "cache"),
             "HELM_CONFIG_HOME": str(home / "config"),
             "HELM_DATA_HOME": str(home / "data"),
+            # helm install's discovery cache is $HOME/.kube/cache: never the work tree's.
+            "HOME": str(home),
             "KUBECONFIG": str(self.kubeconfig),
             "PATH": "/usr/bin:/bin",
         }
