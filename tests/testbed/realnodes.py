@@ -192,13 +192,12 @@ class RealNodes:
         if not (CNI_BIN / "bridge").exists():
             raise RealNodeError("CNI plugins missing (apt-get install containernetworking-plugins)")
         self._host = hold_host()
-        self.prepare_host()
-        port = int(self.kube.server.rsplit(":", 1)[1])
-        self._dnat_api(port)
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        pause = self._pause_archive()
-        self._start_dns()
-        try:
+        try:  # from here on a failure undoes everything (rule, CoreDNS, nodes, the lock)
+            self.prepare_host()
+            self._dnat_api(int(self.kube.server.rsplit(":", 1)[1]))
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            pause = self._pause_archive()
+            self._start_dns()
             for i in range(self.count):
                 node = Node(f"node-{i}", i, self.workdir / f"node-{i}")
                 self.nodes[node.name] = node

@@ -56,3 +56,23 @@ def test_start_refuses_before_touching_the_host(
         beds.stop()  # the failed start's cleanup: leaves the running bed's state alone
     finally:
         other.close()
+
+
+def test_a_start_failing_after_the_lock_undoes_its_rule_and_releases_the_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fails() -> NoReturn:
+        raise OSError("cannot add the host address")
+
+    removed: list[str] = []
+    monkeypatch.setattr(RealNodes, "prepare_host", staticmethod(fails))
+    monkeypatch.setattr(realnodes, "_remove_rules", lambda: removed.append("rules"))
+    monkeypatch.setattr(shutil, "which", lambda _tool: "/usr/bin/true")
+    (tmp_path / "cni").mkdir()
+    (tmp_path / "cni" / "bridge").touch()
+    monkeypatch.setattr(realnodes, "CNI_BIN", tmp_path / "cni")
+    beds = RealNodes(KubeCluster(tmp_path / "kube"), tmp_path / "nodes")
+    with pytest.raises(OSError, match="host address"):
+        beds.start()
+    assert removed == ["rules"]
+    hold_host().close()  # the failed bed let go of the host
