@@ -28,11 +28,16 @@ All nodes live on this machine, in its network namespace, side by side:
   lifecycle controller marks it unreachable). ``restore(node)`` thaws all of it, as a healed
   partition; the kubelet then reconciles its pods with the API server.
 - **Local volumes** per node (``localvolumes``), in the node's own directory.
+- **One bed per host.** Addresses, bridges, cgroup roots and the DNAT rule are fixed names
+  in the host's namespaces, and ``stop`` removes them: a second bed would take over the
+  first's rule and tear down its network. ``start`` holds ``LOCK_FILE`` (``flock``) until
+  ``stop`` and refuses, before it touches anything, while another process holds it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shlex
@@ -46,6 +51,7 @@ import urllib.request
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 import yaml
 from kubernetes import client, config
@@ -66,6 +72,7 @@ PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 CNI_BIN = Path("/usr/lib/cni")
 FREEZER = Path("/sys/fs/cgroup/freezer")
 _RULE_COMMENT = "stator-testbed-realnodes"
+LOCK_FILE = Path("/run/stator-testbed-realnodes.lock")
 
 
 def node_ip(index: int) -> str:
@@ -143,6 +150,7 @@ class RealNodes:
     coredns: ManagedProcess | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _recycler: threading.Thread | None = None
+    _host: TextIO | None = None
 
     # ------------------------------------------------------------------ host network
 
@@ -183,13 +191,13 @@ class RealNodes:
                 raise RealNodeError(f"{tool} is not installed (apt-get install containerd runc)")
         if not (CNI_BIN / "bridge").exists():
             raise RealNodeError("CNI plugins missing (apt-get install containernetworking-plugins)")
-        self.prepare_host()
-        port = int(self.kube.server.rsplit(":", 1)[1])
-        self._dnat_api(port)
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        pause = self._pause_archive()
-        self._start_dns()
-        try:
+        self._host = hold_host()
+        try:  # from here on a failure undoes everything (rule, CoreDNS, nodes, the lock)
+            self.prepare_host()
+            self._dnat_api(int(self.kube.server.rsplit(":", 1)[1]))
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            pause = self._pause_archive()
+            self._start_dns()
             for i in range(self.count):
                 node = Node(f"node-{i}", i, self.workdir / f"node-{i}")
                 self.nodes[node.name] = node
@@ -206,6 +214,8 @@ class RealNodes:
         return self
 
     def stop(self) -> None:
+        if self._host is None:  # never started, or refused: the host's state is another bed's
+            return
         self._stop.set()
         for name in list(self.lost):
             with contextlib.suppress(OSError):
@@ -225,6 +235,8 @@ class RealNodes:
         for node in self.nodes.values():
             _run("ip", "link", "del", f"stator-cni{node.index}", check=False)
             _run("ip", "addr", "del", f"{node.ip}/32", "dev", "lo", check=False)
+        self._host.close()  # releases the flock
+        self._host = None
 
     def __enter__(self) -> RealNodes:
         return self.start()
@@ -545,6 +557,26 @@ state = "{node.root / "containerd" / "state"}"
 
 
 # ---------------------------------------------------------------------------- helpers
+
+
+def hold_host() -> TextIO:
+    """``LOCK_FILE`` locked for this process (its pid written in it); fails at once, naming
+    the holder, if another bed runs on this host. Closing the file releases it."""
+    lock = LOCK_FILE.open("a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "unknown"
+        lock.close()
+        raise RealNodeError(
+            f"another real-node bed runs on this host (pid {holder}, lock {LOCK_FILE}); "
+            "its addresses, bridges, cgroups and DNAT rule have fixed names: wait for it to stop"
+        ) from None
+    lock.truncate(0)
+    lock.write(f"{os.getpid()}\n")
+    lock.flush()
+    return lock
 
 
 def _checked(*argv: str) -> str:
