@@ -14,10 +14,10 @@ export STATOR_UV := $(UV)
 export PYSPARK_PYTHON := $(abspath $(PY))
 export UV_CACHE_DIR ?= $(STATOR_CACHE)/uv
 
-.PHONY: help install lock testbed images e2e-real test unit lint fmt demo demo-local bench clean kind-e2e
+.PHONY: help install lock testbed images e2e-real e2e-real-ci test unit lint fmt demo demo-local bench clean kind-e2e
 
 help:  ## list targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 $(UV):
 	$(PYTHON) -m venv $(UV_HOME)
@@ -46,6 +46,17 @@ images: install  ## build the images from images/ with buildah (no registry need
 
 e2e-real: testbed  ## the e2e suite on real kubelets (containerd, runc, CNI) with the images from images/
 	$(PY) -m tests.e2e.real_nodes $(PYTEST_ARGS)
+
+# The part of the real-node suite CI runs after `make test` (.ci/run): an executor kill and a
+# driver kill, kubectl scale 4 -> 6 -> 3 and an upgrade with a savepoint. Not yet the node
+# loss: on real kubelets the job is not running again within its 60 s (81 s once, stuck once;
+# docs/testbed.md, Real nodes).
+E2E_REAL_CI := \
+  tests/e2e/test_executors.py::test_a_killed_executor_and_a_killed_driver_restore_from_local_copies \
+  tests/e2e/test_executors.py::test_kubectl_scale_4_6_3_with_executor_pods \
+  tests/e2e/test_flows.py::test_upgrade_by_savepoint_then_last_state_then_stateless
+e2e-real-ci: testbed  ## the real-node subset that CI runs
+	$(PY) -m tests.e2e.real_nodes $(E2E_REAL_CI) $(PYTEST_ARGS)
 
 lint: install  ## ruff and mypy
 	$(PY) -m ruff check .

@@ -438,7 +438,13 @@ state = "{node.root / "containerd" / "state"}"
                 "nodefs.inodesFree": "1%",
             },
             "containerRuntimeEndpoint": f"unix://{node.socket}",
+            # Not the shared /var/log/pods: each kubelet removes the log directories of pods
+            # it does not run, so three kubelets there delete each other's pods' logs.
+            "podLogsDir": str(node.root / "pod-logs"),
             "nodeStatusUpdateFrequency": "4s",
+            # Renewed every quarter of it: 5 s, as the node agent does (the kubelet's default
+            # 40 s renews every 10 s), against the controller-manager's 20 s grace period.
+            "nodeLeaseDurationSeconds": 20,
             "nodeStatusReportFrequency": "10s",
             "serializeImagePulls": False,
             "maxPods": 60,
