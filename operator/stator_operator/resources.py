@@ -290,6 +290,25 @@ def service(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def driver_probes() -> dict[str, Any]:
+    """The driver answers ``/healthz`` once its control API serves: after it holds the job's
+    lease (a replacement waits for its predecessor's to lapse) and its preflight, and then
+    through a Spark start that takes tens of seconds on a loaded node. Found on real
+    kubelets: a liveness probe from 60 s, with the default 1 s timeout, killed drivers that
+    were still starting. A startup probe allows 5 minutes to start; liveness takes over
+    after it, each probe with 5 s to answer and three misses before a restart."""
+    health = {"httpGet": {"path": "/healthz", "port": CONTROL_PORT}, "timeoutSeconds": 5}
+    return {
+        "startupProbe": {**health, "periodSeconds": 2, "failureThreshold": 150},
+        "livenessProbe": {**health, "periodSeconds": 10, "failureThreshold": 3},
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": CONTROL_PORT},
+            "periodSeconds": 5,
+            "timeoutSeconds": 5,
+        },
+    }
+
+
 def driver_pod(
     body: dict[str, Any],
     spec: PipelineSpec,
@@ -388,15 +407,7 @@ def driver_pod(
                     "args": args,
                     "env": env,
                     "ports": [{"name": "control", "containerPort": CONTROL_PORT}],
-                    "readinessProbe": {
-                        "httpGet": {"path": "/readyz", "port": CONTROL_PORT},
-                        "periodSeconds": 5,
-                    },
-                    "livenessProbe": {
-                        "httpGet": {"path": "/healthz", "port": CONTROL_PORT},
-                        "initialDelaySeconds": 60,
-                        "periodSeconds": 10,
-                    },
+                    **driver_probes(),
                     "resources": resources,
                     "securityContext": {
                         "allowPrivilegeEscalation": False,

@@ -520,6 +520,18 @@ def test_driver_pod_is_non_root_with_argument_lists_and_secret_references() -> N
     assert pod["metadata"]["ownerReferences"][0]["uid"] == "u-1"
 
 
+def test_a_starting_driver_is_not_killed_by_its_liveness_probe() -> None:
+    """The startup probe covers the lease wait and Spark's start (5 minutes); liveness
+    applies after it, with time to answer on a loaded node."""
+    spec = PipelineSpec.read(changed())
+    (container,) = driver_pod(BODY, spec, "d1", "latest", False)["spec"]["containers"]
+    startup, liveness = container["startupProbe"], container["livenessProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 300
+    assert "initialDelaySeconds" not in liveness
+    assert min(p["timeoutSeconds"] for p in (startup, liveness, container["readinessProbe"])) >= 5
+    assert startup["httpGet"] == liveness["httpGet"] == {"path": "/healthz", "port": 8081}
+
+
 def test_a_template_adds_volumes_to_the_drivers_own() -> None:
     scratch = {"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}}
     spec = changed(driver={"podTemplate": {"spec": {"volumes": [scratch]}}})
