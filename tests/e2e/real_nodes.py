@@ -12,8 +12,10 @@ through which the suite loses and restores nodes (``RealNodeControl``)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +28,7 @@ from pathlib import Path
 from tests.e2e.cluster import CHART, LOCAL_STORAGE_CLASS, OPERATOR_NS, ROOT, WATCHED, restrict
 from tests.testbed import images
 from tests.testbed.build import ensure
+from tests.testbed.cache import cache_root
 from tests.testbed.kube import KubeCluster
 from tests.testbed.minio import MinioServer
 from tests.testbed.realnodes import HOST_IP, RealNodes
@@ -108,12 +111,28 @@ def main(argv: list[str]) -> int:
                 "STATOR_E2E_EXECUTOR_REQUEST_CORES": "250m",
             }
             chosen = [] if any(a.startswith("tests/") for a in argv) else ["tests/e2e"]
-            code = subprocess.call(
-                [sys.executable, "-m", "pytest", *chosen, *argv], cwd=ROOT, env=env
-            )
-            _step(f"suite finished (exit {code})", started)
+            try:
+                code = subprocess.call(
+                    [sys.executable, "-m", "pytest", *chosen, *argv], cwd=ROOT, env=env
+                )
+                _step(f"suite finished (exit {code})", started)
+            finally:
+                kept = _keep_logs(root)
+                print(f"real nodes: logs of pods, kubelets, containerds, control plane: {kept}")
             return code
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+def _keep_logs(root: Path) -> Path:
+    """The bed's logs outlive it (its directory goes with it): every pod's container logs
+    by node, each kubelet's and containerd's, CoreDNS's and the control plane's."""
+    dest = cache_root() / "logs" / f"e2e-real-{time.strftime('%Y%m%dT%H%M%S')}"
+    nodes = root / "nodes"
+    found = [*root.glob("kube/*.log"), *root.glob("minio/*.log"), *nodes.glob("coredns/*.log")]
+    for node in nodes.glob("node-*"):
+        found += [*node.glob("*.log"), *node.glob("pod-logs/**/*.log")]
+    for log in found:
+        target = dest / log.relative_to(root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):
+            shutil.copyfile(log, target)
+    return dest
