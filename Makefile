@@ -55,7 +55,8 @@ E2E_REAL_CI := \
   tests/e2e/test_executors.py::test_a_killed_executor_and_a_killed_driver_restore_from_local_copies \
   tests/e2e/test_executors.py::test_kubectl_scale_4_6_3_with_executor_pods \
   tests/e2e/test_flows.py::test_upgrade_by_savepoint_then_last_state_then_stateless
-e2e-real-ci: testbed  ## the real-node subset that CI runs
+e2e-real-ci: testbed  ## what CI runs after make test: the image and real-node tests, the e2e subset on real nodes
+	$(PY) -m pytest -m containers tests/integration $(PYTEST_ARGS)
 	$(PY) -m tests.e2e.real_nodes $(E2E_REAL_CI) $(PYTEST_ARGS)
 
 lint: install  ## ruff and mypy

@@ -9,7 +9,7 @@ import pytest
 
 from tests.testbed import image_checks, images
 
-pytestmark = pytest.mark.testbed
+pytestmark = [pytest.mark.testbed, pytest.mark.containers]
 
 
 @pytest.fixture(scope="module")

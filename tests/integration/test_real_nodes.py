@@ -20,7 +20,7 @@ from tests.testbed import images
 from tests.testbed.kube import KubeCluster
 from tests.testbed.realnodes import HOST_IP, RealNodes
 
-pytestmark = pytest.mark.testbed
+pytestmark = [pytest.mark.testbed, pytest.mark.containers]
 IMAGE = "stator-base:probe"  # the local Debian base: Python 3.11, nothing of Stator's
 POD_SECURITY = {
     "runAsNonRoot": True,
