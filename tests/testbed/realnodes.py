@@ -61,11 +61,10 @@ from .build import ensure
 from .cache import cache_root
 from .images import Store
 from .kube import KubeCluster, write_kubeconfig
-from .procs import LOOPBACK, ManagedProcess, free_port
+from .procs import LOOPBACK, ManagedProcess, free_port, log_tail
 
 HOST_IP = "10.244.255.1"
 DNS_IP = "10.244.255.2"
-POD_NETWORK = "10.244.0.0/16"
 CLUSTER_DOMAIN = "cluster.local"
 SERVICE_IP = "10.0.0.1"  # the `kubernetes` Service (the bed's first service address)
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
@@ -479,7 +478,7 @@ state = "{node.root / "containerd" / "state"}"
             for node in list(pending):
                 proc = self.nodes[node].kubelet
                 if proc is not None and not proc.alive():
-                    raise RealNodeError(f"{node}: kubelet exited:\n{_tail(proc.log)}")
+                    raise RealNodeError(f"{node}: kubelet exited:\n{log_tail(proc.log, 40)}")
                 with contextlib.suppress(client.ApiException):
                     got = api.read_node(node)
                     ready = [c for c in got.status.conditions or [] if c.type == "Ready"]
@@ -488,7 +487,8 @@ state = "{node.root / "containerd" / "state"}"
             time.sleep(0.5)
         if pending:
             logs = "\n".join(
-                f"--- {n}:\n{_tail(self.nodes[n].root / 'kubelet.log')}" for n in sorted(pending)
+                f"--- {n}:\n{log_tail(self.nodes[n].root / 'kubelet.log', 40)}"
+                for n in sorted(pending)
             )
             raise RealNodeError(f"nodes not Ready in {timeout:.0f}s: {sorted(pending)}\n{logs}")
 
@@ -602,12 +602,7 @@ def _remove_rules() -> None:
     rules = _run("iptables", "-t", "nat", "-S", "PREROUTING", check=False).stdout.splitlines()
     for rule in rules:
         if _RULE_COMMENT in rule and rule.startswith("-A "):
-            _run("iptables", "-t", "nat", *_split_rule(rule[3:], delete=True), check=False)
-
-
-def _split_rule(rule: str, delete: bool) -> list[str]:
-    parts = shlex.split(rule)
-    return (["-D"] if delete else ["-A"]) + parts
+            _run("iptables", "-t", "nat", "-D", *shlex.split(rule[3:]), check=False)
 
 
 def _ctr_ok(node: Node) -> bool:
@@ -675,10 +670,3 @@ def _unmount_under(root: Path) -> None:
     targets = [m.split()[1] for m in mounts if m.split()[1].startswith(str(root))]
     for target in sorted(targets, key=len, reverse=True):
         _run("umount", "-l", target, check=False)
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return "(no log)"
