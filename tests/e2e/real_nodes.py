@@ -45,6 +45,9 @@ def _interrupt(_signum: int, _frame: object) -> None:
 def main(argv: list[str]) -> int:
     # A SIGTERM (CI's timeout, a person's kill) unwinds the bed like Ctrl-C: nothing is left
     # running, mounted or frozen.
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
     signal.signal(signal.SIGTERM, _interrupt)
     started = time.monotonic()
     archives = images.build_all(
@@ -136,3 +139,7 @@ def _keep_logs(root: Path) -> Path:
         with contextlib.suppress(OSError):
             shutil.copyfile(log, target)
     return dest
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
