@@ -48,11 +48,10 @@ e2e-real: testbed  ## the e2e suite on real kubelets (containerd, runc, CNI) wit
 	$(PY) -m tests.e2e.real_nodes $(PYTEST_ARGS)
 
 # The part of the real-node suite CI runs after `make test` (.ci/run): an executor kill and a
-# driver kill, kubectl scale 4 -> 6 -> 3 and an upgrade with a savepoint. Not yet the node
-# loss: on real kubelets the job is not running again within its 60 s (81 s once, stuck once;
-# docs/testbed.md, Real nodes).
+# driver kill, a node loss, kubectl scale 4 -> 6 -> 3 and an upgrade with a savepoint.
 E2E_REAL_CI := \
   tests/e2e/test_executors.py::test_a_killed_executor_and_a_killed_driver_restore_from_local_copies \
+  tests/e2e/test_executors.py::test_a_lost_node_reads_only_its_own_ranges_from_the_object_store \
   tests/e2e/test_executors.py::test_kubectl_scale_4_6_3_with_executor_pods \
   tests/e2e/test_flows.py::test_upgrade_by_savepoint_then_last_state_then_stateless
 e2e-real-ci: testbed  ## what CI runs after make test: the image and real-node tests, the e2e subset on real nodes

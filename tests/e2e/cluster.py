@@ -29,6 +29,7 @@ CHART = ROOT / "charts" / "stator-operator"
 CRD = ROOT / "crds" / "statefulpipelines.stator.dev.yaml"
 OPERATOR_NS = "stator-system"
 OPERATOR_DEPLOYMENT = "stator-stator-operator"  # release "stator" of the chart
+LEADER_LEASE = "stator-operator-leader"  # the operator's (operator/stator_operator/__main__.py)
 LOCAL_STORAGE_CLASS = "stator-local"  # local PersistentVolumes the node agent provides
 # The chart's namespaced mode (least privilege): the operator watches these namespaces only,
 # with a Role in each; every test takes the next one (tests/e2e/kind/run.sh installs the
@@ -159,26 +160,33 @@ class OperatorControl(Protocol):
 
 @dataclass
 class InClusterOperator:
-    """The operator Deployment installed by Helm: killed by force-deleting its pod with the
-    Deployment scaled to zero, started by scaling it back."""
+    """The operator Deployment installed by Helm (a leader and its standby): killed by
+    force-deleting its pods with the Deployment scaled to zero, started by scaling it back
+    to the replicas it was installed with."""
 
     cluster: Kubectl
+    replicas: int = 0  # as installed; read before the first kill
 
     def kill(self) -> None:
+        self._installed()
         self._scale(0)
-        self.cluster.kubectl(
-            "delete",
-            "pods",
-            "-n",
-            OPERATOR_NS,
-            "-l",
-            "app.kubernetes.io/name=stator-operator",
-            "--grace-period=0",
-            "--force",
-        )
+        self._force_delete("-l", "app.kubernetes.io/name=stator-operator")
+
+    def kill_leader(self) -> str:
+        """Force-deletes the pod holding the leader Lease (the Deployment replaces it); the
+        standby takes the Lease once it lapses. Returns the killed pod's name."""
+        lease = self.cluster.kubectl_json("get", "lease", LEADER_LEASE, "-n", OPERATOR_NS)
+        holder = lease["spec"]["holderIdentity"]
+        pods = self.cluster.kubectl_json(
+            "get", "pods", "-n", OPERATOR_NS, "-l", "app.kubernetes.io/name=stator-operator"
+        )["items"]
+        names = [str(p["metadata"]["name"]) for p in pods]
+        (leader,) = [n for n in names if holder.startswith(f"{n}-")]
+        self._force_delete(leader)
+        return leader
 
     def start(self) -> None:
-        self._scale(1)
+        self._scale(self._installed())
         self.cluster.kubectl(
             "rollout",
             "status",
@@ -187,6 +195,19 @@ class InClusterOperator:
             OPERATOR_NS,
             "--timeout=120s",
             timeout=130,
+        )
+
+    def _installed(self) -> int:
+        if not self.replicas:
+            deployment = self.cluster.kubectl_json(
+                "get", f"deployment/{OPERATOR_DEPLOYMENT}", "-n", OPERATOR_NS
+            )
+            self.replicas = max(1, int(deployment["spec"].get("replicas") or 0))
+        return self.replicas
+
+    def _force_delete(self, *which: str) -> None:
+        self.cluster.kubectl(
+            "delete", "pods", "-n", OPERATOR_NS, *which, "--grace-period=0", "--force"
         )
 
     def _scale(self, replicas: int) -> None:
@@ -237,8 +258,23 @@ def launch_operator(kube: KubeCluster, work: Path, namespaces: list[str] = WATCH
     return Operator(proc, health)
 
 
+class CutOffNode(Protocol):
+    """A lost node whose processes run on, cut off from the control plane (a partition):
+    what its pods did meanwhile, read from the node itself (the API server hears nothing)."""
+
+    def exit_code(self, pod: dict[str, Any], timeout: float) -> int:
+        """The exit code of ``pod``'s (first) container once it exits within ``timeout``."""
+        ...
+
+    def log(self, pod: dict[str, Any]) -> str: ...
+
+
 class NodeControl(Protocol):
     def lose(self, node: str) -> None: ...
+
+    def cut_off(self, node: str) -> CutOffNode | None:
+        """A lost node's processes run on, still cut off; None where the bed cannot."""
+        ...
 
     def restore(self, node: str) -> None: ...
 
@@ -250,6 +286,9 @@ class KindNodes:
 
     def lose(self, node: str) -> None:
         subprocess.run(["docker", "pause", node], check=True)
+
+    def cut_off(self, node: str) -> CutOffNode | None:
+        return None  # an unpaused kind node is back, not partitioned
 
     def restore(self, node: str) -> None:
         subprocess.run(["docker", "unpause", node], check=True)
@@ -270,8 +309,34 @@ class RealNodeControl:
     def lose(self, node: str) -> None:
         self.handles[node].lose()
 
+    def cut_off(self, node: str) -> CutOffNode:
+        handle = self.handles[node]
+        handle.cut_off()
+        return RealCutOff(handle)
+
     def restore(self, node: str) -> None:
         self.handles[node].restore()
+
+
+@dataclass
+class RealCutOff:
+    """A real node with its kubelet stopped: containerd records exits and logs."""
+
+    handle: NodeHandle
+
+    def exit_code(self, pod: dict[str, Any], timeout: float) -> int:
+        (status,) = pod["status"]["containerStatuses"][:1]
+        container_id = status["containerID"].removeprefix("containerd://")
+        deadline = time.monotonic() + timeout
+        while (code := self.handle.container_exit(container_id)) is None:
+            assert time.monotonic() < deadline, f"{container_id} still runs after {timeout} s"
+            time.sleep(0.5)
+        return code
+
+    def log(self, pod: dict[str, Any]) -> str:
+        meta = pod["metadata"]
+        container = pod["spec"]["containers"][0]["name"]
+        return self.handle.container_log(meta["namespace"], meta["name"], meta["uid"], container)
 
 
 def node_control() -> NodeControl:
@@ -307,8 +372,26 @@ class AgentNodes:
     def lose(self, node: str) -> None:
         self.agent.lose_node(node)
 
+    def cut_off(self, node: str) -> CutOffNode:
+        return AgentCutOff(self.agent, self.agent.thaw_node(node))
+
     def restore(self, node: str) -> None:
         self.agent.restore_node(node)
+
+
+@dataclass
+class AgentCutOff:
+    """The node agent's thawed node: its pods' processes and logs are the agent's."""
+
+    agent: NodeAgent
+    procs: dict[str, Any]  # by pod key (namespace/name)
+
+    def exit_code(self, pod: dict[str, Any], timeout: float) -> int:
+        meta = pod["metadata"]
+        return int(self.procs[f"{meta['namespace']}/{meta['name']}"].wait(timeout))
+
+    def log(self, pod: dict[str, Any]) -> str:
+        return self.agent.pod_log(pod["metadata"]["namespace"], pod["metadata"]["name"])
 
 
 @dataclass

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,7 +14,11 @@ import pytest
 from stator.ha.fencing import LEASE_LOST_EXIT, TAKEOVER_ID_GAP
 from tests.e2e.cluster import (
     EXTERNAL,
+    LEADER_LEASE,
     LEASE_SECONDS,
+    OPERATOR_NS,
+    InClusterOperator,
+    NodeControl,
     OperatorControl,
     Space,
     launch_operator,
@@ -130,7 +135,7 @@ def test_killed_driver_restarts_from_the_latest_checkpoint(space: Space, kill_dr
     assert_exact(committed(space, name), COUNT)
 
 
-def test_a_driver_on_a_lost_node_is_replaced_and_fenced(space: Space, nodes: Any) -> None:
+def test_a_driver_on_a_lost_node_is_replaced_and_fenced(space: Space, nodes: NodeControl) -> None:
     """The driver's node vanishes (its processes freeze, its heartbeats stop). The driver's
     Lease lapses, the operator removes its pod and a new driver on another node restores the
     latest checkpoint: running again within 60 s. Then the old node's processes run on, still
@@ -160,11 +165,10 @@ def test_a_driver_on_a_lost_node_is_replaced_and_fenced(space: Space, nodes: Any
         assert new["spec"]["nodeName"] != node
         assert "DriverLost" in space.events()
         assert s["deployment"]["restoredFrom"] == "latest"
-        agent = getattr(nodes, "agent", None)
-        if agent is not None:  # the node agent can partition a node; kind cannot
-            old_driver = agent.thaw_node(node)[f"{space.name}/{pod}"]
-            assert old_driver.wait(60) == LEASE_LOST_EXIT
-            assert "this driver was replaced" in agent.pod_log(space.name, pod)
+        cut_off = nodes.cut_off(node)
+        if cut_off is not None:  # the node agent and real nodes can partition a node; kind not
+            assert cut_off.exit_code(old, 60) == LEASE_LOST_EXIT
+            assert "this driver was replaced" in cut_off.log(old)
         s = space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=300)
         assert_exact(committed(space, name), COUNT_LOST)
         # The new driver took over from one that did not release its Lease: it skipped ids.
@@ -219,13 +223,19 @@ def test_operator_killed_at_every_step_of_a_rescale(
 def test_leader_killed_mid_rescale_the_standby_finishes_it(
     space: Space, operator: OperatorControl, request: pytest.FixtureRequest, tmp_path: Any
 ) -> None:
-    """Two operator replicas: the leader (the session's operator) is SIGKILLed while it waits
-    for a rescale's savepoint; the standby takes its Lease once it lapses and finishes the
-    rescale: one driver per deployment, exact output."""
+    """Two operator replicas: the leader is killed while it waits for a rescale's savepoint
+    (SIGKILL of the session's operator process, or a force deletion of the leader's pod on
+    a cluster where the chart runs both); the standby takes its Lease once it lapses and
+    finishes the rescale: one driver per deployment, exact output."""
+    kill: Callable[[], object]
     if EXTERNAL:
-        pytest.skip("runs two operator processes of the local test bed")
-    standby = launch_operator(request.getfixturevalue("kube"), tmp_path)
-    standby.start()  # answers its liveness endpoint while it waits for the Lease
+        assert isinstance(operator, InClusterOperator)
+        standby = None
+        kill = operator.kill_leader
+    else:
+        standby = launch_operator(request.getfixturevalue("kube"), tmp_path)
+        standby.start()  # answers its liveness endpoint while it waits for the Lease
+        kill = operator.kill
     killed = False
     try:
         name = "ha"
@@ -237,7 +247,7 @@ def test_leader_killed_mid_rescale_the_standby_finishes_it(
             "the rescale's savepoint requested",
             lambda s: int((s.get("operation") or {}).get("step", 0)) >= 2,
         )
-        operator.kill()
+        kill()
         killed, at = True, time.monotonic()
         s = space.wait(
             name,
@@ -247,9 +257,7 @@ def test_leader_killed_mid_rescale_the_standby_finishes_it(
         )
         print(f"the standby finished the rescale {time.monotonic() - at:.1f} s after the kill")
         assert s["deployment"]["id"] != before
-        lease = space.kube.kubectl_json(
-            "get", "lease", "stator-operator-leader", "-n", "stator-system"
-        )
+        lease = space.kube.kubectl_json("get", "lease", LEADER_LEASE, "-n", OPERATOR_NS)
         assert lease["spec"]["leaseTransitions"] >= 1
         assert int(lease["spec"]["leaseDurationSeconds"]) == LEASE_SECONDS
         creates = [
@@ -261,9 +269,10 @@ def test_leader_killed_mid_rescale_the_standby_finishes_it(
         space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=400)
         assert_exact(committed(space, name), 40_000)
     finally:
-        standby.stop()  # releases the Lease: the session's operator leads again at once
-        if killed:
-            operator.start()
+        if standby is not None:
+            standby.stop()  # releases the Lease: the session's operator leads again at once
+            if killed:
+                operator.start()
 
 
 def test_failed_upgrade_rolls_back(space: Space) -> None:

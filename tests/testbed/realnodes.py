@@ -88,11 +88,13 @@ class RealNodeError(RuntimeError):
 
 @dataclass(frozen=True)
 class NodeHandle:
-    """A node's cgroup root and daemons: enough to take it off the network and back."""
+    """A node's cgroup root, daemons and directory: enough to take it off the network and
+    back, and to read what its containers did while it was away."""
 
     cgroup_root: str
     kubelet: int
     containerd: int
+    root: str
 
     def lose(self) -> None:
         """Its pods frozen (sockets open, no answers) and its daemons stopped."""
@@ -101,11 +103,38 @@ class NodeHandle:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGSTOP)
 
+    def cut_off(self) -> None:
+        """A lost node's containers run on while its kubelet stays stopped: a partition from
+        the control plane, not a power-off (no heartbeats, no pod status reaches the API
+        server). Its containerd runs, so their logs and exit codes are kept."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.containerd, signal.SIGCONT)
+        _freeze(self.cgroup_root, "THAWED")
+
     def restore(self) -> None:
         for pid in (self.containerd, self.kubelet):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
         _freeze(self.cgroup_root, "THAWED")
+
+    def container_exit(self, container_id: str) -> int | None:
+        """The exit code containerd recorded for a container; None while it runs."""
+        status = (
+            Path(self.root)
+            / "containerd"
+            / "root"
+            / "io.containerd.grpc.v1.cri"
+            / "containers"
+            / container_id
+            / "status"
+        )
+        recorded = json.loads(status.read_text())
+        return None if not recorded.get("FinishedAt") else int(recorded["ExitCode"])
+
+    def container_log(self, namespace: str, pod: str, uid: str, container: str) -> str:
+        """What a container wrote, as the kubelet would serve it (CRI log lines)."""
+        logs = Path(self.root) / "pod-logs" / f"{namespace}_{pod}_{uid}" / container
+        return "".join(p.read_text(errors="replace") for p in sorted(logs.glob("*.log")))
 
 
 @dataclass
@@ -536,6 +565,7 @@ state = "{node.root / "containerd" / "state"}"
                 node.cgroup_root,
                 node.kubelet.pid if node.kubelet else 0,
                 node.containerd.pid if node.containerd else 0,
+                str(node.root),
             )
             for name, node in self.nodes.items()
         }

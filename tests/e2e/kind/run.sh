@@ -55,7 +55,8 @@ watched=$(seq -f 'e2e-%02g' 0 31 | paste -sd, -)
 for ns in ${watched//,/ }; do kubectl create namespace "$ns" >/dev/null; done
 helm install stator charts/stator-operator --namespace stator-system --create-namespace \
   --set image.repository=stator-operator --set image.tag=e2e \
-  --set "watchNamespaces={$watched}" --wait --timeout 180s
+  --set "watchNamespaces={$watched}" --set leaderElection.leaseDurationSeconds=6 \
+  --wait --timeout 180s
 
 echo "== e2e suite"
 STATOR_E2E_KUBECONFIG="$kubeconfig" \
