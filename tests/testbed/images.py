@@ -116,6 +116,18 @@ class Store:
             print(f"images: {what}: {time.monotonic() - started:.1f}s", flush=True)
         return proc.stdout
 
+    def from_scratch(self, tag: str, put: tuple[str, Path, str], config: list[str]) -> None:
+        """An image of one file or archive on an empty one: ``put`` is (``add`` to unpack an
+        archive or ``copy`` a file, source, destination), ``config`` buildah's config flags."""
+        verb, source, destination = put
+        container = self.run("buildah", "from", "scratch", what=f"{tag}: container").strip()
+        try:
+            self.run("buildah", verb, container, str(source), destination, what=f"{tag}: {verb}")
+            self.run("buildah", "config", *config, container, what=f"{tag}: config")
+            self.run("buildah", "commit", "--quiet", container, tag, what=f"{tag}: commit")
+        finally:
+            self.run("buildah", "rm", container, what=f"{tag}: cleanup", quiet=True)
+
     def exists(self, ref: str) -> bool:
         proc = subprocess.run(
             ["buildah", *self.flags(), "inspect", "--type", "image", ref],
@@ -167,23 +179,12 @@ def ensure_base(store: Store) -> str:
         if proc.returncode != 0:
             raise ImageError(f"local base: mmdebstrap failed:\n{proc.stderr[-3000:]}")
         print(f"images: local base (mmdebstrap): {time.monotonic() - started:.1f}s", flush=True)
-        container = store.run("buildah", "from", "scratch", what="base container").strip()
-        try:
-            store.run("buildah", "add", container, str(rootfs), "/", what="base rootfs")
-            # pip inside builds trusts the same roots as apt (the egress proxy's CA included).
-            store.run(
-                "buildah",
-                "config",
-                "--env",
-                "PIP_CERT=/etc/ssl/certs/ca-certificates.crt",
-                "--cmd",
-                '["python3"]',
-                container,
-                what="base config",
-            )
-            store.run("buildah", "commit", "--quiet", container, tag, what="base commit")
-        finally:
-            store.run("buildah", "rm", container, what="base cleanup")
+        # pip inside builds trusts the same roots as apt (the egress proxy's CA included).
+        store.from_scratch(
+            tag,
+            ("add", rootfs, "/"),
+            ["--env", "PIP_CERT=/etc/ssl/certs/ca-certificates.crt", "--cmd", '["python3"]'],
+        )
     return tag
 
 

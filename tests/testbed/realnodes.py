@@ -72,6 +72,9 @@ CNI_BIN = Path("/usr/lib/cni")
 FREEZER = Path("/sys/fs/cgroup/freezer")
 _RULE_COMMENT = "stator-testbed-realnodes"
 LOCK_FILE = Path("/run/stator-testbed-realnodes.lock")
+# The running bed's directory, removed by a finished ``stop``: found by ``start``, it names a
+# bed whose process was killed before it could undo anything.
+STATE_FILE = Path("/run/stator-testbed-realnodes.state")
 
 
 def node_ip(index: int) -> str:
@@ -221,6 +224,9 @@ class RealNodes:
             raise RealNodeError("CNI plugins missing (apt-get install containernetworking-plugins)")
         self._host = hold_host()
         try:  # from here on a failure undoes everything (rule, CoreDNS, nodes, the lock)
+            if STATE_FILE.exists():
+                reclaim(Path(STATE_FILE.read_text().strip()))
+            STATE_FILE.write_text(f"{self.workdir}\n")
             self.prepare_host()
             self._dnat_api(int(self.kube.server.rsplit(":", 1)[1]))
             self.workdir.mkdir(parents=True, exist_ok=True)
@@ -263,6 +269,7 @@ class RealNodes:
         for node in self.nodes.values():
             _run("ip", "link", "del", f"stator-cni{node.index}", check=False)
             _run("ip", "addr", "del", f"{node.ip}/32", "dev", "lo", check=False)
+        STATE_FILE.unlink(missing_ok=True)
         self._host.close()  # releases the flock
         self._host = None
 
@@ -304,22 +311,11 @@ class RealNodes:
             binary = Path(tmp) / "pause"
             _checked("gcc", "-static", "-O2", "-o", str(binary), str(source))
             store = Store()
-            container = store.run("buildah", "from", "scratch", what="pause container").strip()
-            try:
-                store.run("buildah", "copy", container, str(binary), "/pause", what="pause binary")
-                store.run(
-                    "buildah", "config", "--entrypoint", '["/pause"]', container, what="pause"
-                )
-                store.run(
-                    "buildah",
-                    "commit",
-                    "--quiet",
-                    container,
-                    "localhost/pause:local",
-                    what="pause commit",
-                )
-            finally:
-                store.run("buildah", "rm", container, what="pause cleanup")
+            store.from_scratch(
+                "localhost/pause:local",
+                ("copy", binary, "/pause"),
+                ["--entrypoint", '["/pause"]'],
+            )
             archive.unlink(missing_ok=True)
             store.run(
                 "buildah",
@@ -650,6 +646,26 @@ def _cgroup_dirs(cgroup_root: str) -> Iterator[Path]:
         path = controller / cgroup_root.strip("/")
         if path.is_dir():
             yield path
+
+
+def reclaim(workdir: Path) -> None:
+    """Undo a bed whose process was killed (SIGKILL: no ``stop`` ran): its daemons, CoreDNS
+    and shims (every process naming its directory), its containers, mounts, cgroups, bridges
+    and the DNAT rule. The next bed's ``start`` calls this, holding the lock."""
+    mine = os.getpid()
+    for proc_dir in Path("/proc").iterdir():
+        if not proc_dir.name.isdigit() or int(proc_dir.name) == mine:
+            continue
+        with contextlib.suppress(OSError):
+            if str(workdir).encode() in (proc_dir / "cmdline").read_bytes():
+                os.kill(int(proc_dir.name), signal.SIGKILL)
+    for path in sorted(workdir.glob("node-*")):
+        node = Node(path.name, int(path.name.removeprefix("node-")), path)
+        _kill_leftovers(node)
+        _unmount_under(node.root)
+        _remove_cgroups(node.cgroup_root)
+        _run("ip", "link", "del", f"stator-cni{node.index}", check=False)
+    _remove_rules()
 
 
 def _kill_leftovers(node: Node) -> None:

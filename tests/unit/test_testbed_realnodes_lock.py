@@ -21,6 +21,7 @@ from tests.testbed.realnodes import RealNodeError, RealNodes, hold_host
 def lock_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "realnodes.lock"
     monkeypatch.setattr(realnodes, "LOCK_FILE", path)
+    monkeypatch.setattr(realnodes, "STATE_FILE", tmp_path / "realnodes.state")
     return path
 
 
@@ -76,3 +77,32 @@ def test_a_start_failing_after_the_lock_undoes_its_rule_and_releases_the_host(
         beds.start()
     assert removed == ["rules"]
     hold_host().close()  # the failed bed let go of the host
+
+
+def test_a_killed_beds_leftovers_are_reclaimed_before_the_next_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bed killed with SIGKILL left its state file: the next start reclaims that bed's
+    directory first, records its own, and a finished stop removes the record."""
+    order: list[str] = []
+    recorded: list[str] = []
+
+    def prepare() -> NoReturn:
+        order.append("prepare_host")
+        recorded.append(realnodes.STATE_FILE.read_text().strip())
+        raise OSError("stop here")
+
+    monkeypatch.setattr(realnodes, "reclaim", lambda workdir: order.append(f"reclaim {workdir}"))
+    monkeypatch.setattr(RealNodes, "prepare_host", staticmethod(prepare))
+    monkeypatch.setattr(realnodes, "_remove_rules", lambda: None)
+    monkeypatch.setattr(shutil, "which", lambda _tool: "/usr/bin/true")
+    (tmp_path / "cni").mkdir()
+    (tmp_path / "cni" / "bridge").touch()
+    monkeypatch.setattr(realnodes, "CNI_BIN", tmp_path / "cni")
+    realnodes.STATE_FILE.write_text("/tmp/stator-real-nodes-killed/nodes\n")
+    beds = RealNodes(KubeCluster(tmp_path / "kube"), tmp_path / "nodes")
+    with pytest.raises(OSError, match="stop here"):
+        beds.start()
+    assert order == ["reclaim /tmp/stator-real-nodes-killed/nodes", "prepare_host"]
+    assert recorded == [str(tmp_path / "nodes")]
+    assert not realnodes.STATE_FILE.exists()  # the failed start's stop finished
