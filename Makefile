@@ -76,8 +76,9 @@ test: testbed lint  ## every test, against the real test bed
 unit: install  ## fast tests that need no test bed
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-demo: testbed  ## the main job: operator + pipeline on the local control plane, crash, rescale
-	$(PY) -m examples.operator_demo
+NODES ?= process
+demo: testbed  ## the main job: operator + pipeline on the local control plane, crash, rescale (NODES=real: on real kubelets)
+	$(PY) -m examples.operator_demo --nodes $(NODES)
 
 demo-local: testbed  ## the runtime alone: a pipeline killed and restarted, output compared
 	$(PY) -m examples.demo
