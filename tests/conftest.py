@@ -6,6 +6,7 @@ build or process log; nothing is skipped silently.
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +18,7 @@ from tests.testbed.build import BuildError
 from tests.testbed.kafka import KafkaBroker
 from tests.testbed.kube import KubeCluster
 from tests.testbed.minio import MinioServer, S3Endpoint
-from tests.testbed.procs import ProcessFailed
+from tests.testbed.procs import LOOPBACK, ProcessFailed
 
 
 def _start_or_fail(what: str, starter: object) -> None:
@@ -51,7 +52,10 @@ def s3(minio: MinioServer) -> S3Endpoint:
 
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"))
+    # STATOR_TESTBED_HOST: the real-node runner's host address (tests/e2e/real_nodes.py),
+    # where the broker listens so that pods reach it; else loopback.
+    host = os.environ.get("STATOR_TESTBED_HOST") or LOOPBACK
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"), host=host)
     _start_or_fail("Kafka", broker)
     yield broker
     broker.stop()

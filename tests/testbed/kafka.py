@@ -36,10 +36,13 @@ class KafkaBroker:
     workdir: Path
     port: int = 0
     proc: ManagedProcess | None = None
+    # Where clients connect: loopback, or with real nodes the host address their pods reach
+    # (only that address; the controller listener stays on loopback).
+    host: str = LOOPBACK
 
     @property
     def bootstrap_servers(self) -> str:
-        return f"{LOOPBACK}:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def _java(self, main: str, *args: str) -> list[str]:
         lib = ensure("kafka").path("lib")
@@ -68,8 +71,9 @@ class KafkaBroker:
                     "process.roles=broker,controller",
                     "node.id=1",
                     f"controller.quorum.voters=1@{LOOPBACK}:{controller}",
-                    f"listeners=PLAINTEXT://{LOOPBACK}:{self.port},CONTROLLER://{LOOPBACK}:{controller}",
-                    f"advertised.listeners=PLAINTEXT://{LOOPBACK}:{self.port}",
+                    f"listeners=PLAINTEXT://{self.host}:{self.port},"
+                    f"CONTROLLER://{LOOPBACK}:{controller}",
+                    f"advertised.listeners=PLAINTEXT://{self.host}:{self.port}",
                     "controller.listener.names=CONTROLLER",
                     "inter.broker.listener.name=PLAINTEXT",
                     "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -105,7 +109,7 @@ class KafkaBroker:
         ).start()
 
         def accepting() -> bool:
-            with socket.create_connection((LOOPBACK, self.port), timeout=1):
+            with socket.create_connection((self.host, self.port), timeout=1):
                 return self._metadata_ready()
 
         try:
