@@ -250,17 +250,16 @@ def test_a_killed_executor_and_a_killed_driver_restore_from_local_copies(
     status = epochs_after(space, name, before, 6, "the executor kill")
     print("after the executor kill:", json.dumps(restored(status)), json.dumps(status["placement"]))
     assert restored(status)["remote"] == 0 and restored(status)["remoteBytes"] == 0
-    if not EXTERNAL:
-        # Whether Spark retried the task on the other executor first depends on timing (the
-        # retry may wait out the locality delay until the restarted executor registers, as
-        # in one CI run of 2026-11-27); one that did refused to read the store (no remote
-        # restore above), and says so in the driver's log. The refusal itself is tested
-        # deterministically in tests/unit/test_restore_and_snapshot.py.
-        log = request.getfixturevalue("agent").pod_log(space.name, first_driver_pod)
-        refusals = [line for line in log.splitlines() if REFUSAL in line]
-        print("the retry's refusal:", refusals[:1])
-        # Spark learned of the loss from the driver's pod watch, not 15 s of missed heartbeats
-        assert lost_executor_lines(log, victim), log[-3000:]
+    # Whether Spark retried the task on the other executor first depends on timing (the
+    # retry may wait out the locality delay until the restarted executor registers, as in
+    # one CI run of 2026-11-27); one that did refused to read the store (no remote restore
+    # above), and says so in the driver's log. The refusal itself is tested
+    # deterministically in tests/unit/test_restore_and_snapshot.py.
+    log = pod_log(space, first_driver_pod, request)
+    refusals = [line for line in log.splitlines() if REFUSAL in line]
+    print("the retry's refusal:", refusals[:1])
+    # Spark learned of the loss from the driver's pod watch, not 15 s of missed heartbeats
+    assert lost_executor_lines(log, victim), log[-3000:]
     placement = status["placement"]
     assert placement["keyedTasksLocal"] == placement["keyedTasks"]
     assert subtask_nodes(status) == held  # every subtask stayed on its node
@@ -364,7 +363,6 @@ def test_a_standby_executor_resumes_a_lost_executors_subtask_from_its_copy(
     assert_exact(committed(space, name), count)
 
 
-@pytest.mark.skipif(EXTERNAL, reason="stops a process inside a pod of the local test bed")
 def test_an_executor_lost_with_its_checkpoint_in_flight_rewinds_before_its_standby_runs(
     space: Space, request: pytest.FixtureRequest
 ) -> None:
@@ -375,7 +373,6 @@ def test_an_executor_lost_with_its_checkpoint_in_flight_rewinds_before_its_stand
     the standby executor (it says why), instead of a keyed task there failing for the same
     reason after its Spark job ran. The subtask then restores from the standby copy (nothing
     from the object store) and the output is exact."""
-    agent = request.getfixturevalue("agent")
     name = "standby-rewind"
     count = 24_000
     manifest = executor_manifest(space, name, 1, count, 900, 600, standby=True)
@@ -390,10 +387,7 @@ def test_an_executor_lost_with_its_checkpoint_in_flight_rewinds_before_its_stand
     pods = running_executors(space, name, 2)
     [held] = subtask_nodes(status).values()
     victim = next(str(p["metadata"]["name"]) for p in pods if p["spec"]["nodeName"] == held)
-    uploaders = uploader_processes(agent.pods[f"{space.name}/{victim}"].proc.pid)
-    assert uploaders, f"no uploader process in {victim}"
-    for p in uploaders:
-        p.suspend()
+    assert suspend_uploaders(space, victim, request), f"no uploader process in {victim}"
     # The job goes on past its latest completed checkpoint, and no later one completes.
     behind = space.wait(
         name,
@@ -445,11 +439,10 @@ def test_a_force_deleted_executor_pod_is_noticed_at_once(
     space.kube.kubectl("delete", "pod", victim, "-n", space.name, "--grace-period=0", "--force")
     status = epochs_after(space, name, before, 4, "the deletion")
     print("after the deletion:", json.dumps(restored(status)), json.dumps(status["placement"]))
-    if not EXTERNAL:
-        log = request.getfixturevalue("agent").pod_log(space.name, before.driver)
-        lines = lost_executor_lines(log, victim)
-        print("the loss:", lines[:1])
-        assert any("was deleted" in line for line in lines), log[-3000:]
+    log = pod_log(space, before.driver, request)
+    lines = lost_executor_lines(log, victim)
+    print("the loss:", lines[:1])
+    assert any("was deleted" in line for line in lines), log[-3000:]
     assert restored(status)["remote"] == 0 and restored(status)["remoteBytes"] == 0
     assert subtask_nodes(status) == before.held
     assert nodes_of(running_executors(space, name, 2)) == before.nodes  # made again on its node
@@ -505,6 +498,47 @@ def kill_in_keyed_task(
 def restart_count(space: Space, pod: str) -> int:
     got = space.kube.kubectl_json("get", "pod", pod, "-n", space.name)
     return int(next(iter(got["status"].get("containerStatuses") or []), {}).get("restartCount", 0))
+
+
+# Run inside an executor container (an external cluster's): SIGSTOP every uploader process
+# (not itself: its own command line names them too).
+_SUSPEND_IN_POD = """
+import os, signal
+n = 0
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    if int(pid) == os.getpid():
+        continue
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"executor_uploader" in f.read():
+                os.kill(int(pid), signal.SIGSTOP)
+                n += 1
+    except OSError:
+        pass
+print(n)
+"""
+
+
+def pod_log(space: Space, pod: str, request: pytest.FixtureRequest) -> str:
+    """A running pod's log: the node agent's file, or ``kubectl logs`` (the kubelet's)."""
+    if EXTERNAL:
+        return str(space.kube.kubectl("logs", "-n", space.name, pod).stdout)
+    return str(request.getfixturevalue("agent").pod_log(space.name, pod))
+
+
+def suspend_uploaders(space: Space, pod: str, request: pytest.FixtureRequest) -> int:
+    """Stops (SIGSTOP) the executor uploader processes in ``pod``: the node agent's process
+    tree, or inside the container (``kubectl exec``, as the pod's own user). How many."""
+    if EXTERNAL:
+        out = space.kube.kubectl(
+            "exec", "-n", space.name, pod, "--", "python", "-c", _SUSPEND_IN_POD
+        )
+        return int(out.stdout.strip())
+    agent = request.getfixturevalue("agent")
+    uploaders = uploader_processes(agent.pods[f"{space.name}/{pod}"].proc.pid)
+    for p in uploaders:
+        p.suspend()
+    return len(uploaders)
 
 
 def uploader_processes(pod_pid: int) -> list[psutil.Process]:
