@@ -260,14 +260,11 @@ class RealNodes:
             self._remove_pods(node)
             if node.containerd is not None:
                 node.containerd.stop()
-            _kill_leftovers(node)
-            _unmount_under(node.root)
-            _remove_cgroups(node.cgroup_root)
+            _clear_node(node)
         if self.coredns is not None:
             self.coredns.stop()
         _remove_rules()
         for node in self.nodes.values():
-            _run("ip", "link", "del", f"stator-cni{node.index}", check=False)
             _run("ip", "addr", "del", f"{node.ip}/32", "dev", "lo", check=False)
         STATE_FILE.unlink(missing_ok=True)
         self._host.close()  # releases the flock
@@ -660,12 +657,17 @@ def reclaim(workdir: Path) -> None:
             if str(workdir).encode() in (proc_dir / "cmdline").read_bytes():
                 os.kill(int(proc_dir.name), signal.SIGKILL)
     for path in sorted(workdir.glob("node-*")):
-        node = Node(path.name, int(path.name.removeprefix("node-")), path)
-        _kill_leftovers(node)
-        _unmount_under(node.root)
-        _remove_cgroups(node.cgroup_root)
-        _run("ip", "link", "del", f"stator-cni{node.index}", check=False)
+        _clear_node(Node(path.name, int(path.name.removeprefix("node-")), path))
     _remove_rules()
+
+
+def _clear_node(node: Node) -> None:
+    """What a node leaves once its daemons are gone, or were killed with the bed: processes
+    in its cgroups and its shims, mounts under its directory, its cgroups, its bridge."""
+    _kill_leftovers(node)
+    _unmount_under(node.root)
+    _remove_cgroups(node.cgroup_root)
+    _run("ip", "link", "del", f"stator-cni{node.index}", check=False)
 
 
 def _kill_leftovers(node: Node) -> None:
