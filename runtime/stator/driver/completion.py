@@ -22,6 +22,7 @@ numbers its states), step by step:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from ..api.nodes import SinkNode, SourceNode
@@ -48,6 +49,8 @@ class PendingOutput:
     def __init__(self, sinks: dict[str, SinkNode]) -> None:
         self.sinks = sinks
         self.pending: dict[str, dict[int, list[SinkReport]]] = {}
+        # Told (sink uid, epoch) after each commit: the committed latency (job_metrics.py).
+        self.on_commit: Callable[[str, int], None] | None = None
 
     def add(self, reports: list[SinkReport]) -> int:
         """Staged parts of one epoch; returns their records. A part reported twice (Spark
@@ -68,6 +71,8 @@ class PendingOutput:
                 parts = sorted(epochs[e], key=lambda r: r.part)
                 sink.commit(uid, e, [r.descriptor for r in parts], [r.payload for r in parts])
                 del epochs[e]  # only once committed: a failed commit is retried, not lost
+                if self.on_commit is not None:
+                    self.on_commit(uid, e)
 
     def as_commits(self) -> dict[str, tuple[PendingCommit, ...]]:
         """What a checkpoint taken now must commit again if it is restored."""

@@ -109,6 +109,7 @@ class RegionLoop:
             {n.uid: n for n in pipeline.nodes if isinstance(n, SourceNode)}, config.epoch
         )
         self.output = PendingOutput({n.uid: n for n in pipeline.nodes if isinstance(n, SinkNode)})
+        self.output.on_commit = self._committed
         for uid, node in self.output.sinks.items():
             node.sink.bind(SinkContext(self.job, uid, store, config.checkpoint.enabled))
         self.recovery = Recovery(
@@ -158,6 +159,11 @@ class RegionLoop:
 
     def _stopping(self) -> bool:
         return self._stop
+
+    def _committed(self, sink: str, epoch: int) -> None:
+        """A sink committed an epoch's output: its committed latency, if exactly-once."""
+        if self.output.sinks[sink].sink.exactly_once:
+            self.status.metrics.committed(self.region, sink, epoch, now_ms())
 
     # ------------------------------------------------------------------ running
 
@@ -335,6 +341,7 @@ class RegionLoop:
             split_failover_attempts=self._task_attempts if self.split_failover else 0,
             commits=dict(position.commits),
             warm_key=self.warm_key,
+            planned_ms=now_ms(),
         )
 
     def _advance(self, spec: EpochSpec, reports: list[Report], started: float) -> EpochResult:
@@ -369,6 +376,9 @@ class RegionLoop:
             else None
         )
         self.status.keyed_tasks_done(spec.epoch, states, placed)
+        # Before the checkpoint: a checkpoint completing now commits this epoch's output.
+        ran = time.monotonic() - started
+        self.status.metrics.epoch_done(self.region, spec.epoch, reports, ran, now_ms())
         outcomes = self.checkpoints.after_epoch(self.job, spec, states, started)
         return EpochResult(
             spec.epoch,

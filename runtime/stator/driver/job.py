@@ -30,6 +30,7 @@ from ..locality.placement import PlacementTracker
 from ..storage import ObjectStore, open_store
 from .epoch_loop import RegionLoop
 from .handover import Handover, HandoverRequest
+from .job_metrics import JobMetrics
 from .listeners import CheckpointListener, EpochListener, Listeners
 from .parallelism import Parallelism, resolve_parallelism
 from .preflight import check_storage, restore_target
@@ -86,6 +87,10 @@ class Job:
         self.startup = StartupTimes()
         self.started_ms = now_ms()
         self.listeners = Listeners()
+        # Every region's metrics, in one object (driver/job_metrics.py); state bytes come
+        # from each completed checkpoint.
+        self.metrics = JobMetrics()
+        self.listeners.checkpoint.append(self.metrics.checkpointed)
         self._owns_spark = spark is None
         parts = pipeline.split()
         self.regional = len(parts) > 1 and config.failover.strategy != "full"
@@ -96,7 +101,7 @@ class Job:
                     config,
                     self.parallelism.restricted(r.uids()),
                     open_store(checkpoint_root(config, self.job, r.id), config.s3),
-                    JobStatus(self.job),
+                    JobStatus(self.job, metrics=self.metrics),
                     SavepointRequests(config.savepoint.dir, config.savepoint.any_target),
                     self.listeners,
                     r.id,
@@ -104,7 +109,7 @@ class Job:
                 for r in parts
             ]
         else:  # one region: the whole job, at the job's root, sharing the job's queue
-            status = JobStatus(self.job, startup=self.startup)
+            status = JobStatus(self.job, startup=self.startup, metrics=self.metrics)
             self.loops = [
                 RegionLoop(
                     pipeline,

@@ -161,6 +161,7 @@ def merged_status(
         st.source_lag.update(p.source_lag)  # each source belongs to one region
         st.dead_letters.update(p.dead_letters)
     st.in_flight_checkpoints = tuple(c for p in parts for c in p.in_flight_checkpoints)
+    st.metrics = parts[0].metrics  # one object serves every region (job.py)
     st.restores = RestoreCounts(
         sum(p.restores.local for p in parts),
         sum(p.restores.remote for p in parts),

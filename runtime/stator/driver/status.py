@@ -20,6 +20,7 @@ from ..epoch.reports import RestoreSource, StandbyTally, StateReport
 from ..keygroups import SubtaskId
 from ..locality.placement import EpochPlacement
 from ..sources.base import SplitLag
+from .job_metrics import JobMetrics
 
 log = logging.getLogger("stator.driver")
 
@@ -151,6 +152,9 @@ class JobStatus:
     source_lag: dict[str, dict[str, SplitLag]] = field(default_factory=dict)
     # Source uid -> records its decoder rejected to a dead-letter sink.
     dead_letters: dict[str, int] = field(default_factory=dict)
+    # Per operator and subtask: records, latency, busy ratio, state bytes (one object for
+    # every region of a job: job.py).
+    metrics: JobMetrics = field(default_factory=JobMetrics)
 
     @property
     def finished(self) -> bool:

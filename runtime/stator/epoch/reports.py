@@ -12,6 +12,8 @@ from enum import StrEnum
 from typing import Any
 
 from ..checkpoint.metadata import SubtaskSnapshot
+from .availability import Availability
+from .histogram import Histogram
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,8 @@ class SplitReport:
     max_timestamp: int
     records: int
     rejected: int = 0  # records the source sent to its dead-letter sink
+    # When its records became available (``availability.py``): committed latency.
+    available: Availability = ()
 
 
 @dataclass(frozen=True)
@@ -155,6 +159,11 @@ class StateReport:
     commit: str = ""
     # The standby copies this executor's uploader made (None: it made none yet).
     standby: StandbyTally | None = None
+    # Wall time of the task, less a restore of its state (one-off), in ns: busy ratio and
+    # true processing rate (``driver/job_metrics.py``).
+    busy_ns: int = 0
+    # Latency of its records from available to processed (``availability.py``).
+    latency: Histogram | None = None
 
 
 Report = SplitReport | SplitFailure | SinkReport | StateReport

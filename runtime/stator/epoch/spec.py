@@ -164,6 +164,9 @@ class EpochSpec:
     # The driver's random key for the warm cache files its tasks write (``state/warm.py``):
     # a file without its MAC is never unpickled. Empty: no files.
     warm_key: bytes = b""
+    # When the driver planned the epoch (epoch ms; 0: unknown, a task takes its own clock):
+    # records of sources that cannot tell when they became available count from then.
+    planned_ms: int = 0
 
     def state_dir(self, uid: str, subtask: int) -> Path:
         return subtask_dir(self.local_dir, self.job, uid, subtask, self.parallelism[uid])

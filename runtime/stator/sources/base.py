@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..epoch.availability import Availability, at
+
 
 @dataclass(frozen=True)
 class SplitRange:
@@ -99,6 +101,19 @@ class Source(ABC):
         """Runs on an executor: the records of ``rng`` and how many records were set aside
         (sent to a dead-letter sink instead of failing the job)."""
         return self.read(rng), 0
+
+    def read_available(
+        self, rng: SplitRange, planned_ms: int
+    ) -> tuple[list[Any], int, Availability]:
+        """Runs on an executor: :meth:`read_counted`, and when its records became available
+        to the job (``epoch/availability.py``; ``planned_ms``: when the epoch was planned)."""
+        records, rejected = self.read_counted(rng)
+        return records, rejected, self.availability(rng, len(records), planned_ms)
+
+    def availability(self, rng: SplitRange, records: int, planned_ms: int) -> Availability:
+        """When the ``records`` read from ``rng`` became available: by default when the
+        epoch was planned (a source that cannot tell: they were there by then)."""
+        return at(planned_ms, records)
 
     def lag(self) -> dict[str, SplitLag]:
         """Per split, its lag as of the last :meth:`plan` (sources that can tell)."""

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..epoch.availability import Availability, at, spread
 from .base import Source, SplitRange
 
 _MULT = 2654435761  # Knuth's multiplicative hash constant
@@ -109,6 +110,22 @@ class GeneratorSource(Source):
             if end > done or done >= total:
                 ranges.append(SplitRange(split, done, int(max(end, done)), j, final=end >= total))
         return ranges
+
+    def availability(self, rng: SplitRange, records: int, planned_ms: int) -> Availability:
+        """With a rate: each record's scheduled emission (the burst, and where the job
+        started, at the start; then one per ``splits / rate`` s per split, as :meth:`plan`
+        allows them); without: when the epoch was planned."""
+        if self.rate_per_second is None or self._started_ms is None or records <= 0:
+            return at(planned_ms, records)
+        started = self._started_ms
+        first = max(math.ceil(self.burst / self.splits), self._base.get(rng.split, 0))
+        ms_per_record = 1000 * self.splits / self.rate_per_second
+        start, last = int(rng.start), int(rng.start) + records - 1
+
+        def scheduled(position: int) -> int:
+            return started + round(max(0, position - first) * ms_per_record)
+
+        return spread(scheduled(start), scheduled(last), records)
 
     def read(self, rng: SplitRange) -> list[Any]:
         j = int(rng.split.rsplit("-", 1)[1])

@@ -4,24 +4,30 @@
    records in the same order.
 2. Open the subtask's local state at the epoch the driver expects, restoring it if it is
    not there (``locality/restore.py``).
-3. Run the operator, fire timers, stage chained sinks' output.
+3. Run the operator, fire timers (then one clock read: the processing latency of the
+   epoch's records, per batch: ``epoch/availability.py``), stage chained sinks' output.
 4. Commit the epoch's state changes atomically (after staging: a failed commit re-stages the
    same parts on retry; the reverse order could lose them).
 5. If asked: write the savepoint part (canonical key-group files, or the database's files:
    ``savepoint/native.py``), then take the checkpoint part (a failed upload
    declines the checkpoint, not the epoch; with ``checkpoint.async_upload`` the upload runs
    after the task returns, ``checkpoint/uploads.py``).
-6. Hand this executor's standby copies to its uploader (``standby_copy.py``), if any.
+6. Hand this executor's standby copies to its uploader (``standby_copy.py``), if any, and
+   report, with the task's busy time (``driver/job_metrics.py``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..api.nodes import KeyedNode, OperatorNode, ReduceNode
 from ..api.time import MIN_TIMESTAMP
+from ..checkpoint.coordinator import now_ms
 from ..cluster.jvm import task_location
+from ..epoch.availability import Availability, at, attribute, summarize
+from ..epoch.histogram import Histogram
 from ..epoch.reports import Report, SavepointPart, StateReport
 from ..epoch.spec import EpochSpec, node_name
 from ..errors import StateCompatibilityError
@@ -36,7 +42,7 @@ from ..state.backend import KeyedBackend
 from ..state.operator_state import to_text
 from .gc_pause import gc_paused
 from .operators import ProcessRunner, ReduceRunner
-from .routing import Router, Shuffled, unpack
+from .routing import Header, Router, Shuffled, unpack
 from .source import part_name
 from .user_errors import user_code
 
@@ -45,6 +51,7 @@ from .user_errors import user_code
 def keyed_task(
     spec: EpochSpec, node_id: int, reports: Any, subtask: int, items: Iterable[tuple[int, bytes]]
 ) -> Iterator[Shuffled]:
+    started_ns = time.perf_counter_ns()
     node = spec.pipeline.node(node_id)
     assert isinstance(node, KeyedNode)
     p = spec.parallelism[node.uid]
@@ -54,7 +61,7 @@ def keyed_task(
     # idle the subtask keeps its watermark (MIN_TIMESTAMP here cannot lower it).
     new_watermark = min((h[1] for h in headers if h[1] is not None), default=MIN_TIMESTAMP)
     batches = [(h[2], h[3]) for h in headers]
-    records_in = sum(len(b[0]) for _, b in batches)
+    records_in = sum(len(b[1]) for _, b in batches)  # values: broadcast input has no keys
 
     backend, restored = open_state(spec, node.uid, subtask, key_groups)
     executor, host = task_location()
@@ -74,6 +81,7 @@ def keyed_task(
             if spec.verify_states:
                 _verify_declared(spec, node.uid, backend)
             output = runner.run(batches, new_watermark)
+        latency, available = processing_latency(headers, now_ms(), spec.planned_ms)
         watermark = max(backend.watermark, new_watermark)
         router = Router(
             spec.pipeline,
@@ -84,7 +92,7 @@ def keyed_task(
         )
         router.push(node.id, output)
         router.push_side(node.id, runner.side_outputs)
-        out = router.downstream((node.id, subtask), watermark, node.id)
+        out = router.downstream((node.id, subtask), watermark, node.id, available)
         staged = router.staged(spec.epoch)
         backend.commit(spec.epoch, watermark)
         # Failing here fails the savepoint, through the epoch.
@@ -113,12 +121,30 @@ def keyed_task(
             upload,
             backend.commit_token,
             tally,
+            busy_ns=max(0, time.perf_counter_ns() - started_ns - restored.duration_ms * 1_000_000),
+            latency=latency,
         )
         done: list[Report] = [state, *staged]
         reports.add(done)
     finally:
         backend.close()
     return iter(out)
+
+
+def processing_latency(
+    headers: list[Header], processed_ms: int, planned_ms: int
+) -> tuple[Histogram, Availability]:
+    """The latency of the subtask's records from available to processed (``processed_ms``:
+    one clock read once its function ran over all of them), per batch
+    (``epoch/availability.py``), and the availability of what it sends on: of what it took in;
+    output without input (timers) counts from when the epoch was planned."""
+    latency = Histogram()
+    taken: list[tuple[int, int]] = []
+    for h in headers:
+        for at_ms, n in attribute(h[4], len(h[3][1])):
+            latency.observe(processed_ms - at_ms, n)
+            taken.append((at_ms, n))
+    return latency, summarize(taken) or at(planned_ms or processed_ms, 1)
 
 
 def _savepoint_part(

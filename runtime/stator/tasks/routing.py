@@ -28,6 +28,7 @@ from ..api.nodes import (
     _add,
     _one,
 )
+from ..epoch.availability import Availability
 from ..epoch.reports import SinkReport
 from ..keygroups import encode_keys, stable_hash
 from ..sinks.base import SinkWriter
@@ -37,10 +38,12 @@ from .user_errors import user_code
 Batch = tuple[list[Any], list[Any]]  # (values, timestamps)
 Columns = tuple[list[bytes], list[Any], list[Any]]  # (kkeys, values, timestamps)
 # What a task sends one keyed subtask for one of its inputs: (order key, watermark, input,
-# columns). The order key (node id, split order or subtask) fixes the order in which the
-# subtask processes its inputs; the input is the position in the keyed node's ``inputs``.
-# The watermark is None from an idle source split (``driver/idleness.py``).
-Header = tuple[tuple[int, int], int | None, int, Columns]
+# columns, availability). The order key (node id, split order or subtask) fixes the order in
+# which the subtask processes its inputs; the input is the position in the keyed node's
+# ``inputs``. The watermark is None from an idle source split (``driver/idleness.py``). The
+# availability summarizes when the sending task's records became available
+# (``epoch/availability.py``).
+Header = tuple[tuple[int, int], int | None, int, Columns, Availability]
 Target = tuple[KeyedNode, int]  # a keyed node and which of its inputs
 Shuffled = tuple[int, int, bytes]  # (keyed node id, target subtask, packed header)
 
@@ -137,11 +140,15 @@ class Router:
         return reports
 
     def downstream(
-        self, origin: tuple[int, int], watermark: int | None, node_id: int
+        self,
+        origin: tuple[int, int],
+        watermark: int | None,
+        node_id: int,
+        available: Availability = (),
     ) -> list[Shuffled]:
         """One (possibly empty) batch for every subtask of every keyed operator fed by
         ``node_id``: an empty batch still carries this task's watermark, which the subtask
-        needs to advance its own."""
+        needs to advance its own; each carries ``available``, of this task's records."""
         buckets = self.shuffle_output()
         out = []
         for target, side in keyed_targets(self.pipeline, node_id):
@@ -151,7 +158,7 @@ class Router:
             if forward is not None:  # this task's share goes to one subtask, spread by origin
                 per_sub = {(origin[0] * 31 + origin[1]) % p: forward}
             for sub in range(p):
-                header = (origin, watermark, side, per_sub.get(sub, ([], [], [])))
+                header = (origin, watermark, side, per_sub.get(sub, ([], [], [])), available)
                 out.append((target.id, sub, pack(header)))
         return out
 

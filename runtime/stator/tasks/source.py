@@ -9,6 +9,7 @@ from typing import Any
 
 from ..api.nodes import SourceNode
 from ..api.time import MAX_TIMESTAMP, MIN_TIMESTAMP
+from ..checkpoint.coordinator import now_ms
 from ..epoch.reports import Report, SplitFailure, SplitReport
 from ..epoch.spec import EpochSpec
 from .gc_pause import gc_paused
@@ -52,7 +53,7 @@ def _read_range(spec: EpochSpec, node_id: int, reports: Any, index: int) -> Iter
     node = spec.pipeline.node(node_id)
     assert isinstance(node, SourceNode)
     rng = spec.ranges[node.uid][index]
-    records, rejected = node.source.read_counted(rng)
+    records, rejected, available = node.source.read_available(rng, spec.planned_ms or now_ms())
     max_ts = spec.split_max_ts.get(node.uid, {}).get(rng.split, MIN_TIMESTAMP)
     batch: Batch
     if node.timestamps is not None:
@@ -82,9 +83,9 @@ def _read_range(spec: EpochSpec, node_id: int, reports: Any, index: int) -> Iter
         spec.epoch,
     )
     router.push(node.id, batch)
-    out = router.downstream((node.id, rng.order), watermark, node.id)
+    out = router.downstream((node.id, rng.order), watermark, node.id, available)
     done: list[Report] = [
-        SplitReport(node.uid, rng.split, spec.epoch, max_ts, len(records), rejected)
+        SplitReport(node.uid, rng.split, spec.epoch, max_ts, len(records), rejected, available)
     ]
     reports.add([*done, *router.staged(spec.epoch)])
     return iter(out)

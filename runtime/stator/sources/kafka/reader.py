@@ -102,18 +102,21 @@ def _decoded(opts: ReadOptions, rec: KafkaRecord, rejects: DeadLetters | None) -
         return False, None
 
 
-def read_range(opts: ReadOptions, rng: SplitRange) -> tuple[list[Any], int]:
-    """The decoded records of ``rng`` in offset order, and how many went to dead letters."""
+def read_range(opts: ReadOptions, rng: SplitRange) -> tuple[list[Any], int, list[int]]:
+    """The decoded records of ``rng`` in offset order, how many went to dead letters, and
+    each decoded record's Kafka timestamp (when it became available:
+    ``epoch/availability.py``)."""
     from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415
 
     start, end = int(rng.start), int(rng.end)
     if end <= start:
-        return [], 0
+        return [], 0, []
     topic, partition = parse_split(rng.split)
     consumer = Consumer(opts.config)
     consumer.assign([TopicPartition(topic, partition, start)])
     rejects = DeadLetters(opts.dead_letter, opts.producer_config) if opts.dead_letter else None
     out: list[Any] = []
+    stamps: list[int] = []
     deadline = time.monotonic() + opts.timeout_s
     expected = start  # the next offset, if there are no gaps
     try:
@@ -142,6 +145,7 @@ def read_range(opts: ReadOptions, rng: SplitRange) -> tuple[list[Any], int]:
                 ok, value = _decoded(opts, rec, rejects)
                 if ok:
                     out.append((value, rec.timestamp) if opts.with_timestamps else value)
+                    stamps.append(rec.timestamp)
                 done = offset == end - 1
                 expected = offset + 1
             if done:
@@ -161,4 +165,4 @@ def read_range(opts: ReadOptions, rng: SplitRange) -> tuple[list[Any], int]:
             rejects.flush(opts.timeout_s)
     finally:
         consumer.close()
-    return out, rejects.count if rejects is not None else 0
+    return out, rejects.count if rejects is not None else 0, stamps

@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ...epoch.availability import Availability, from_times
 from ...errors import StatorError
 from ..base import Source, SplitLag, SplitRange
 from .discovery import TopicSelection, parse_split
@@ -227,7 +228,19 @@ class KafkaSource(Source):
     # ------------------------------------------------------------------ executors
 
     def read_counted(self, rng: SplitRange) -> tuple[list[Any], int]:
-        opts = ReadOptions(
+        records, rejected, _ = read_range(self._read_options(), rng)
+        return records, rejected
+
+    def read_available(
+        self, rng: SplitRange, planned_ms: int
+    ) -> tuple[list[Any], int, Availability]:
+        """Records became available when Kafka stored them (their timestamps: the broker's
+        with ``LogAppendTime``, else the producer's)."""
+        records, rejected, stamps = read_range(self._read_options(), rng)
+        return records, rejected, from_times(stamps)
+
+    def _read_options(self) -> ReadOptions:
+        return ReadOptions(
             self._config(),
             self.decode,
             self.provides_timestamps,
@@ -235,7 +248,6 @@ class KafkaSource(Source):
             self.dead_letter,
             {"bootstrap.servers": self.bootstrap_servers, **self.producer_config},
         )
-        return read_range(opts, rng)
 
     def read(self, rng: SplitRange) -> list[Any]:
         return self.read_counted(rng)[0]
