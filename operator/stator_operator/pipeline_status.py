@@ -274,6 +274,7 @@ MIRRORED = (
     "restores",
     "regions",
     "placement",
+    "metrics",  # a summary: latency p99s, the busiest subtask (metrics_summary.py)
 )
 
 _PHASES = {str(p) for p in Phase}  # another value (a corrupt one) reads as no phase

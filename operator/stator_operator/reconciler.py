@@ -21,6 +21,7 @@ from .admission import (
 )
 from .flows import DriverFailed, Flows
 from .job_config import restart_config
+from .metrics_summary import metrics_summary
 from .naming import (
     JOB_FAILED_EXIT_CODE,
     STATE_VOLUME,
@@ -519,6 +520,7 @@ def _job_fields(job: JobInfo) -> dict[str, Json]:
     if job.last_error:
         fields["lastError"] = job.last_error
     fields.update(_restores_and_placement(job))
+    fields.update(metrics_summary(job))
     return fields
 
 

@@ -403,3 +403,12 @@ def test_lag_in_records_and_seconds_is_in_the_metrics_and_the_job_answer(
         expected[0][:-5] + "200.0"
     ]
     assert info.lag_records == 200
+    # A Kafka record became available when Kafka stored it (its timestamp): a minute before
+    # its epoch's output was committed (docs/control-api.md, "Metrics").
+    (job,) = harness_job
+    metrics = job_info(job, job.status).metrics
+    assert metrics is not None
+    committed = metrics.operators["out"].committed_latency
+    assert committed is not None and committed.count == 301
+    assert 60_000 <= committed.sum_ms / committed.count < 90_000, committed
+    assert metrics.operators["in"].records_out == 301

@@ -63,6 +63,12 @@ MIRRORED = {
     "placement.subtasks[].checkpointId",
     "placement.subtasks[].standby.executor",
     "placement.subtasks[].standby.node",
+    "metrics.processingLatencyP99Ms",
+    "metrics.committedLatencyP99Ms",
+    "metrics.epochDurationP99Ms",
+    "metrics.maxBusyRatio",
+    "metrics.busiestSubtask",
+    "metrics.eventTimeDelayMs",
 }
 
 ANSWER: dict[str, Any] = {
@@ -110,6 +116,15 @@ ANSWER: dict[str, Any] = {
             "last_error": "a task failed once",
         }
     ],
+    "metrics": {
+        "epoch_duration": {"count": 12, "p99_ms": 800},
+        "operators": {"count": {"kind": "keyed", "records_in": 100}},
+        "processing_latency_p99_ms": 450,
+        "committed_latency_p99_ms": 2100,
+        "max_busy_ratio": 0.75,
+        "busiest_subtask": "count/1",
+        "event_time_delay_ms": 3000,
+    },
     "placement": {
         "keyed_tasks": 2,
         "keyed_tasks_local": 1,
@@ -147,6 +162,8 @@ def test_the_mirror_writes_exactly_the_status_fields_it_always_wrote() -> None:
     assert fields["latestCheckpoint"]["time"] == "2023-11-14T22:13:20Z"
     assert fields["placement"]["subtasks"][0]["keyGroups"] == [0, 64], "JSON data: lists"
     assert (fields["lagRecords"], fields["lagMs"]) == (42, 1500)
+    assert fields["metrics"]["maxBusyRatio"] == 0.75
+    assert fields["metrics"]["epochDurationP99Ms"] == 800, "per operator detail stays out"
 
 
 @pytest.mark.parametrize("crd", CRDS, ids=lambda p: str(p.relative_to(ROOT)))

@@ -4,10 +4,14 @@ the driver's status objects and region views become the API's schema."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
+from ..api.time import MAX_TIMESTAMP
 from ..checkpoint.metadata import CheckpointMetadata
+from ..driver.job_metrics import KEYED, MetricsView, OperatorMetrics, SubtaskEpoch
 from ..driver.savepoints import SavepointRequest as DriverSavepointRequest
 from ..driver.status import JobStatus
+from ..epoch.histogram import BOUNDS_MS, Histogram
 from ..keygroups import range_for_subtask
 from .schema import (
     CheckpointAttempt,
@@ -15,7 +19,10 @@ from .schema import (
     CheckpointsInfo,
     CheckpointSummary,
     EpochLocality,
+    HistogramInfo,
     JobInfo,
+    MetricsInfo,
+    OperatorMetricsInfo,
     PlacedSubtask,
     Placement,
     RegionInfo,
@@ -27,6 +34,7 @@ from .schema import (
     SplitLagInfo,
     StandbyCopies,
     StartupMarks,
+    SubtaskMetricsInfo,
 )
 from .view import JobView
 
@@ -60,7 +68,84 @@ def job_info(d: JobView, st: JobStatus) -> JobInfo:
         sources=sources,
         lag_records=sum(s.lag_records for s in sources.values()),
         lag_ms=max((s.lag_ms for s in sources.values()), default=0),
+        metrics=metrics_info(st.metrics.view()),
     )
+
+
+def metrics_info(view: MetricsView) -> MetricsInfo:
+    """The ``metrics`` of ``GET /v1/job``."""
+    operators = {uid: _operator_metrics(op) for uid, op in sorted(view.operators.items())}
+    busiest = view.busiest()
+    delays = [d for op in view.operators.values() if (d := op.event_time_delay_ms) is not None]
+    committed = view.latency(committed=True)
+    return MetricsInfo(
+        epoch_duration=histogram_info(view.epochs),
+        operators=operators,
+        processing_latency_p99_ms=round(view.latency().quantile(0.99)),
+        committed_latency_p99_ms=round(committed.quantile(0.99)),
+        max_busy_ratio=round(busiest[2].busy_ratio, 4) if busiest else 0.0,
+        busiest_subtask=f"{busiest[0]}/{busiest[1]}" if busiest else None,
+        event_time_delay_ms=max(delays, default=None),
+    )
+
+
+def histogram_info(h: Histogram) -> HistogramInfo:
+    return HistogramInfo(
+        le_ms=BOUNDS_MS,
+        counts=tuple(h.counts),
+        count=h.count,
+        sum_ms=round(h.sum_ms),
+        p50_ms=round(h.quantile(0.5)),
+        p99_ms=round(h.quantile(0.99)),
+    )
+
+
+def _operator_metrics(op: OperatorMetrics) -> OperatorMetricsInfo:
+    subtasks = []
+    for i in sorted(set(op.latest) | set(op.state_bytes)):
+        latest, totals = op.latest.get(i), op.totals.get(i)
+        subtasks.append(
+            SubtaskMetricsInfo(
+                subtask=i,
+                state_bytes=op.state_bytes.get(i, 0),
+                **(_latest(latest) if latest else {}),
+                **(
+                    {
+                        "records_in_total": totals.records_in,
+                        "records_out_total": totals.records_out,
+                        "busy_ms_total": round(totals.busy_s * 1000),
+                    }
+                    if totals
+                    else {}
+                ),
+            )
+        )
+    keyed = op.kind == KEYED
+    return OperatorMetricsInfo(
+        kind=op.kind,
+        records_in=op.records_in,
+        records_out=op.records_out,
+        watermark_ms=op.watermark,
+        event_time_delay_ms=op.event_time_delay_ms,
+        state_bytes=sum(op.state_bytes.values()),
+        processing_latency=histogram_info(op.latency) if keyed else None,
+        committed_latency=histogram_info(op.committed) if op.committed.count else None,
+        subtasks=tuple(subtasks),
+    )
+
+
+def _latest(s: SubtaskEpoch) -> dict[str, Any]:
+    mark = s.watermark
+    return {
+        "epoch": s.epoch,
+        "records_in": s.records_in,
+        "records_out": s.records_out,
+        "busy_ms": round(s.busy_s * 1000),
+        "epoch_ms": round(s.epoch_s * 1000),
+        "busy_ratio": round(s.busy_ratio, 4),
+        "true_rate": round(s.true_rate, 1),
+        "watermark_ms": mark if 0 <= mark < MAX_TIMESTAMP else None,
+    }
 
 
 def source_infos(st: JobStatus) -> dict[str, SourceInfo]:

@@ -216,6 +216,71 @@ class SourceInfo(Answer):
 
 
 @dataclass(frozen=True, kw_only=True)
+class HistogramInfo(Answer):
+    """A duration histogram since the driver started: ``counts`` per bucket, whose upper
+    bounds are ``le_ms`` (the last count: above the last bound), their ``count`` and
+    ``sum_ms``, and quantiles estimated from the buckets."""
+
+    le_ms: tuple[int, ...] = ()
+    counts: tuple[int, ...] = ()
+    count: int = 0
+    sum_ms: int = 0
+    p50_ms: int = 0
+    p99_ms: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubtaskMetricsInfo(Answer):
+    """A keyed subtask: its latest epoch (``busy_ratio``: time in its task over the epoch's
+    wall time; ``true_rate``: records in per busy second) and its totals."""
+
+    subtask: int
+    epoch: int = 0
+    records_in: int = 0
+    records_out: int = 0
+    busy_ms: int = 0
+    epoch_ms: int = 0
+    busy_ratio: float = 0.0
+    true_rate: float = 0.0
+    watermark_ms: int | None = None
+    records_in_total: int = 0
+    records_out_total: int = 0
+    busy_ms_total: int = 0
+    state_bytes: int = 0  # in the latest checkpoint
+
+
+@dataclass(frozen=True, kw_only=True)
+class OperatorMetricsInfo(Answer):
+    """One operator (``kind``: source, keyed or sink); the latencies are from when a record
+    became available to when a keyed operator processed it, or an exactly-once sink
+    committed it."""
+
+    kind: str
+    records_in: int = 0
+    records_out: int = 0
+    watermark_ms: int | None = None
+    event_time_delay_ms: int | None = None
+    state_bytes: int = 0
+    processing_latency: HistogramInfo | None = None
+    committed_latency: HistogramInfo | None = None
+    subtasks: tuple[SubtaskMetricsInfo, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricsInfo(Answer):
+    """Per operator metrics, and what a person looks at first (the operator mirrors these
+    into ``status.metrics``)."""
+
+    epoch_duration: HistogramInfo = field(default_factory=HistogramInfo)
+    operators: Mapping[str, OperatorMetricsInfo] = field(default_factory=dict)
+    processing_latency_p99_ms: int = 0  # over every keyed operator
+    committed_latency_p99_ms: int = 0  # over every exactly-once sink
+    max_busy_ratio: float = 0.0  # of any keyed subtask, in its latest epoch
+    busiest_subtask: str | None = None  # "<operator uid>/<subtask>" of that ratio
+    event_time_delay_ms: int | None = None  # the largest of any keyed operator
+
+
+@dataclass(frozen=True, kw_only=True)
 class JobInfo(Answer):
     """``GET /v1/job``: the job's state and progress."""
 
@@ -240,6 +305,7 @@ class JobInfo(Answer):
     sources: Mapping[str, SourceInfo] | None = None  # source uid -> its lag
     lag_records: int = 0  # consumer lag of every source, in records
     lag_ms: int = 0  # the largest of any split, in ms
+    metrics: MetricsInfo | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
