@@ -6,13 +6,17 @@ whole keyed job run in this process with the real tasks and driver loop, read ba
 from __future__ import annotations
 
 import math
+import pickle
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from stator import Job
 from stator.api.pipeline import Pipeline
+from stator.api.time import BoundedOutOfOrderness
 from stator.control.answers import job_info
 from stator.control.metrics import render_metrics
 from stator.control.schema import JobInfo
@@ -166,6 +170,8 @@ def test_an_epochs_reports_add_up_once_each() -> None:
     v2 = m.view()
     assert v2.operators["count"].totals[0].records_in == 15
     assert v2.epochs.count == 2 and v.epochs.count == 1, "a view is a copy"
+    again = pickle.loads(pickle.dumps(m))  # noqa: S301 - a final status may be pickled
+    assert again.view().operators["count"].totals[0].records_in == 15
 
 
 # ------------------------------------------------------------------ the operator's summary
@@ -260,3 +266,48 @@ def test_a_keyed_job_reports_its_metrics_everywhere(
         assert value("stator_subtask_busy_seconds_total", subtask=sub) > 0
     assert value("stator_committed_latency_seconds_count", operator="out") >= events
     assert families["stator_epoch_duration_seconds"].type == "histogram"
+
+
+def test_an_event_time_job_shows_its_watermark_and_delay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = int(time.time() * 1000) - 60_000  # every event a minute old
+    p = Pipeline("event-time")
+    (
+        p.source(
+            GeneratorSource(KeyedEvents(20), count=2_000, splits=2),
+            uid="events",
+            timestamps=lambda e: base + e[2],
+            watermarks=BoundedOutOfOrderness(100),
+        )
+        .key_by(lambda e: e[0])
+        .count(uid="count")
+        .sink(CollectSink(), uid="out")
+    )
+    seen: list[tuple[JobInfo, bytes]] = []
+    original = Job.__init__
+
+    def init(self: Job, *args: Any, **kw: Any) -> None:
+        original(self, *args, **kw)
+        self.on_epoch(
+            lambda r: (
+                seen.append((job_info(self, self.status), render_metrics(self)[0]))
+                if r.epoch == 1
+                else None
+            )
+        )
+
+    monkeypatch.setattr(Job, "__init__", init)
+    run_in_process(p, tmp_path, monkeypatch, "epoch.max_records=1000")
+    info, text = seen[0]
+    assert info.metrics is not None
+    count = info.metrics.operators["count"]
+    # Epoch 1 read indices 0..999: the splits' largest timestamps are base + 998 and + 999.
+    assert count.watermark_ms == base + 998 - 100
+    assert count.event_time_delay_ms is not None and 55_000 < count.event_time_delay_ms < 90_000
+    assert info.metrics.event_time_delay_ms == count.event_time_delay_ms
+    assert all(s.watermark_ms == count.watermark_ms for s in count.subtasks)
+    gauges = _families(text)["stator_operator_watermark_timestamp_seconds"].samples
+    assert [(s.labels["operator"], s.value) for s in gauges] == [("count", (base + 898) / 1000)]
+    delay = _families(text)["stator_operator_event_time_delay_seconds"].samples
+    assert delay[0].value == count.event_time_delay_ms / 1000

@@ -211,7 +211,7 @@ def _job(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(job.to_wire(), indent=2))
         return 0
-    latest = job.latest_checkpoint
+    latest, metrics = job.latest_checkpoint, job.metrics
     print(
         _text(
             {
@@ -221,6 +221,15 @@ def _job(args: argparse.Namespace) -> int:
                 "restarts": job.restarts,
                 "latest_checkpoint": latest.id if latest else None,
                 "last_error": job.last_error,
+                **(
+                    {
+                        "processing_latency_p99_ms": metrics.processing_latency_p99_ms,
+                        "max_busy_ratio": metrics.max_busy_ratio,
+                        "busiest_subtask": metrics.busiest_subtask,
+                    }
+                    if metrics
+                    else {}
+                ),
             }
         )
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..api.time import MAX_TIMESTAMP
 from ..checkpoint.metadata import CheckpointMetadata
@@ -116,6 +117,15 @@ class JobMetrics:
         self._operators: dict[str, OperatorMetrics] = {}
         # (region, epoch) -> when the epoch's source records became available
         self._available: dict[tuple[str | None, int], Availability] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A job's final status may be pickled (``Pipeline.run`` returns it): not the lock."""
+        with self._lock:
+            return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def _op(self, uid: str, kind: str) -> OperatorMetrics:
         op = self._operators.get(uid)
