@@ -3,8 +3,11 @@ the driver's status objects and region views become the API's schema."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
+from ..api.nodes import KeyedNode, Node, Route, TransformNode
 from ..checkpoint.metadata import CheckpointMetadata
 from ..driver.savepoints import SavepointRequest as DriverSavepointRequest
 from ..driver.status import JobStatus
@@ -15,6 +18,9 @@ from .schema import (
     CheckpointsInfo,
     CheckpointSummary,
     EpochLocality,
+    GraphNode,
+    HistoryInfo,
+    JobGraph,
     JobInfo,
     PlacedSubtask,
     Placement,
@@ -29,6 +35,9 @@ from .schema import (
     StartupMarks,
 )
 from .view import JobView
+
+if TYPE_CHECKING:
+    from .timeline import Timeline
 
 
 def job_info(d: JobView, st: JobStatus) -> JobInfo:
@@ -60,6 +69,61 @@ def job_info(d: JobView, st: JobStatus) -> JobInfo:
         sources=sources,
         lag_records=sum(s.lag_records for s in sources.values()),
         lag_ms=max((s.lag_ms for s in sources.values()), default=0),
+        graph=job_graph(d),
+    )
+
+
+def job_graph(d: JobView) -> JobGraph:
+    """The job's graph with each node's failover region, and each keyed operator's
+    parallelism and key groups per subtask."""
+    p = d.parallelism
+    region_of = {label: r.id for r in d.pipeline.split() for label in r.pipeline.regions()[0]}
+
+    def node(n: Node) -> GraphNode:
+        label = getattr(n, "uid", None) or n.name
+        subtasks = p.operators.get(label) if isinstance(n, KeyedNode) else None
+        keyed = isinstance(n, KeyedNode) and n.route(0) is Route.KEYED and subtasks is not None
+        return GraphNode(
+            id=n.id,
+            label=label,
+            kind=_kind(n),
+            inputs=tuple(n.inputs),
+            region=region_of.get(label, ""),
+            parallelism=subtasks,
+            key_groups=tuple(
+                (r.start, r.end)
+                for r in (
+                    range_for_subtask(i, subtasks, p.max_parallelism) for i in range(subtasks)
+                )
+            )
+            if keyed and subtasks
+            else (),
+        )
+
+    return JobGraph(nodes=tuple(node(n) for n in d.pipeline.nodes))
+
+
+def _key_groups(parallelism: int, max_parallelism: int) -> tuple[tuple[int, int], ...]:
+    ranges = (range_for_subtask(i, parallelism, max_parallelism) for i in range(parallelism))
+    return tuple((r.start, r.end) for r in ranges)
+
+
+def _kind(n: Node) -> str:
+    """``map``, ``filter``, ... for a transform; else the node's class: ``SourceNode`` ->
+    ``source``, ``CoProcessNode`` -> ``co_process``."""
+    if isinstance(n, TransformNode):
+        return n.kind
+    name = type(n).__name__.removesuffix("Node")
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def history_info(d: JobView, timeline: Timeline) -> HistoryInfo:
+    """``GET /v1/history``."""
+    return HistoryInfo(
+        samples=timeline.time_series(),
+        epochs=timeline.epochs(),
+        epochs_capacity=timeline.epochs_capacity,
+        checkpoints=tuple(CheckpointAttempt.from_wire(h.to_json()) for h in d.history.items()),
     )
 
 

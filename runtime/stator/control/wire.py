@@ -3,16 +3,17 @@ their field declarations alone: the schema is written once, as the classes.
 
 ``from_wire`` trusts nothing: a driver runs the user's code, so its answer is the user's. It
 refuses (:class:`WireError`, naming the field) a value of the wrong type, a missing field
-that has no default, a negative number, and a string or list longer than an answer the
-client reads at all (``MAX_TEXT``, ``MAX_ITEMS``). Unknown keys are ignored: a newer driver
-may add fields. What the operator copies into a status is cut further (operator
-``untrusted.py``): that bound is etcd's, not the schema's.
+that has no default, a negative or infinite number, and a string or list longer than an
+answer the client reads at all (``MAX_TEXT``, ``MAX_ITEMS``). Unknown keys are ignored: a
+newer driver may add fields. What the operator copies into a status is cut further
+(operator ``untrusted.py``): that bound is etcd's, not the schema's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -104,6 +105,12 @@ def _read_scalar(tp: Any, obj: object, where: str) -> Any:
         if not 0 <= obj <= MAX_INT:
             raise WireError(f"{where}: {obj} is out of range (0 to {MAX_INT})")
         return obj
+    if tp is float:  # an int is a float too (JSON does not tell 1 from 1.0)
+        if isinstance(obj, bool) or not isinstance(obj, int | float) or not math.isfinite(obj):
+            raise WireError(f"{where}: expected a number, got {_shown(obj)}")
+        if obj < 0:
+            raise WireError(f"{where}: {obj} is negative")
+        return float(obj)
     if tp is str:
         if not isinstance(obj, str):
             raise WireError(f"{where}: expected a string, got {_shown(obj)}")
