@@ -180,7 +180,7 @@ function placement(job) {
   rows($("placement"), entries, (s) => [
     s.uid, s.subtask, s.key_groups ? `${s.key_groups[0]}–${s.key_groups[1] - 1}` : "",
     s.host ? `${s.executor} (${s.host})` : s.executor, s.node || "",
-    s.checkpoint_id ? `checkpoint ${s.checkpoint_id}` : "", s.standby ? `${s.standby.executor}${s.standby.node ? " on " + s.standby.node : ""}` : "",
+    s.checkpoint_id ? `checkpoint ${s.checkpoint_id}` : "", s.standby ? `executor ${s.standby.executor}${s.standby.node ? " on " + s.standby.node : ""}` : "",
   ], "placement-row");
 }
 
