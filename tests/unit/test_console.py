@@ -15,19 +15,22 @@ from typing import Any
 
 import pytest
 
+from stator.checkpoint.metadata import CheckpointMetadata
 from stator.cli import console as cli_console
 from stator.cli.main import main
+from stator.control.answers import history_info
 from stator.control.headers import HEADERS
 from stator.control.schema import HistoryInfo, JobInfo
 from stator.control.server import ControlServer
 from stator.control.timeline import SERIES, Series, Timeline
 from stator.control.wire import WireError, from_wire
+from stator.driver.job import Job
 from stator.driver.listeners import EpochResult
-from stator.driver.status import JobStatus
+from stator.driver.status import JobState, JobStatus
 from stator_operator import naming
 from stator_operator.resources import service
 from tests.unit.operator_fakes import Bed
-from tests.unit.test_control_schema import running_job
+from tests.unit.two_regions import config, two_parts
 
 TOKEN = "s3cr3t"
 CONSOLE_DIR = Path(cli_console.__file__).parents[1] / "control" / "console"
@@ -41,6 +44,29 @@ def get(url: str, token: str | None = None) -> tuple[int, dict[str, str], bytes]
             return resp.status, dict(resp.headers), resp.read()
     except urllib.error.HTTPError as err:
         return err.code, dict(err.headers), err.read()
+
+
+def running_job(tmp_path: Path) -> Job:
+    """A job of one region (no Spark) with one completed and one failed checkpoint."""
+    job = Job(two_parts(), config(tmp_path, "failover.strategy=full"))
+    st = job.status
+    st.state, st.epoch, st.records_in = JobState.RUNNING, 7, 100
+    st.last_checkpoint = CheckpointMetadata(
+        checkpoint_id=2,
+        epoch=6,
+        job="two",
+        created_ms=1_700_000_000_000,
+        max_parallelism=128,
+        incremental=True,
+        operators={},
+        sources={},
+        sinks={},
+        watermark=0,
+        duration_ms=12,
+    )
+    job.history.completed(st.last_checkpoint)
+    job.history.failed(3, 7, "disk full")
+    return job
 
 
 @pytest.fixture
@@ -89,26 +115,28 @@ def test_a_series_is_one_line_and_reaches_the_answer() -> None:
     assert answer.values["busy_ratio"] == (0.5,)
 
 
-def test_history_answer_reads_back_and_holds_the_checkpoints(
-    served: tuple[str, ControlServer],
-) -> None:
-    base, server = served
-    server.timeline.sample(status(0), at_ms=1)
-    server.timeline.sample(status(50), at_ms=1001)
-    code, _, body = get(base + "/v1/history", TOKEN)
-    assert code == 200
-    data = json.loads(body)
-    history = HistoryInfo.from_wire(data)
+def test_history_answer_reads_back_and_holds_the_checkpoints(tmp_path: Path) -> None:
+    timeline = Timeline()
+    timeline.sample(status(0), at_ms=1)
+    timeline.sample(status(50), at_ms=1001)
+    timeline.epoch_done(EpochResult(4, False, 50, 40, 0.5, [], 0, [], region="a-in"))
+    data = history_info(running_job(tmp_path), timeline).to_wire()
+    history = HistoryInfo.from_wire(json.loads(json.dumps(data)))
     assert history.to_wire() == data, "the answer is the schema's"
-    assert history.samples.values["records_in"][:2] == (None, 50.0)
+    assert history.samples.t_ms == (1, 1001)
+    assert history.samples.values["records_in"] == (None, 50.0)
     assert [(c.id, c.status) for c in history.checkpoints] == [(2, "COMPLETED"), (3, "FAILED")]
+    assert [(e.epoch, e.duration_ms, e.region) for e in history.epochs] == [(4, 500, "a-in")]
     assert history.samples.interval_ms == 1000 and history.epochs_capacity == 1000
 
 
 def test_the_server_samples_the_status_by_itself(served: tuple[str, ControlServer]) -> None:
     base, _ = served
     code, _, body = get(base + "/v1/history", TOKEN)
-    assert code == 200 and len(json.loads(body)["samples"]["t_ms"]) >= 1
+    data = json.loads(body)
+    assert code == 200 and HistoryInfo.from_wire(data).to_wire() == data
+    assert len(data["samples"]["t_ms"]) >= 1, "sampled at start, then once a second"
+    assert [c["id"] for c in data["checkpoints"]] == [2, 3]
 
 
 def test_a_number_on_the_wire_is_finite_and_not_negative() -> None:
