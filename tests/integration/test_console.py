@@ -165,6 +165,8 @@ def test_the_console_shows_the_job(running: tuple[Job, str], tmp_path: Path) -> 
             "its standby copy's executor"
         )
         assert held["executor"] != c[3].split()[0], "on another executor than the subtask"
+    failovers = re.search(r'<table id="failovers">.*?</table>', dom, re.S)
+    assert failovers and "none yet" in failovers.group(0), "no restart: none listed"
     assert len(re.findall(r'<tr class="savepoint-row">', dom)) == 1
     assert "COMPLETED" in re.search(r'<tr class="savepoint-row">(.*?)</tr>', dom, re.S).group(1)
 
@@ -173,7 +175,7 @@ def test_the_console_shows_the_job(running: tuple[Job, str], tmp_path: Path) -> 
         tmp_path,
         f"{base}/console/#token={TOKEN}",
         f"--screenshot={shot}",
-        "--window-size=1400,2150",
+        "--window-size=1400,2300",
     )
     png = shot.read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 30_000, "a page was drawn, not a blank"

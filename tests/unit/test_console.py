@@ -106,6 +106,17 @@ def test_a_rate_is_per_second_and_none_where_its_counter_went_back() -> None:
     assert timeline.samples()[1]["records_in"] == (None, 200.0, 100.0, None, 10.0)
 
 
+def test_a_restart_seen_by_a_sample_is_a_failover_with_the_error() -> None:
+    timeline = Timeline(failovers=2)
+    for at_ms, restarts in ((0, 0), (1000, 1), (2000, 1), (3000, 3), (4000, 4)):
+        st = replace(status(0), restarts=restarts, last_error=f"boom {restarts} " + "x" * 600)
+        timeline.sample(st, at_ms=at_ms)
+    failovers = timeline.failovers()
+    assert [(f.at_ms, f.restarts) for f in failovers] == [(3000, 3), (4000, 4)], "the last two"
+    assert failovers[0].error is not None and failovers[0].error.startswith("boom 3")
+    assert len(failovers[0].error) == 500
+
+
 def test_a_series_is_one_line_and_reaches_the_answer() -> None:
     busy = Series("busy_ratio", "ratio", "load", "gauge", lambda st: st.epoch / 10)
     timeline = Timeline(series=(*SERIES, busy))
@@ -127,6 +138,7 @@ def test_history_answer_reads_back_and_holds_the_checkpoints(tmp_path: Path) -> 
     assert history.samples.values["records_in"] == (None, 50.0)
     assert [(c.id, c.status) for c in history.checkpoints] == [(2, "COMPLETED"), (3, "FAILED")]
     assert [(e.epoch, e.duration_ms, e.region) for e in history.epochs] == [(4, 500, "a-in")]
+    assert history.failovers == ()
     assert history.samples.interval_ms == 1000 and history.epochs_capacity == 1000
 
 

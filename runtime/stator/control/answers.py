@@ -124,6 +124,7 @@ def history_info(d: JobView, timeline: Timeline) -> HistoryInfo:
         epochs=timeline.epochs(),
         epochs_capacity=timeline.epochs_capacity,
         checkpoints=tuple(CheckpointAttempt.from_wire(h.to_json()) for h in d.history.items()),
+        failovers=timeline.failovers(),
     )
 
 

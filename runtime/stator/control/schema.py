@@ -335,6 +335,16 @@ class EpochSample(Answer):
 
 
 @dataclass(frozen=True, kw_only=True)
+class FailoverSample(Answer):
+    """The job restarted: seen at ``at_ms`` (a status sample), ``restarts`` in all then, and
+    the job's last error then."""
+
+    at_ms: int
+    restarts: int
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class HistoryInfo(Answer):
     """``GET /v1/history``: the driver's recent past, for plots (``control/timeline.py``)."""
 
@@ -342,6 +352,7 @@ class HistoryInfo(Answer):
     epochs: tuple[EpochSample, ...] = ()
     epochs_capacity: int = 0
     checkpoints: tuple[CheckpointAttempt, ...] = ()  # as in ``GET /v1/checkpoints``
+    failovers: tuple[FailoverSample, ...] = ()  # the latest 100
 
 
 @dataclass(frozen=True, kw_only=True)

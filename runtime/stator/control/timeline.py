@@ -6,7 +6,9 @@ Two kinds of sample:
 - every ``INTERVAL_S`` the control server's loop reads the job's status once and appends one
   value per :data:`SERIES` (``SAMPLES`` of them: an hour at one a second);
 - every epoch (a listener of ``Job.on_epoch``) appends its duration and records
-  (``EPOCHS`` of them).
+  (``EPOCHS`` of them);
+- a status sample whose ``restarts`` went up appends a failover: when it was seen, the
+  restarts then and the job's last error (``FAILOVERS`` of them).
 
 A series is one line of :data:`SERIES`: a name, a unit, the plot it is drawn in (``group``)
 and how to read it from a :class:`~stator.driver.status.JobStatus`. A ``rate`` series reads a
@@ -27,11 +29,13 @@ from ..checkpoint.coordinator import now_ms
 from ..driver.listeners import EpochResult
 from ..driver.status import JobStatus
 from .answers import source_infos
-from .schema import EpochSample, SeriesInfo, TimeSeries
+from .schema import EpochSample, FailoverSample, SeriesInfo, TimeSeries
 
 INTERVAL_S = 1.0  # one status sample a second
 SAMPLES = 3600  # status samples kept: an hour
 EPOCHS = 1000  # epoch samples kept
+FAILOVERS = 100  # failovers kept
+ERROR_CHARS = 500  # of a failover's error
 
 Kind = Literal["rate", "gauge"]
 
@@ -74,19 +78,28 @@ class Timeline:
         series: tuple[Series, ...] = SERIES,
         samples: int = SAMPLES,
         epochs: int = EPOCHS,
+        failovers: int = FAILOVERS,
     ) -> None:
         self.series = series
         self._times: deque[int] = deque(maxlen=samples)
         self._raw: deque[tuple[float, ...]] = deque(maxlen=samples)  # as read: counters too
         self._epochs: deque[EpochSample] = deque(maxlen=epochs)
+        self._failovers: deque[FailoverSample] = deque(maxlen=failovers)
+        self._restarts = 0  # as of the latest status sample
         self._lock = threading.Lock()
 
     def sample(self, st: JobStatus, at_ms: int | None = None) -> None:
-        """One status sample: every series read from ``st``."""
+        """One status sample: every series read from ``st``, and a failover if the job
+        restarted since the sample before (several restarts between two: one entry)."""
         values = tuple(float(s.read(st)) for s in self.series)
+        at = now_ms() if at_ms is None else at_ms
         with self._lock:
-            self._times.append(now_ms() if at_ms is None else at_ms)
+            self._times.append(at)
             self._raw.append(values)
+            if st.restarts > self._restarts:
+                error = st.last_error[:ERROR_CHARS] if st.last_error else None
+                self._failovers.append(FailoverSample(at_ms=at, restarts=st.restarts, error=error))
+            self._restarts = st.restarts
 
     def epoch_done(self, result: EpochResult) -> None:
         """An ``Job.on_epoch`` listener: one sample per epoch (cheap: one append)."""
@@ -117,6 +130,10 @@ class Timeline:
             else:
                 out[s.name] = tuple(column)
         return times, out
+
+    def failovers(self) -> tuple[FailoverSample, ...]:
+        with self._lock:
+            return tuple(self._failovers)
 
     @property
     def epochs_capacity(self) -> int:

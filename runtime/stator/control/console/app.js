@@ -80,6 +80,9 @@ function render(job, history, savepoints) {
   plots(history);
   checkpoints(history.checkpoints);
   placement(job);
+  rows($("failovers"), [...(history.failovers ?? [])].reverse(), (f) => [
+    time(f.at_ms), f.restarts, f.error ?? "",
+  ], "failover-row");
   rows($("regions"), job.regions, (r) => [
     r.id, r.state, r.epoch, r.restarts, r.latest_checkpoint?.id ?? "", (r.lost_executors ?? []).join(", "),
     r.last_error ?? "",
