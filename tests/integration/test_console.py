@@ -21,11 +21,13 @@ import pytest
 
 from stator import Job, Pipeline
 from stator.config import SparkConfig, load_config
-from stator.control.server import serving
+from stator.control.server import ControlServer, serving
+from stator.driver.status import JobState
 from stator.sinks import CollectSink
 from stator.sources import GeneratorSource, KeyedEvents
 from tests.helpers import SparkSessions, wait_until
 from tests.integration.control_calls import call
+from tests.unit.two_regions import config, two_parts
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(
@@ -197,3 +199,22 @@ def test_without_the_token_nothing_is_shown_and_data_is_refused(
     assert 'id="graph-svg"' not in dom and "placement-row" not in dom
     dom = chromium(tmp_path, f"{base}/console/#token=wrong", "--dump-dom")
     assert 'data-state="token-required"' in dom and "refused the token" in dom
+
+
+def test_what_a_driver_reports_is_shown_as_text_never_run(tmp_path: Path) -> None:
+    """A driver runs the user's code, so its answers are the user's: an error message with
+    markup and script appears as those characters, and nothing of it runs (no Spark: the
+    job's status is set by hand)."""
+    job = Job(two_parts(), config(tmp_path, "failover.strategy=full"))
+    hostile = '<img src=x onerror="document.title=1"><script>document.title=2</script>'
+    job.status.state, job.status.last_error = JobState.RUNNING, hostile
+    server = ControlServer(job, "127.0.0.1", 0)
+    server.start()
+    try:
+        dom = chromium(tmp_path, f"http://127.0.0.1:{server.port}/console/", "--dump-dom")
+    finally:
+        server.stop()
+    assert 'data-state="loaded"' in dom
+    assert "Last error: &lt;img src=x onerror=" in dom, "the text, escaped"
+    assert "<img src=" not in dom and "<script>document" not in dom
+    assert "<title>Stator console</title>" in dom, "no injected code ran"

@@ -173,12 +173,13 @@ function placement(job) {
       `${p.keyed_tasks_local} of ${p.keyed_tasks} keyed tasks ran where their local state is` +
       (p.last_epoch ? ` (latest epoch: ${p.last_epoch.local} of ${p.last_epoch.total}).` : ".");
   } else {
-    // One executor (local mode): every subtask runs in it; the key groups still split.
+    // No placement tracked (one executor, local[*]; or a job of several failover regions):
+    // the subtasks and their key groups still are.
     entries = (job.graph?.nodes ?? []).filter((n) => n.key_groups.length).flatMap((n) => n.key_groups.map((kg, i) => ({
-      uid: n.label, subtask: i, key_groups: kg, executor: "driver", node: "(local mode: one executor)",
-      checkpoint_id: job.latest_checkpoint?.id ?? null,
+      uid: n.label, subtask: i, key_groups: kg, executor: "", node: "",
     })));
-    $("placement-note").textContent = "One executor (local mode): every subtask runs in it.";
+    $("placement-note").textContent = "No executor placement is reported (one executor, local[*], or a job " +
+      "of several failover regions): the subtasks and their key groups only.";
   }
   rows($("placement"), entries, (s) => [
     s.uid, s.subtask, s.key_groups ? `${s.key_groups[0]}–${s.key_groups[1] - 1}` : "",
