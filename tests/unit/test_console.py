@@ -99,11 +99,22 @@ def test_the_history_keeps_only_its_newest_samples_and_epochs() -> None:
     assert answer.capacity == 3 and len(answer.t_ms) == 3
 
 
-def test_a_rate_is_per_second_and_none_where_its_counter_went_back() -> None:
+def test_a_rate_is_per_second_over_its_window_and_none_where_its_counter_went_back() -> None:
+    """Epochs of 2 s that read 200 records each, sampled every second: the rate over two
+    samples would swing between 0 and 200 records/s; over five it stays near the truth."""
     timeline = Timeline()
-    for at_ms, count in ((0, 0), (500, 100), (2500, 300), (3500, 50), (4500, 60)):
-        timeline.sample(status(count), at_ms=at_ms)
-    assert timeline.samples()[1]["records_in"] == (None, 200.0, 100.0, None, 10.0)
+    counts = [0, 0, 200, 200, 400, 400, 600, 600, 800]
+    for second, count in enumerate(counts):
+        timeline.sample(status(count), at_ms=1000 * second)
+    rates = timeline.samples()[1]["records_in"]
+    assert rates[:3] == (None, 0.0, 100.0)  # fewer samples than the window: all of them
+    assert rates[5:] == (80.0, 120.0, 80.0, 120.0), "within 20% of the 100 records/s"
+    timeline = Timeline()
+    for second, count in enumerate([0, 100, 200, 50, 150, 250, 350, 450, 550]):
+        timeline.sample(status(count), at_ms=1000 * second)
+    rates = timeline.samples()[1]["records_in"]
+    assert rates[3:8] == (None,) * 5, "a counter that went back in the window: no rate"
+    assert rates[8] == 100.0
 
 
 def test_a_restart_seen_by_a_sample_is_a_failover_with_the_error() -> None:

@@ -12,9 +12,10 @@ Two kinds of sample:
 
 A series is one line of :data:`SERIES`: a name, a unit, the plot it is drawn in (``group``)
 and how to read it from a :class:`~stator.driver.status.JobStatus`. A ``rate`` series reads a
-counter and is shown per second (its increase between two samples over their distance); a
-``gauge`` is shown as read. The console draws every series it is given, by group, so a new
-series needs no change there.
+counter and is shown per second over the last ``RATE_WINDOW`` samples (an epoch often takes
+longer than a sample's second: the rate between two samples alone would swing between 0 and
+twice the throughput); a ``gauge`` is shown as read. The console draws every series it is
+given, by group, so a new series needs no change there.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Literal
 
 from ..checkpoint.coordinator import now_ms
@@ -35,6 +37,7 @@ INTERVAL_S = 1.0  # one status sample a second
 SAMPLES = 3600  # status samples kept: an hour
 EPOCHS = 1000  # epoch samples kept
 FAILOVERS = 100  # failovers kept
+RATE_WINDOW = 5  # a rate is the counter's increase over this many samples, per second
 ERROR_CHARS = 500  # of a failover's error
 
 Kind = Literal["rate", "gauge"]
@@ -115,18 +118,16 @@ class Timeline:
             self._epochs.append(sample)
 
     def samples(self) -> tuple[tuple[int, ...], dict[str, tuple[float | None, ...]]]:
-        """The sample times (epoch ms) and each series' values at them (a rate: from the
-        sample before; None for the first sample, or where a counter went back)."""
+        """The sample times (epoch ms) and each series' values at them (a rate: over the
+        ``RATE_WINDOW`` samples before, or as many as there are; None for the first sample,
+        or where the counter went back in the window)."""
         with self._lock:
             times, raw = tuple(self._times), list(self._raw)
         out: dict[str, tuple[float | None, ...]] = {}
         for i, s in enumerate(self.series):
             column = [r[i] for r in raw]
             if s.kind == "rate":
-                out[s.name] = tuple(
-                    _rate(column[k - 1], column[k], times[k] - times[k - 1]) if k else None
-                    for k in range(len(column))
-                )
+                out[s.name] = _rates(column, times)
             else:
                 out[s.name] = tuple(column)
         return times, out
@@ -154,7 +155,12 @@ class Timeline:
         )
 
 
-def _rate(before: float, after: float, ms: int) -> float | None:
-    if ms <= 0 or after < before:
-        return None
-    return round((after - before) * 1000 / ms, 3)
+def _rates(counter: list[float], times: tuple[int, ...]) -> tuple[float | None, ...]:
+    out: list[float | None] = [None] * len(counter)
+    for k in range(1, len(counter)):
+        j = max(0, k - RATE_WINDOW)
+        window = counter[j : k + 1]
+        ms = times[k] - times[j]
+        if ms > 0 and all(a <= b for a, b in pairwise(window)):
+            out[k] = round((counter[k] - counter[j]) * 1000 / ms, 3)
+    return tuple(out)
