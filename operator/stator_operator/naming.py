@@ -80,6 +80,21 @@ def control_secret_name(name: str) -> str:
     return f"{name}-control"
 
 
+def driver_service_name(name: str) -> str:
+    """The Service in front of the pipeline's driver (its control API and web console)."""
+    return f"{name}-driver"
+
+
+def console_hint(name: str, namespace: str) -> dict[str, str]:
+    """``status.console``: how to open the driver's web console (``stator console``, which
+    reads the token from the Secret and port-forwards to the Service)."""
+    return {
+        "command": f"stator console {name} -n {namespace}",
+        "service": driver_service_name(name),
+        "path": "/console/",
+    }
+
+
 def driver_lease_name(pipeline: str) -> str:
     """The Lease a pipeline's driver holds while it writes (``stator.ha.fencing``)."""
     return f"{pipeline}-driver"

@@ -26,6 +26,7 @@ from .naming import (
     JOB_FAILED_EXIT_CODE,
     STATE_VOLUME,
     STOPPED_EXIT_CODE,
+    console_hint,
     running_executor_set,
     spark_app_id,
 )
@@ -271,6 +272,9 @@ class Reconciler:
             return 2.0
         if obs.phase == PodPhase.RUNNING and status.phase is not Phase.RUNNING:
             self.pipeline.write(phase=Phase.RUNNING)  # the phase follows the driver that runs now
+        hint = console_hint(self.pipeline.name, self.pipeline.namespace)
+        if (self.pipeline.body.get("status") or {}).get("console") != hint:
+            self.pipeline.write(console=hint)  # once: how to open the web console
         job = obs.job
         fields: dict[str, Json]
         if obs.job_invalid is not None:  # a malformed answer: an error in status, no crash

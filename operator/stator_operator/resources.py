@@ -25,6 +25,7 @@ from .naming import (
     control_secret_name,
     driver_lease_name,
     driver_pod_name,
+    driver_service_name,
     labels,
     spark_app_id,
 )
@@ -281,7 +282,7 @@ def service(body: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(body, f"{name}-driver", "driver"),
+        "metadata": _meta(body, driver_service_name(name), "driver"),
         "spec": {
             "selector": labels(name, "driver"),
             "clusterIP": "None",

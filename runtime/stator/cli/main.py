@@ -96,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     for p in (sp_trigger, sp_list, sp_show, sp_dispose):
         p.add_argument("--json", action="store_true", help="machine-readable output")
 
+    from .console import add_parser as add_console  # noqa: PLC0415
+
+    add_console(sub)
+
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -107,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
             return _run(args)
         if args.command == "job":
             return _job(args)
+        if args.command == "console":
+            from .console import console_command  # noqa: PLC0415
+
+            return console_command(args)
         if args.command == "savepoint":
             from .savepoint import savepoint_command  # noqa: PLC0415
 

@@ -3,9 +3,11 @@ the driver's status objects and region views become the API's schema."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..api.nodes import KeyedNode, Node, Route, TransformNode
 from ..api.time import MAX_TIMESTAMP
 from ..checkpoint.metadata import CheckpointMetadata
 from ..driver.job_metrics import KEYED, MetricsView, OperatorMetrics, SubtaskEpoch
@@ -19,7 +21,10 @@ from .schema import (
     CheckpointsInfo,
     CheckpointSummary,
     EpochLocality,
+    GraphNode,
     HistogramInfo,
+    HistoryInfo,
+    JobGraph,
     JobInfo,
     MetricsInfo,
     OperatorMetricsInfo,
@@ -37,6 +42,9 @@ from .schema import (
     SubtaskMetricsInfo,
 )
 from .view import JobView
+
+if TYPE_CHECKING:
+    from .timeline import Timeline
 
 
 def job_info(d: JobView, st: JobStatus) -> JobInfo:
@@ -69,6 +77,62 @@ def job_info(d: JobView, st: JobStatus) -> JobInfo:
         lag_records=sum(s.lag_records for s in sources.values()),
         lag_ms=max((s.lag_ms for s in sources.values()), default=0),
         metrics=metrics_info(st.metrics.view()),
+        graph=job_graph(d),
+    )
+
+
+def job_graph(d: JobView) -> JobGraph:
+    """The job's graph with each node's failover region, and each keyed operator's
+    parallelism and key groups per subtask."""
+    p = d.parallelism
+    region_of = {label: r.id for r in d.pipeline.split() for label in r.pipeline.regions()[0]}
+
+    def node(n: Node) -> GraphNode:
+        label = getattr(n, "uid", None) or n.name
+        subtasks = p.operators.get(label) if isinstance(n, KeyedNode) else None
+        keyed = isinstance(n, KeyedNode) and n.route(0) is Route.KEYED and subtasks is not None
+        return GraphNode(
+            id=n.id,
+            label=label,
+            kind=_kind(n),
+            inputs=tuple(n.inputs),
+            region=region_of.get(label, ""),
+            parallelism=subtasks,
+            key_groups=tuple(
+                (r.start, r.end)
+                for r in (
+                    range_for_subtask(i, subtasks, p.max_parallelism) for i in range(subtasks)
+                )
+            )
+            if keyed and subtasks
+            else (),
+        )
+
+    return JobGraph(nodes=tuple(node(n) for n in d.pipeline.nodes))
+
+
+def _key_groups(parallelism: int, max_parallelism: int) -> tuple[tuple[int, int], ...]:
+    ranges = (range_for_subtask(i, parallelism, max_parallelism) for i in range(parallelism))
+    return tuple((r.start, r.end) for r in ranges)
+
+
+def _kind(n: Node) -> str:
+    """``map``, ``filter``, ... for a transform; else the node's class: ``SourceNode`` ->
+    ``source``, ``CoProcessNode`` -> ``co_process``."""
+    if isinstance(n, TransformNode):
+        return n.kind
+    name = type(n).__name__.removesuffix("Node")
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def history_info(d: JobView, timeline: Timeline) -> HistoryInfo:
+    """``GET /v1/history``."""
+    return HistoryInfo(
+        samples=timeline.time_series(),
+        epochs=timeline.epochs(),
+        epochs_capacity=timeline.epochs_capacity,
+        checkpoints=tuple(CheckpointAttempt.from_wire(h.to_json()) for h in d.history.items()),
+        failovers=timeline.failovers(),
     )
 
 

@@ -281,6 +281,29 @@ class MetricsInfo(Answer):
 
 
 @dataclass(frozen=True, kw_only=True)
+class GraphNode(Answer):
+    """One node of the job graph: ``label`` is its uid (sources, keyed operators, sinks) or
+    its name (stateless transforms); ``inputs`` the ids of the nodes it reads."""
+
+    id: int
+    label: str
+    kind: str  # source, map, flat_map, filter, union, side_output, keyed, sink
+    inputs: tuple[int, ...] = ()
+    region: str = ""  # the failover region it belongs to
+    parallelism: int | None = None  # keyed operators only
+    # Keyed operators: each subtask's key groups [start, end), by subtask index.
+    key_groups: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobGraph(Answer):
+    """The job's graph (the console draws it): nodes in the order the pipeline added them;
+    an edge goes from each of a node's ``inputs`` to it."""
+
+    nodes: tuple[GraphNode, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class JobInfo(Answer):
     """``GET /v1/job``: the job's state and progress."""
 
@@ -306,6 +329,7 @@ class JobInfo(Answer):
     lag_records: int = 0  # consumer lag of every source, in records
     lag_ms: int = 0  # the largest of any split, in ms
     metrics: MetricsInfo | None = None
+    graph: JobGraph | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -341,6 +365,60 @@ class CheckpointsInfo(Answer):
     in_flight: tuple[int, ...] = ()
     regions: tuple[RegionStorage, ...] = ()
     counts: CheckpointCounts = field(default_factory=CheckpointCounts)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SeriesInfo(Answer):
+    """A time series of ``GET /v1/history``: its unit, and the plot it belongs in."""
+
+    name: str
+    unit: str
+    group: str  # throughput, latency, lag, failovers, ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimeSeries(Answer):
+    """Status samples, one every ``interval_ms``, the newest ``capacity`` kept: their times
+    (epoch ms) and each series' values at them (null: no value, e.g. a rate's first)."""
+
+    interval_ms: int
+    capacity: int
+    series: tuple[SeriesInfo, ...] = ()
+    t_ms: tuple[int, ...] = ()
+    values: Mapping[str, tuple[float | None, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EpochSample(Answer):
+    """One epoch: when it ended, how long it took, what it read and wrote."""
+
+    epoch: int
+    at_ms: int
+    duration_ms: int
+    records_in: int = 0
+    records_out: int = 0
+    region: str | None = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FailoverSample(Answer):
+    """The job restarted: seen at ``at_ms`` (a status sample), ``restarts`` in all then, and
+    the job's last error then."""
+
+    at_ms: int
+    restarts: int
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class HistoryInfo(Answer):
+    """``GET /v1/history``: the driver's recent past, for plots (``control/timeline.py``)."""
+
+    samples: TimeSeries
+    epochs: tuple[EpochSample, ...] = ()
+    epochs_capacity: int = 0
+    checkpoints: tuple[CheckpointAttempt, ...] = ()  # as in ``GET /v1/checkpoints``
+    failovers: tuple[FailoverSample, ...] = ()  # the latest 100
 
 
 @dataclass(frozen=True, kw_only=True)

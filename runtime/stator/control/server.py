@@ -27,15 +27,21 @@ from ..driver.savepoints import (
 )
 from ..driver.status import JobState
 from ..errors import ConfigError
-from .answers import checkpoints_info, job_info, savepoint_request
+from .answers import checkpoints_info, history_info, job_info, savepoint_request
+from .headers import secure
 from .metrics import render_metrics
 from .schema import Answer, ErrorAnswer, HandoverAnswer, Health, Readiness, SavepointList
+from .timeline import INTERVAL_S, Timeline
 from .token import read_token
 from .view import JobView
+from .webconsole import CONSOLE, Console
 
 log = logging.getLogger("stator.control")
 API = "/v1"
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})  # probes: they tell only whether it runs
+# Routes open without the token: the probes (they tell only whether it runs) and the
+# console's files (the same in every install: no data; what they show comes from the API,
+# with the token: console.py says how the browser gets it). By route, not by path prefix.
+OPEN_ROUTES = frozenset({"healthz", "readyz", "console", "console-file"})
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -60,6 +66,10 @@ class ControlServer:
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._failure_read = threading.Event()  # /job answered after the job failed
+        self.timeline = Timeline()
+        driver.on_epoch(self.timeline.epoch_done)
+        self.console = Console.load()
+        self._sampler: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -95,8 +105,19 @@ class ControlServer:
             self._error = exc
             self._ready.set()
             return
+        self._sampler = loop.create_task(self._sample())
         self._ready.set()
         loop.run_forever()
+
+    async def _sample(self) -> None:
+        """The history's status samples (``timeline.py``), in this loop: no thread of its
+        own, and never in the epoch loop's way."""
+        while True:
+            try:
+                self.timeline.sample(self.driver.status)
+            except Exception:  # the history is not worth the control API: log, go on
+                log.exception("could not sample the job's status for /v1/history")
+            await asyncio.sleep(INTERVAL_S)
 
     def linger(self, timeout_ms: int) -> None:
         """After a stop-with-savepoint, keep answering until its requester read the result
@@ -118,6 +139,8 @@ class ControlServer:
         loop, runner = self._loop, self._runner
         if loop is None or runner is None:
             return
+        if self._sampler is not None:
+            loop.call_soon_threadsafe(self._sampler.cancel)
         asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
@@ -126,23 +149,26 @@ class ControlServer:
     # ------------------------------------------------------------------ routes
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024, middlewares=[self._authenticate])
-        app.router.add_get("/healthz", self.health)
-        app.router.add_get("/readyz", self.ready)
+        app = web.Application(client_max_size=64 * 1024, middlewares=[secure, self._authenticate])
+        app.router.add_get("/healthz", self.health, name="healthz")
+        app.router.add_get("/readyz", self.ready, name="readyz")
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get(f"{API}/job", self.job)
         app.router.add_get(f"{API}/checkpoints", self.checkpoints)
+        app.router.add_get(f"{API}/history", self.history)
         app.router.add_get(f"{API}/savepoints", self.list_savepoints)
         app.router.add_post(f"{API}/savepoints", self.trigger_savepoint)
         app.router.add_get(f"{API}/savepoints/{{id}}", self.get_savepoint)
         app.router.add_post(f"{API}/handover", self.handover)
+        app.router.add_get(CONSOLE.rstrip("/"), self.console.redirect, name="console")
+        app.router.add_get(CONSOLE + "{name:[^/]*}", self.console.file, name="console-file")
         return app
 
     @web.middleware
     async def _authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """Every route but the probes needs the bearer token (compared in constant time);
         a refused request changes nothing and its token is never logged."""
-        if self._token is None or request.path in OPEN_PATHS:
+        if self._token is None or request.match_info.route.name in OPEN_ROUTES:
             return await handler(request)
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), self._token):
@@ -168,6 +194,9 @@ class ControlServer:
         if st.state is JobState.FAILED:
             self._failure_read.set()
         return _json(job_info(self.driver, st))
+
+    async def history(self, _: web.Request) -> web.Response:
+        return _json(history_info(self.driver, self.timeline))
 
     async def checkpoints(self, _: web.Request) -> web.Response:
         return _json(checkpoints_info(self.driver))

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 from ..api.graph import PipelineGraph
 from ..checkpoint.metadata import CheckpointMetadata
 from ..driver.handover import Handover
+from ..driver.listeners import EpochListener
 from ..driver.parallelism import Parallelism
 from ..driver.savepoints import SavepointRequest, SavepointRequests
 from ..driver.status import CheckpointOutcome, JobStatus
@@ -38,6 +39,10 @@ class JobView(Protocol):
     handover: Handover | None  # a pre-started driver's (``stator run --await-handover``)
 
     def retained_checkpoints(self) -> list[CheckpointMetadata]: ...
+
+    def on_epoch(self, listener: EpochListener) -> None:
+        """Call ``listener`` after every epoch (the control API's history samples them)."""
+        ...
 
     def region_views(self) -> list[dict[str, Any]]:
         """Per failover region: ``id``, ``nodes``, ``state``, ``epoch``, ``restarts``,
