@@ -5,6 +5,7 @@ driver's scrape), and a shape Grafana loads with every panel following the varia
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from tests.dashboard import dead_metrics, load, metric_names, panels, queries
@@ -96,3 +97,12 @@ def test_the_dashboard_loads_and_every_panel_follows_the_variables() -> None:
         # every selector filters by both variables, so a panel shows the chosen jobs only
         selected = re.findall(r'(stator_\w+)\{namespace=~"\$namespace", job=~"\$job"\}', expr)
         assert sorted(selected) == sorted(re.findall(r"stator_\w+", expr)), where
+
+
+def test_the_dashboard_has_the_panels_the_docs_list() -> None:
+    """docs/operator.md ("Monitoring") names each panel; a renamed or removed one shows."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "operator.md").read_text()
+    section = docs.split("## Monitoring", 1)[1].split("\n## ", 1)[0]
+    titles = {p["title"] for p in panels(load()) if p["type"] != "row"}
+    listed = set(re.findall(r"^  - \*\*([^*]+)\*\*", section, re.M))  # the panels, by row
+    assert titles == listed
