@@ -22,7 +22,7 @@ from stator.sinks import CollectSink
 from stator.sources import KafkaRecord, KafkaSource
 from tests.dashboard import dead_metrics, exposed, load
 from tests.integration.control_calls import call
-from tests.integration.test_kafka_source import Running, make_topic, produce, running, unique
+from tests.integration.kafka_jobs import Running, make_topic, produce, running, unique
 from tests.testbed.kafka import KafkaBroker
 
 __all__ = ["running"]  # the fixture, shared with the Kafka source's tests
