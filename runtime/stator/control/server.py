@@ -27,15 +27,17 @@ from ..driver.savepoints import (
 )
 from ..driver.status import JobState
 from ..errors import ConfigError
-from .answers import checkpoints_info, job_info, savepoint_request
+from .answers import checkpoints_info, job_info, readiness, savepoint_request
 from .metrics import render_metrics
-from .schema import Answer, ErrorAnswer, HandoverAnswer, Health, Readiness, SavepointList
+from .schema import Answer, ErrorAnswer, HandoverAnswer, Health, SavepointList
 from .token import read_token
 from .view import JobView
 
 log = logging.getLogger("stator.control")
 API = "/v1"
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})  # probes: they tell only whether it runs
+# Probes: liveness (the process serves) and readiness (it processes and checkpoints); they
+# tell only whether it runs, and why not.
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -152,12 +154,13 @@ class ControlServer:
         return await handler(request)
 
     async def health(self, _: web.Request) -> web.Response:
+        """Liveness: the process serves (never the job's health: a restart of the pod would
+        not fix a failing store, and the job fails over by itself)."""
         return _json(Health(status="ok"))
 
     async def ready(self, _: web.Request) -> web.Response:
-        state = self.driver.status.state
-        running = state is JobState.RUNNING
-        return _json(Readiness(ready=running, state=state), 200 if running else 503)
+        answer = readiness(self.driver.status)
+        return _json(answer, 200 if answer.ready else 503)
 
     async def metrics(self, _: web.Request) -> web.Response:
         body, content_type = render_metrics(self.driver)
