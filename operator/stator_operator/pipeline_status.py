@@ -274,6 +274,7 @@ MIRRORED = (
     "restores",
     "regions",
     "placement",
+    "checkpointHealth",  # the driver's checkpoint health (checkpoint_health.py)
 )
 
 _PHASES = {str(p) for p in Phase}  # another value (a corrupt one) reads as no phase

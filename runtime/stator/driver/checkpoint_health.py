@@ -112,13 +112,17 @@ class CheckpointHealth:
             self._after_checkpoint = False
 
     def check(self) -> None:
-        """Raise :class:`CheckpointsUnhealthy` if a rule says fail over (and count it)."""
+        """Raise :class:`CheckpointsUnhealthy` if a rule says fail over (and count it). The
+        verdict is spent once raised: while the failover waits out its restart delay the
+        region reports the failover, not a problem still to act on (a problem that stays
+        means the loop cannot act: the operator's cue)."""
         problem = self.problem()
         if problem is None:
             return
         with self._lock:
             self._failovers += 1
             self._last_failover, self._last_failover_ms = problem, now_ms()
+        self.restarted()
         raise CheckpointsUnhealthy(problem)
 
     # ------------------------------------------------------------------ verdicts
