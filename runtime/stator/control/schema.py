@@ -50,7 +50,7 @@ class Readiness(Answer):
 
     ready: bool
     state: str  # CREATED, STANDBY, RECOVERING, RUNNING, FINISHED, STOPPED, FAILED
-    reason: str | None = None  # why it is not ready
+    reason: str | None = field(default=None, metadata=OMIT_NONE)  # why it is not ready
 
 
 @dataclass(frozen=True, kw_only=True)
