@@ -6,10 +6,14 @@ condition and the ``checkpointHealth`` status field, from the driver's ``/v1/job
 The driver acts on its rules itself (it fails over to its latest checkpoint, through its
 restart strategy); the operator reports it: the condition is False while a rule is broken and
 after a failover the rules caused, until a checkpoint completes again; each such failover is a
-Warning event (``CheckpointFailover``) with its reason. Everything here is computed from the
-answer's numbers, and the messages the operator writes are its own (stable between
-observations: a condition is rewritten only when it changes), except the failover's reason,
-which is the driver's text, cut.
+Warning event (``CheckpointFailover``) with its reason. The driver's verdict is spent once it
+acts, so a rule that stays broken means its loop cannot act (an epoch that does not end): past
+``failover.readinessTimeoutSeconds`` the operator restarts the driver (:func:`stuck`), as the
+Flink operator restarts a job whose checkpoints do not progress.
+
+Everything here is computed from the answer's numbers, and the messages the operator writes
+are its own (stable between observations: a condition is rewritten only when it changes),
+except the failover's reason, which is the driver's text, cut.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from stator.control.schema import CheckpointHealthInfo, JobInfo, mirror
 from stator.control.wire import Json
 
 from .outcomes import ConditionReason
+from .pipeline_status import Condition
+from .status import age_s
 
 MAX_REASON = 1000  # characters of the driver's failover reason in a condition or an event
 
@@ -94,4 +100,19 @@ def new_failover(h: CheckpointHealthInfo | None, before: object) -> str | None:
     return (
         f"the job failed over to its latest checkpoint (failover {h.failovers} of this "
         f"driver): {(h.last_failover or '')[:MAX_REASON]}"
+    )
+
+
+def stuck(held: Condition | None, limit_s: float) -> str | None:
+    """Why the driver must be restarted: its checkpoint health has been broken (the
+    condition ``held``, as stored) for more than ``limit_s`` without it failing over."""
+    broken = (ConditionReason.TOO_MANY_FAILED_CHECKPOINTS, ConditionReason.NO_CHECKPOINT_PROGRESS)
+    if held is None or held.ok or held.reason not in broken:
+        return None
+    waited = age_s(held.last_transition_time)
+    if waited <= limit_s:
+        return None
+    return (
+        f"the driver's checkpoints have been unhealthy for {waited:.0f} s without it failing "
+        f"over (failover.readinessTimeoutSeconds is {limit_s:g}): {held.message}"
     )

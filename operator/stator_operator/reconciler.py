@@ -284,6 +284,11 @@ class Reconciler:
         if job is not None:
             self._report_processing_again(status, job)
             self._report_checkpoint_health(status, job)
+            held = self.pipeline.status.condition(ConditionType.CHECKPOINTS_HEALTHY)
+            limit = running.failover.readiness_timeout_seconds
+            stuck = checkpoint_health.stuck(held, limit)
+            if stuck is not None:
+                return self._driver_failed(False, running, None, stuck)
         return 2.0
 
     def _report_checkpoint_health(self, status: PipelineStatus, job: JobInfo) -> None:

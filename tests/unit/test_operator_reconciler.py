@@ -2010,3 +2010,37 @@ def test_checkpoint_health_is_a_condition_and_each_failover_an_event(tmp_path: P
     bed.step()
     assert conditions(bed)["CheckpointsHealthy"] == ("False", "NoCheckpointProgress")
     assert len([r for _, r, _ in bed.events if r == "CheckpointFailover"]) == 1
+
+
+def test_a_driver_whose_checkpoints_stay_unhealthy_is_restarted(tmp_path: Path) -> None:
+    """The driver fails over by itself at its next step; a verdict that stays means its loop
+    cannot act (an epoch that does not end): past failover.readinessTimeoutSeconds the
+    operator restarts it from the latest checkpoint, as the Flink operator restarts a job
+    whose checkpoints do not progress."""
+    bed = Bed(tmp_path)
+    driver = bed.deploy()
+    health = {
+        "healthy": False,
+        "tolerable_failures": 3,
+        "progress_window_ms": 60_000,
+        "problem": "no checkpoint completed in 60 s (checkpoint.progress_window_ms): ...",
+    }
+    driver.job_info = {"epoch": 12, "checkpoint_health": health}
+    bed.step()
+    assert conditions(bed)["CheckpointsHealthy"] == ("False", "NoCheckpointProgress")
+    bed.step()
+    assert bed.op is None, "within failover.readinessTimeoutSeconds: the driver may act"
+    for c in bed.kube.pipeline["status"]["conditions"]:
+        if c["type"] == "CheckpointsHealthy":
+            c["lastTransitionTime"] = LONG_AGO
+    bed.step()
+    op = bed.op
+    assert op is not None and (op.kind, op.step) == (OpKind.RESTART, Step.REMOVE_DRIVER)
+    assert bed.status["lastError"].startswith(
+        "the driver's checkpoints have been unhealthy for "
+    ) and bed.status["lastError"].endswith(
+        "without it failing over (failover.readinessTimeoutSeconds is 300): an epoch's output "
+        "has waited more than 60 s for a checkpoint (checkpointing.progressWindowSeconds): "
+        "the job fails over to its latest checkpoint"
+    )
+    assert "DriverFailed" in bed.reasons()
