@@ -70,13 +70,7 @@ def job_config(
     ck = spec.checkpointing
     cfg: dict[str, Any] = {
         "name": job_name(namespace, name),
-        "checkpoint": {
-            "storage": ck.storage,
-            "retained": ck.retained,
-            "incremental": ck.incremental,
-            "every_epochs": ck.interval_epochs,
-            "interval_ms": ck.interval_seconds * 1000,
-        },
+        "checkpoint": _checkpoint(spec, owner),
         "state": {"local_dir": f"{STATE_MOUNT}/state"},
         "control": {"port": CONTROL_PORT},
         "restart": _restart(spec),
@@ -85,16 +79,6 @@ def job_config(
         "savepoint": {"dir": spec.savepoint_dir},
         "lease": {"name": driver_lease_name(name)},
     }
-    if owner:
-        cfg["checkpoint"]["owner"] = owner
-    if ck.adopt:
-        cfg["checkpoint"]["adopt"] = True
-    if ck.async_upload is not None:
-        cfg["checkpoint"]["async_upload"] = ck.async_upload
-    if ck.max_concurrent is not None:
-        cfg["checkpoint"]["max_concurrent"] = ck.max_concurrent
-    if ck.timeout_seconds is not None:
-        cfg["checkpoint"]["timeout_ms"] = ck.timeout_seconds * 1000
     if spec.savepoints.format_type:
         cfg["savepoint"]["format_type"] = spec.savepoints.format_type
     local = spec.local_recovery
@@ -116,6 +100,34 @@ def job_config(
             node = node.setdefault(part, {})
         node[parts[-1]] = config_value(key, value)
     return cfg
+
+
+def _checkpoint(spec: PipelineSpec, owner: str) -> dict[str, Any]:
+    """spec.checkpointing as the runtime's checkpoint.* keys: what the spec leaves out keeps
+    the runtime's defaults (config.CheckpointConfig)."""
+    ck = spec.checkpointing
+    out: dict[str, Any] = {
+        "storage": ck.storage,
+        "retained": ck.retained,
+        "incremental": ck.incremental,
+        "every_epochs": ck.interval_epochs,
+        "interval_ms": ck.interval_seconds * 1000,
+    }
+    if owner:
+        out["owner"] = owner
+    if ck.adopt:
+        out["adopt"] = True
+    optional = {
+        "async_upload": ck.async_upload,
+        "max_concurrent": ck.max_concurrent,
+        "timeout_ms": None if ck.timeout_seconds is None else ck.timeout_seconds * 1000,
+        "tolerable_failures": ck.tolerable_failures,
+        "progress_window_ms": (
+            None if ck.progress_window_seconds is None else ck.progress_window_seconds * 1000
+        ),
+    }
+    out.update({key: value for key, value in optional.items() if value is not None})
+    return out
 
 
 # A spec.config value is one setting: a few characters of YAML. The cap (the CRD's maxLength

@@ -28,6 +28,7 @@ class ConditionType(StrEnum):
     SPEC_VALID = "SpecValid"
     UPGRADE_SUCCEEDED = "UpgradeSucceeded"
     SAVEPOINT_SUCCEEDED = "SavepointSucceeded"
+    CHECKPOINTS_HEALTHY = "CheckpointsHealthy"
 
 
 class ConditionReason(StrEnum):
@@ -44,6 +45,10 @@ class ConditionReason(StrEnum):
     ROLLED_BACK = "RolledBack"  # UpgradeSucceeded: the new spec failed, the last stable runs
     NOT_STARTED = "NotStarted"  # UpgradeSucceeded: given up before the running job stopped
     FELL_BACK_TO_CHECKPOINT = "FellBackToCheckpoint"  # SavepointSucceeded
+    CHECKPOINTS_COMPLETING = "CheckpointsCompleting"  # CheckpointsHealthy
+    TOO_MANY_FAILED_CHECKPOINTS = "TooManyFailedCheckpoints"
+    NO_CHECKPOINT_PROGRESS = "NoCheckpointProgress"
+    FAILED_OVER = "FailedOver"  # the rules failed the job over; no checkpoint completed since
 
 
 class EventReason(StrEnum):
@@ -62,6 +67,7 @@ class EventReason(StrEnum):
     DRIVER_FAILED = "DriverFailed"
     DRIVER_LOST = "DriverLost"
     JOB_FAILED = "JobFailed"
+    CHECKPOINT_FAILOVER = "CheckpointFailover"  # the driver's checkpoint health failed it over
     FAILED = "Failed"  # restarts exhausted
     FINISHED = "Finished"
     STOPPED_OUTSIDE_OPERATOR = "StoppedOutsideOperator"

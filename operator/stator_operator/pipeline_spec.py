@@ -85,6 +85,8 @@ class CheckpointingSpec:
     async_upload: bool | None
     max_concurrent: int | None
     timeout_seconds: int | None
+    tolerable_failures: int | None
+    progress_window_seconds: int | None
 
 
 @dataclass(frozen=True)
@@ -235,6 +237,8 @@ OPERATOR_CONFIG = {
     "checkpoint.async_upload": "use spec.checkpointing.asyncUpload instead",
     "checkpoint.max_concurrent": "use spec.checkpointing.maxConcurrent instead",
     "checkpoint.timeout_ms": "use spec.checkpointing.timeoutSeconds instead",
+    "checkpoint.tolerable_failures": "use spec.checkpointing.tolerableFailures instead",
+    "checkpoint.progress_window_ms": "use spec.checkpointing.progressWindowSeconds instead",
     "checkpoint.owner": "remove it (the pipeline's uid owns its checkpoint root)",
     "checkpoint.adopt": "use spec.checkpointing.adopt instead",
     "restart.strategy": "use spec.failover.restartStrategy instead",
@@ -282,6 +286,7 @@ def _check(spec: PipelineSpec) -> None:
                 f"AWS_SECRET_ACCESS_KEY"
             )
     _check_local_recovery(spec)
+    _check_progress_window(spec.checkpointing)
     for key in spec.config:
         name = key.replace("-", "_")  # as the runtime reads it
         if name in CREDENTIAL_KEYS:
@@ -293,6 +298,19 @@ def _check(spec: PipelineSpec) -> None:
         refused = _operator_config(key)
         if refused:
             raise SpecError(refused)
+
+
+def _check_progress_window(ck: CheckpointingSpec) -> None:
+    """The window against the interval, in the spec's own fields (the runtime's check names
+    its keys)."""
+    window = ck.progress_window_seconds or 0
+    if 0 < window <= ck.interval_seconds:
+        raise SpecError(
+            f"spec.checkpointing.progressWindowSeconds ({window}) must exceed "
+            f"spec.checkpointing.intervalSeconds ({ck.interval_seconds}): an epoch may wait "
+            f"that long for the next checkpoint to begin, so the window could never be met; "
+            f"raise the window or lower the interval"
+        )
 
 
 def _check_local_recovery(spec: PipelineSpec) -> None:
@@ -409,6 +427,8 @@ def _read(raw: Mapping[str, Any]) -> PipelineSpec:
             async_upload=c.optional("asyncUpload", bool),
             max_concurrent=c.optional("maxConcurrent", int),
             timeout_seconds=c.optional("timeoutSeconds", int),
+            tolerable_failures=c.optional("tolerableFailures", int),
+            progress_window_seconds=c.optional("progressWindowSeconds", int),
         ),
         savepoints=SavepointsSpec(
             directory=s.optional("directory", str) or None,

@@ -275,6 +275,7 @@ MIRRORED = (
     "regions",
     "placement",
     "metrics",  # a summary: latency p99s, the busiest subtask (metrics_summary.py)
+    "checkpointHealth",  # the driver's checkpoint health (checkpoint_health.py)
 )
 
 _PHASES = {str(p) for p in Phase}  # another value (a corrupt one) reads as no phase

@@ -12,6 +12,7 @@ from stator.control.schema import JobInfo, mirror
 from stator.control.wire import Json
 from stator.driver.restart import History, decide
 
+from . import checkpoint_health
 from .admission import (
     check_job_config,
     check_name,
@@ -287,7 +288,34 @@ class Reconciler:
             self.pipeline.write(**fields)
         if job is not None:
             self._report_processing_again(status, job)
+            self._report_checkpoint_health(status, job)
+            held = self.pipeline.status.condition(ConditionType.CHECKPOINTS_HEALTHY)
+            limit = running.failover.readiness_timeout_seconds
+            stuck = checkpoint_health.stuck(held, limit)
+            if stuck is not None:
+                return self._driver_failed(False, running, None, stuck)
         return 2.0
+
+    def _report_checkpoint_health(self, status: PipelineStatus, job: JobInfo) -> None:
+        """The ``CheckpointsHealthy`` condition (written when it changes) and an event for
+        each failover the driver's checkpoint health caused (``checkpoint_health.py``)."""
+        failover = checkpoint_health.new_failover(
+            job.checkpoint_health, status.mirrored.get("checkpointHealth")
+        )
+        if failover is not None:
+            self.event("Warning", EventReason.CHECKPOINT_FAILOVER, failover)
+        verdict = checkpoint_health.condition(job)
+        if verdict is None:
+            return
+        now_is = status.condition(ConditionType.CHECKPOINTS_HEALTHY)
+        if now_is is None or (now_is.ok, now_is.reason, now_is.message) != (
+            verdict.ok,
+            verdict.reason,
+            verdict.message[:1000],
+        ):
+            self.pipeline.condition(
+                ConditionType.CHECKPOINTS_HEALTHY, verdict.ok, verdict.reason, verdict.message
+            )
 
     def _report_processing_again(self, status: PipelineStatus, job: JobInfo) -> None:
         """The new driver's first epoch ended: the flow's downtime and start-up split."""
@@ -523,6 +551,8 @@ def _job_fields(job: JobInfo) -> dict[str, Json]:
         }
     if job.last_error:
         fields["lastError"] = job.last_error
+    if job.checkpoint_health is not None:
+        fields["checkpointHealth"] = checkpoint_health.status_field(job.checkpoint_health)
     fields.update(_restores_and_placement(job))
     fields.update(metrics_summary(job))
     return fields

@@ -297,7 +297,10 @@ def driver_probes() -> dict[str, Any]:
     through a Spark start that takes tens of seconds on a loaded node. Found on real
     kubelets: a liveness probe from 60 s, with the default 1 s timeout, killed drivers that
     were still starting. A startup probe allows 5 minutes to start; liveness takes over
-    after it, each probe with 5 s to answer and three misses before a restart."""
+    after it, each probe with 5 s to answer and three misses before a restart. Readiness is
+    ``/readyz``: processing and checkpointing (docs/control-api.md). A driver that is not
+    ready (restarting after a failure, checkpoints unhealthy) keeps running: it fails over by
+    itself, and the operator restarts one whose checkpoints stay unhealthy (reconciler)."""
     health = {"httpGet": {"path": "/healthz", "port": CONTROL_PORT}, "timeoutSeconds": 5}
     return {
         "startupProbe": {**health, "periodSeconds": 2, "failureThreshold": 150},

@@ -88,6 +88,17 @@ class CheckpointConfig:
     # Take the root over from another owner instead of refusing to start (a pipeline
     # recreated under its predecessor's name, which no longer runs).
     adopt: bool = False
+    # Health (``driver/checkpoint_health.py``; docs/runtime.md "Checkpoint health"): the job
+    # fails over, through the restart strategy, to its latest completed checkpoint when
+    # more than this many checkpoints in a row fail (Flink's
+    # execution.checkpointing.tolerable-failed-checkpoints). A completed checkpoint and a
+    # failover start the count over; checkpoints aborted because the job fails over do not
+    # count. -1: never (a failed checkpoint is only retried by the next).
+    tolerable_failures: int = 3
+    # ...or when the output and state of an epoch have waited this long for a checkpoint
+    # that covers them (the Flink operator's checkpoint-progress check). Only epochs that
+    # ran count: an idle job with nothing to cover is healthy. 0: off.
+    progress_window_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -313,6 +324,7 @@ class JobConfig:
         _positive(self, "checkpoint.retained", self.checkpoint.retained)
         _positive(self, "checkpoint.max_concurrent", self.checkpoint.max_concurrent)
         _positive(self, "checkpoint.timeout_ms", self.checkpoint.timeout_ms)
+        _check_health(self.checkpoint)
         if not 0 <= self.checkpoint.inline_max_bytes <= INLINE_LIMIT:
             raise ConfigError(
                 f"checkpoint.inline_max_bytes must be 0 (off) to {INLINE_LIMIT} (1 MiB), got "
@@ -366,6 +378,32 @@ def _check_schedule(ck: CheckpointConfig) -> None:
             f"({ck.interval_ms}) are two schedules: set one (every_epochs counts epochs, "
             f"interval_ms time)"
         )
+
+
+def _check_health(ck: CheckpointConfig) -> None:
+    if ck.tolerable_failures < -1:
+        raise ConfigError(
+            f"checkpoint.tolerable_failures is how many failed checkpoints in a row the job "
+            f"tolerates: 0 or more, or -1 for no limit, got {ck.tolerable_failures}"
+        )
+    window = ck.progress_window_ms
+    if window < 0:
+        raise ConfigError(f"checkpoint.progress_window_ms must be >= 0 (0: off), got {window}")
+    if window == 0:
+        return
+    if not ck.enabled:
+        raise ConfigError(
+            f"checkpoint.progress_window_ms ({window}) watches checkpoints, but "
+            f"checkpoint.enabled is false: enable checkpoints or set the window to 0"
+        )
+    for key in ("interval_ms", "min_pause_ms"):
+        wait = getattr(ck, key)
+        if window <= wait:
+            raise ConfigError(
+                f"checkpoint.progress_window_ms ({window}) must exceed checkpoint.{key} "
+                f"({wait}): an epoch may wait that long for the next checkpoint to begin, so "
+                f"the window could never be met; raise the window or lower {key}"
+            )
 
 
 def _check_restart(r: RestartConfig) -> None:

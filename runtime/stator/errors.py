@@ -66,6 +66,12 @@ class SinkCommitError(StatorError):
     the driver fails over to it, and restoring it commits the output again."""
 
 
+class CheckpointsUnhealthy(StatorError):
+    """Checkpoints failed more often in a row than ``checkpoint.tolerable_failures``, or none
+    completed within ``checkpoint.progress_window_ms`` (``driver/checkpoint_health.py``): the
+    job fails over, through the restart strategy, to its latest completed checkpoint."""
+
+
 class JobFailed(StatorError):
     """The job ended because of a failure: the restart strategy gave up, or the failure is
     one that restarting cannot fix (bad configuration, incompatible state)."""

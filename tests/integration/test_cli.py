@@ -298,7 +298,10 @@ def standby(url: str) -> bool:
     from tests.integration.control_calls import call
 
     try:
-        return call(url, "/readyz") == (503, {"ready": False, "state": "STANDBY"})
+        return call(url, "/readyz") == (
+            503,
+            {"ready": False, "state": "STANDBY", "reason": "the job is STANDBY"},
+        )
     except OSError:
         return False
 

@@ -54,7 +54,11 @@ def test_a_prestarted_driver_takes_over_at_the_savepoint(
     wait_until("control API up", lambda: result.get("server"))
     url = f"http://127.0.0.1:{result['server'].port}"
     wait_until(
-        "waiting", lambda: call(url, "/readyz") == (503, {"ready": False, "state": "STANDBY"})
+        "waiting",
+        lambda: (
+            call(url, "/readyz")
+            == (503, {"ready": False, "state": "STANDBY", "reason": "the job is STANDBY"})
+        ),
     )
     warm = new.status.startup
     assert warm.spark_ready_ms is not None and warm.handover_ms is None

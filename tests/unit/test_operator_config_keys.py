@@ -59,6 +59,8 @@ FULL: dict[str, Any] = {
         "asyncUpload": False,
         "maxConcurrent": 4,
         "timeoutSeconds": 60,
+        "tolerableFailures": 5,
+        "progressWindowSeconds": 120,
     },
     "savepoints": {
         "directory": "s3://bucket/sp",

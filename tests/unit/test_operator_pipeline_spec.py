@@ -33,6 +33,8 @@ RUNTIME_DEFAULTS = {
     "checkpointing.asyncUpload": ("async_upload", 1),
     "checkpointing.maxConcurrent": ("max_concurrent", 1),
     "checkpointing.timeoutSeconds": ("timeout_ms", 1000),
+    "checkpointing.tolerableFailures": ("tolerable_failures", 1),
+    "checkpointing.progressWindowSeconds": ("progress_window_ms", 1000),
 }
 
 

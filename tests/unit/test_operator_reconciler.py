@@ -1942,3 +1942,105 @@ def test_a_stored_spec_is_checked_again_before_a_pod_is_made_of_it(tmp_path: Pat
         "the operation's spec: spec.driver.podTemplate.kind: not allowed"
         in (bed.status["lastError"])
     )
+
+
+def test_checkpoint_health_is_a_condition_and_each_failover_an_event(tmp_path: Path) -> None:
+    """Issue 42: the driver's checkpoint health reaches status (``checkpointHealth``), the
+    ``CheckpointsHealthy`` condition says why it is not, and each failover its rules caused
+    is one Warning event with the driver's reason, however often the operator looks."""
+    bed = Bed(tmp_path)
+    driver = bed.deploy()
+    checkpoint = {
+        "id": 5,
+        "epoch": 11,
+        "created_ms": 1_700_000_000_000,
+        "state_bytes": 1,
+        "incremental_bytes": 1,
+        "duration_ms": 1,
+        "incremental": True,
+    }
+    health = {"healthy": True, "tolerable_failures": 2, "progress_window_ms": 120_000}
+    driver.job_info = {"epoch": 12, "latest_checkpoint": checkpoint, "checkpoint_health": health}
+    bed.step()
+    assert conditions(bed)["CheckpointsHealthy"] == ("True", "CheckpointsCompleting")
+    assert conditions_message(bed, "CheckpointsHealthy") == (
+        "checkpoints complete: failures in a row are tolerated up to 2, an epoch's output "
+        "waits at most 120 s for one"
+    )
+    failing = {**health, "healthy": False, "consecutive_failures": 3, "problem": "3 failed"}
+    driver.job_info = {**driver.job_info, "checkpoint_health": failing}
+    bed.step()
+    assert conditions(bed)["CheckpointsHealthy"] == ("False", "TooManyFailedCheckpoints")
+    assert conditions_message(bed, "CheckpointsHealthy").startswith(
+        "3 checkpoints failed in a row, up to 2 tolerated"
+    )
+    reason = "3 consecutive checkpoints failed (checkpoint.tolerable_failures is 2): refused"
+    failed_over = {
+        **health,
+        "failovers": 1,
+        "last_failover": reason,
+        "last_failover_ms": 1_700_000_000_500,
+    }
+    driver.job_info = {
+        **driver.job_info,
+        "checkpoint_health": failed_over,
+        "last_error": reason,
+    }
+    for _ in range(3):
+        bed.step()
+    warnings = [m for _, r, m in bed.events if r == "CheckpointFailover"]
+    assert warnings == [
+        f"the job failed over to its latest checkpoint (failover 1 of this driver): {reason}"
+    ], "one event per failover"
+    assert conditions(bed)["CheckpointsHealthy"] == ("False", "FailedOver")
+    assert bed.status["lastError"] == reason
+    assert bed.status["checkpointHealth"] == {
+        "healthy": True,
+        "consecutiveFailures": 0,
+        "failovers": 1,
+        "lastFailover": reason,
+        "lastFailoverMs": 1_700_000_000_500,
+    }
+    newer = {**checkpoint, "id": 6, "created_ms": 1_700_000_001_000}
+    driver.job_info = {**driver.job_info, "latest_checkpoint": newer}
+    bed.step()
+    assert conditions(bed)["CheckpointsHealthy"] == ("True", "CheckpointsCompleting")
+    window = {**failed_over, "healthy": False, "problem": "no checkpoint completed in 120 s"}
+    driver.job_info = {**driver.job_info, "checkpoint_health": window}
+    bed.step()
+    assert conditions(bed)["CheckpointsHealthy"] == ("False", "NoCheckpointProgress")
+    assert len([r for _, r, _ in bed.events if r == "CheckpointFailover"]) == 1
+
+
+def test_a_driver_whose_checkpoints_stay_unhealthy_is_restarted(tmp_path: Path) -> None:
+    """The driver fails over by itself at its next step; a verdict that stays means its loop
+    cannot act (an epoch that does not end): past failover.readinessTimeoutSeconds the
+    operator restarts it from the latest checkpoint, as the Flink operator restarts a job
+    whose checkpoints do not progress."""
+    bed = Bed(tmp_path)
+    driver = bed.deploy()
+    health = {
+        "healthy": False,
+        "tolerable_failures": 3,
+        "progress_window_ms": 60_000,
+        "problem": "no checkpoint completed in 60 s (checkpoint.progress_window_ms): ...",
+    }
+    driver.job_info = {"epoch": 12, "checkpoint_health": health}
+    bed.step()
+    assert conditions(bed)["CheckpointsHealthy"] == ("False", "NoCheckpointProgress")
+    bed.step()
+    assert bed.op is None, "within failover.readinessTimeoutSeconds: the driver may act"
+    for c in bed.kube.pipeline["status"]["conditions"]:
+        if c["type"] == "CheckpointsHealthy":
+            c["lastTransitionTime"] = LONG_AGO
+    bed.step()
+    op = bed.op
+    assert op is not None and (op.kind, op.step) == (OpKind.RESTART, Step.REMOVE_DRIVER)
+    assert bed.status["lastError"].startswith(
+        "the driver's checkpoints have been unhealthy for "
+    ) and bed.status["lastError"].endswith(
+        "without it failing over (failover.readinessTimeoutSeconds is 300): an epoch's output "
+        "has waited more than 60 s for a checkpoint (checkpointing.progressWindowSeconds): "
+        "the job fails over to its latest checkpoint"
+    )
+    assert "DriverFailed" in bed.reasons()

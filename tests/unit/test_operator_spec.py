@@ -382,6 +382,21 @@ def test_fingerprint_recognises_a_spec_but_not_its_flow_fields() -> None:
             changed(config={"local_recovery.standby": "true"}),
             "use spec.localRecovery.standby instead",
         ),
+        (
+            changed(
+                checkpointing={
+                    **SPEC["checkpointing"],
+                    "intervalSeconds": 120,
+                    "progressWindowSeconds": 120,
+                }
+            ),
+            "spec.checkpointing.progressWindowSeconds (120) must exceed "
+            "spec.checkpointing.intervalSeconds (120)",
+        ),
+        (
+            changed(config={"checkpoint.tolerable_failures": "1"}),
+            "use spec.checkpointing.tolerableFailures instead",
+        ),
     ],
 )
 def test_validate_names_the_field_and_the_fix(spec: dict[str, Any], message: str) -> None:

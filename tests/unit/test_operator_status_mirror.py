@@ -69,10 +69,26 @@ MIRRORED = {
     "metrics.maxBusyRatio",
     "metrics.busiestSubtask",
     "metrics.eventTimeDelayMs",
+    "checkpointHealth.healthy",
+    "checkpointHealth.consecutiveFailures",
+    "checkpointHealth.failovers",
+    "checkpointHealth.lastFailover",
+    "checkpointHealth.lastFailoverMs",
 }
 
 ANSWER: dict[str, Any] = {
     "job": "team.counts",
+    "checkpoint_health": {
+        "healthy": True,
+        "consecutive_failures": 1,
+        "tolerable_failures": 3,
+        "progress_window_ms": 0,
+        "waiting_ms": 10,
+        "failovers": 1,
+        "last_failover": "4 consecutive checkpoints failed",
+        "last_failover_ms": 1_699_999_000_000,
+        "problem": None,
+    },
     "state": "RUNNING",
     "epoch": 12,
     "parallelism": {"count": 2},

@@ -10,14 +10,16 @@ from typing import TYPE_CHECKING, Any
 from ..api.nodes import KeyedNode, Node, Route, TransformNode
 from ..api.time import MAX_TIMESTAMP
 from ..checkpoint.metadata import CheckpointMetadata
+from ..driver.checkpoint_health import HealthReport
 from ..driver.job_metrics import KEYED, MetricsView, OperatorMetrics, SubtaskEpoch
 from ..driver.savepoints import SavepointRequest as DriverSavepointRequest
-from ..driver.status import JobStatus
+from ..driver.status import JobState, JobStatus
 from ..epoch.histogram import BOUNDS_MS, Histogram
 from ..keygroups import range_for_subtask
 from .schema import (
     CheckpointAttempt,
     CheckpointCounts,
+    CheckpointHealthInfo,
     CheckpointsInfo,
     CheckpointSummary,
     EpochLocality,
@@ -30,6 +32,7 @@ from .schema import (
     OperatorMetricsInfo,
     PlacedSubtask,
     Placement,
+    Readiness,
     RegionInfo,
     RegionStorage,
     RestoreEntry,
@@ -78,6 +81,7 @@ def job_info(d: JobView, st: JobStatus) -> JobInfo:
         lag_ms=max((s.lag_ms for s in sources.values()), default=0),
         metrics=metrics_info(st.metrics.view()),
         graph=job_graph(d),
+        checkpoint_health=checkpoint_health(st.checkpoint_health()),
     )
 
 
@@ -210,6 +214,37 @@ def _latest(s: SubtaskEpoch) -> dict[str, Any]:
         "true_rate": round(s.true_rate, 1),
         "watermark_ms": mark if 0 <= mark < MAX_TIMESTAMP else None,
     }
+
+
+def checkpoint_health(h: HealthReport) -> CheckpointHealthInfo:
+    return CheckpointHealthInfo(
+        healthy=h.healthy,
+        consecutive_failures=h.consecutive_failures,
+        tolerable_failures=None if h.tolerable_failures < 0 else h.tolerable_failures,
+        progress_window_ms=h.progress_window_ms,
+        waiting_ms=h.waiting_ms,
+        failovers=h.failovers,
+        last_failover=h.last_failover,
+        last_failover_ms=h.last_failover_ms,
+        problem=h.problem,
+    )
+
+
+def readiness(st: JobStatus) -> Readiness:
+    """``GET /readyz``: processing and checkpointing. Not ready before the job runs, after it
+    ended, while it waits out a restart or rewinds, and while its checkpoints are unhealthy
+    (it is about to fail over, or cannot: an epoch is still running). An idle job (no input)
+    processes: its epochs wait for input, and nothing waits for a checkpoint."""
+    if st.state is not JobState.RUNNING:
+        return Readiness(ready=False, state=st.state, reason=f"the job is {st.state}")
+    if st.restarting:
+        why = f": {st.last_error}" if st.last_error else ""
+        reason = f"the job is restarting after a failure{why}"
+        return Readiness(ready=False, state=st.state, reason=reason[:1000])
+    problem = st.checkpoint_health().problem
+    if problem is not None:
+        return Readiness(ready=False, state=st.state, reason=problem[:1000])
+    return Readiness(ready=True, state=st.state)
 
 
 def source_infos(st: JobStatus) -> dict[str, SourceInfo]:

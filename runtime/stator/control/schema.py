@@ -44,10 +44,29 @@ class Health(Answer):
 
 @dataclass(frozen=True, kw_only=True)
 class Readiness(Answer):
-    """``GET /readyz`` (503 unless RUNNING, with the same body)."""
+    """``GET /readyz`` (503 unless ready, with the same body): ready while the job processes
+    (RUNNING, not restarting after a failure; idle without input counts) and its checkpoints
+    are healthy (``CheckpointHealthInfo``)."""
 
     ready: bool
     state: str  # CREATED, STANDBY, RECOVERING, RUNNING, FINISHED, STOPPED, FAILED
+    reason: str | None = field(default=None, metadata=OMIT_NONE)  # why it is not ready
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointHealthInfo(Answer):
+    """The job's checkpoint health (``checkpoint.tolerable_failures``,
+    ``checkpoint.progress_window_ms``): unhealthy, it fails over to its latest checkpoint."""
+
+    healthy: bool = True
+    consecutive_failures: int = 0  # failed in a row (those aborted by a failover not counted)
+    tolerable_failures: int | None = None  # None: no limit
+    progress_window_ms: int = 0  # 0: off
+    waiting_ms: int = 0  # how long the oldest epoch's output has waited for a checkpoint
+    failovers: int = 0  # failovers these rules caused since the driver started
+    last_failover: str | None = None  # the reason of the latest
+    last_failover_ms: int | None = None
+    problem: str | None = None  # why it is unhealthy now
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -330,6 +349,7 @@ class JobInfo(Answer):
     lag_ms: int = 0  # the largest of any split, in ms
     metrics: MetricsInfo | None = None
     graph: JobGraph | None = None
+    checkpoint_health: CheckpointHealthInfo | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -27,10 +27,10 @@ from ..driver.savepoints import (
 )
 from ..driver.status import JobState
 from ..errors import ConfigError
-from .answers import checkpoints_info, history_info, job_info, savepoint_request
+from .answers import checkpoints_info, history_info, job_info, readiness, savepoint_request
 from .headers import secure
 from .metrics import render_metrics
-from .schema import Answer, ErrorAnswer, HandoverAnswer, Health, Readiness, SavepointList
+from .schema import Answer, ErrorAnswer, HandoverAnswer, Health, SavepointList
 from .timeline import INTERVAL_S, Timeline
 from .token import read_token
 from .view import JobView
@@ -38,7 +38,8 @@ from .webconsole import CONSOLE, Console
 
 log = logging.getLogger("stator.control")
 API = "/v1"
-# Routes open without the token: the probes (they tell only whether it runs) and the
+# Routes open without the token: the probes (liveness: the process serves; readiness: it
+# processes and checkpoints; they tell only whether it runs, and why not) and the
 # console's files (the same in every install: no data; what they show comes from the API,
 # with the token: console.py says how the browser gets it). By route, not by path prefix.
 OPEN_ROUTES = frozenset({"healthz", "readyz", "console", "console-file"})
@@ -178,12 +179,13 @@ class ControlServer:
         return await handler(request)
 
     async def health(self, _: web.Request) -> web.Response:
+        """Liveness: the process serves (never the job's health: a restart of the pod would
+        not fix a failing store, and the job fails over by itself)."""
         return _json(Health(status="ok"))
 
     async def ready(self, _: web.Request) -> web.Response:
-        state = self.driver.status.state
-        running = state is JobState.RUNNING
-        return _json(Readiness(ready=running, state=state), 200 if running else 503)
+        answer = readiness(self.driver.status)
+        return _json(answer, 200 if answer.ready else 503)
 
     async def metrics(self, _: web.Request) -> web.Response:
         body, content_type = render_metrics(self.driver)

@@ -3,7 +3,7 @@ one is a ``PendingCheckpoint`` the coordinator owns (``checkpoint/coordinator.py
 its steps), triggered with an epoch, acknowledged after it (``completion.py``), completed at
 once or when its uploads are confirmed (``in_flight.py``), and settled here: recorded
 (history, status, schedule, recovery), sinks commit what a completed one covers, listeners
-are told."""
+are told, and their health is tracked (``checkpoint_health.py``)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from ..config import JobConfig
 from ..epoch.reports import StateReport
 from ..epoch.spec import CheckpointTask, EpochSpec
 from .checkpoint_base import incremental_base
+from .checkpoint_health import CheckpointHealth
 from .completion import PendingOutput, acknowledge, commit_completed, notify_sources
 from .in_flight import InFlightCheckpoints
 from .parallelism import Parallelism
@@ -47,6 +48,8 @@ class RegionCheckpoints:
         self.in_flight = InFlightCheckpoints(
             coordinator.store, coordinator, config.checkpoint.timeout_ms
         )
+        self.health = CheckpointHealth(config.checkpoint)
+        status.checkpoint_health = self.health.report
 
     def trigger(self, epoch: int, last: bool, savepoint: bool) -> CheckpointTask | None:
         """The checkpoint ``epoch`` takes, if one is due (``last``: the epoch reads the end
@@ -86,6 +89,7 @@ class RegionCheckpoints:
         self.schedule.epoch_done()
         verdicts: list[Verdict] = []
         task = spec.checkpoint
+        self.health.epoch_ended(spec.epoch, task is not None)
         if task is not None:
             pending = self.coordinator.pending[task.checkpoint_id]
             refused = acknowledge(
@@ -122,17 +126,28 @@ class RegionCheckpoints:
         """The epoch failed: what is confirmed completes, the rest is aborted (its epochs
         will be replayed), and a checkpoint the failed epoch was to take is forgotten."""
         self.coordinator.forget_triggered()
-        return self.settle(self.in_flight.abort_all(reason))
+        return self.settle(self.in_flight.abort_all(reason), counted=False)
 
-    def settle(self, verdicts: list[Verdict]) -> list[Verdict]:
+    def check_health(self) -> None:
+        """Raise ``CheckpointsUnhealthy`` if the region must fail over (``checkpoint_health``)."""
+        self.health.check()
+
+    def restarted(self) -> None:
+        """The region rewound to its latest completed checkpoint after a failure."""
+        self.health.restarted()
+
+    def settle(self, verdicts: list[Verdict], counted: bool = True) -> list[Verdict]:
         """Record checkpoints that completed or failed, in order; for each completed one,
-        sinks commit what it covers (``completion.commit_completed``)."""
+        sinks commit what it covers (``completion.commit_completed``). ``counted`` False:
+        checkpoints aborted because the job fails over, which the health rules ignore."""
         for v in verdicts:
             if v.meta is None:
                 self.history.failed(v.checkpoint_id, v.epoch, v.error or "")
                 self.status.failed_checkpoints += 1
                 self.schedule.checkpoint_failed()
+                self.health.failed(v.error or "", counted)
                 continue
+            self.health.completed(v.meta.epoch)
             self.recovery.checkpoint_completed(v.meta)
             self.history.completed(v.meta)
             self.status.checkpoints += 1

@@ -16,7 +16,9 @@ One epoch:
    in flight instead (``in_flight.py``): it completes at the end of a later epoch, when every
    upload is confirmed; an epoch that takes a checkpoint first waits while
    ``checkpoint.max_concurrent`` are in flight. A failed checkpoint is aborted; processing
-   goes on.
+   goes on, unless more fail in a row than ``checkpoint.tolerable_failures`` or an epoch's
+   output waits longer than ``checkpoint.progress_window_ms`` for one: then the region fails
+   over (``checkpoint_health.py``, checked before each step of the loop).
 5. Listeners registered with :meth:`Job.on_epoch <stator.driver.job.Job.on_epoch>` see the
    result; those registered with ``Job.on_checkpoint`` see every checkpoint that completed.
 
@@ -208,6 +210,7 @@ class RegionLoop:
     def _loop(self) -> None:
         while not self._stop:
             try:
+                self.checkpoints.check_health()  # failing checkpoints fail over
                 request = self.savepoints.next()
                 if request is not None:
                     self._take_savepoint(request)
@@ -247,6 +250,7 @@ class RegionLoop:
             except Exception as exc:
                 self.checkpoints.abort_all(f"the job fails over: {exc}"[:500])
                 self.recovery.failover(exc)
+                self.checkpoints.restarted()
         self.checkpoints.drain()
 
     def _take_savepoint(self, request: SavepointRequest) -> None:

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from ..errors import ConfigError, PipelineError, StateCompatibilityError
+from ..errors import CheckpointsUnhealthy, ConfigError, PipelineError, StateCompatibilityError
 from ..lineage import Target
 from ..locality.restore import RESTORE_ERROR_MARKER
 from ..tasks.user_errors import TRACEBACK_BEGIN, TRACEBACK_END, USER_ERROR_MARKER
@@ -52,6 +52,8 @@ def classify(exc: BaseException, target: Target | None, previous: Failure | None
     text = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, ConfigError | PipelineError | StateCompatibilityError):
         return Failure(Kind.FATAL, short_error(text), "a restart cannot fix it")
+    if isinstance(exc, CheckpointsUnhealthy):  # its own words: the cause it quotes is not it
+        return Failure(Kind.RETRY, _one_line(str(exc), 600))
     return classify_text(text, target, previous)
 
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from ..checkpoint.coordinator import CheckpointCoordinator
 from ..checkpoint.metadata import CheckpointMetadata
 from ..config import JobConfig
-from ..errors import ConfigError, JobFailed, StatorError
+from ..errors import CheckpointsUnhealthy, ConfigError, JobFailed, StatorError
 from ..keygroups import SubtaskId
 from ..lineage import Target, load_target
 from ..storage import ObjectStore
@@ -232,15 +232,17 @@ class Recovery:
                 target.describe(),
                 fallback.checkpoint_id if fallback else "the initial state",
             )
+        elif isinstance(exc, CheckpointsUnhealthy):
+            log.warning("%s fails over: %s", self.label, failure.summary)
         else:
             log.warning(
                 "%s: epoch %d failed: %s", self.label, self.position.epoch + 1, failure.summary
             )
-        self.restarting = True
+        self.restarting = self.status.restarting = True
         try:
             self._restart(exc)
         finally:
-            self.restarting = False
+            self.restarting = self.status.restarting = False
 
     def _restart(self, exc: Exception) -> None:
         """Steps 2-3 of failing over."""

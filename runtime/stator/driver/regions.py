@@ -51,6 +51,7 @@ from ..locality.placement import PlacementTracker
 from ..savepoint.metadata import METADATA_NAME
 from ..savepoint.native import remove_strays
 from ..storage import ObjectStore, open_store
+from .checkpoint_health import merge_reports
 from .epoch_loop import RegionLoop
 from .layout import check_covers, check_regions, newest_checkpoint
 from .parallelism import Parallelism
@@ -176,6 +177,9 @@ def merged_status(
         errors.insert(0, (rid, loops[rid].status.last_error or str(exc)[:600]))
     st.last_error = next((f"region '{r}': {e}" for r, e in errors if e), None)
     st.stopped_with_savepoint = stopped_with
+    st.restarting = any(p.restarting for p in parts)
+    health = {rid: loop.status.checkpoint_health for rid, loop in loops.items()}
+    st.checkpoint_health = lambda: merge_reports({rid: h() for rid, h in health.items()})
     return st
 
 

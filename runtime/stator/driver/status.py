@@ -8,6 +8,7 @@ import logging
 import os
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -20,6 +21,7 @@ from ..epoch.reports import RestoreSource, StandbyTally, StateReport
 from ..keygroups import SubtaskId
 from ..locality.placement import EpochPlacement
 from ..sources.base import SplitLag
+from .checkpoint_health import HealthReport
 from .job_metrics import JobMetrics
 
 log = logging.getLogger("stator.driver")
@@ -155,6 +157,11 @@ class JobStatus:
     # Per operator and subtask: records, latency, busy ratio, state bytes (one object for
     # every region of a job: job.py).
     metrics: JobMetrics = field(default_factory=JobMetrics)
+    # Its checkpoint health now (``checkpoint_health.py``; a region's loop sets it, the
+    # control API calls it from its thread). The default: a job without checkpoint rules.
+    checkpoint_health: Callable[[], HealthReport] = HealthReport
+    # Waiting out a restart delay or rewinding after a failure: not processing.
+    restarting: bool = False
 
     @property
     def finished(self) -> bool:
