@@ -221,6 +221,7 @@ class InClusterOperator:
 
 
 LEASE_SECONDS = 6  # the operator's leader Lease in the test bed (15 by default)
+RELEASE_KEY = "control/release"  # under a pipeline's prefix: Space.finish
 
 
 def create_credentials(kube: Any, namespace: str, s3: Any) -> None:
@@ -411,6 +412,7 @@ class Space:
         env = [
             {"name": "COUNTS_OUT", "value": f"s3://{self.bucket}/{name}/out"},
             {"name": "AWS_ENDPOINT_URL_S3", "value": self.pod_s3},
+            {"name": "RELEASE", "value": f"s3://{self.bucket}/{name}/{RELEASE_KEY}"},
         ]
         for key, value in spec.pop("env", {}).items():
             env.append({"name": key, "value": str(value)})
@@ -477,6 +479,12 @@ class Space:
             if k not in ("lastReconciledSpec", "lastStableSpec", "conditions")
         }
         raise TimeoutError(f"{name}: {what}; status: {json.dumps(brief)[:3000]}\n{events[-3000:]}")
+
+    def finish(self, name: str, timeout: float = 300) -> dict[str, Any]:
+        """Release the rest of pipeline ``name``'s rate-limited input (its test has checked
+        what it came for: ``tests/pipelines/release.py``) and wait for it to finish."""
+        self.s3.client().put_object(Bucket=self.bucket, Key=f"{name}/{RELEASE_KEY}", Body=b"")
+        return self.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout)
 
     def events(self) -> list[str]:
         out = self.kube.kubectl_json("get", "events", "-n", self.name)

@@ -209,7 +209,7 @@ def test_executor_pods_on_local_volumes_run_every_task_where_its_state_is(space:
     ]
     assert all(s["checkpointId"] for s in placement["subtasks"])
     assert (restored(status)["local"], restored(status)["remote"]) == (0, 0)
-    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=300)
+    space.finish(name, timeout=300)
     assert_exact(committed(space, name), count)
 
 
@@ -292,7 +292,7 @@ def test_a_killed_executor_and_a_killed_driver_restore_from_local_copies(
     assert placement["keyedTasksLocal"] == placement["keyedTasks"]
     assert subtask_nodes(status) == held
     assert nodes_of(running_executors(space, name, 2)) == nodes
-    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=400)
+    space.finish(name, timeout=400)
     assert_exact(committed(space, name), count)
 
 
@@ -359,7 +359,7 @@ def test_a_standby_executor_resumes_a_lost_executors_subtask_from_its_copy(
     # hand-over task: at least a first copy of each subtask, read from MinIO.
     copies = status["standbyCopies"]
     assert copies["copies"] >= 2 and copies["bytes"] > 0, copies
-    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=400)
+    space.finish(name, timeout=400)
     assert_exact(committed(space, name), count)
 
 
@@ -416,7 +416,7 @@ def test_an_executor_lost_with_its_checkpoint_in_flight_rewinds_before_its_stand
     assert "the standby copies are of the latest completed checkpoint" in status["lastError"]
     got = restored(status)
     assert got["remote"] == 0 and got["local"] >= 1, got  # from the standby copy
-    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=400)
+    space.finish(name, timeout=400)
     assert_exact(committed(space, name), count)
 
 
@@ -446,7 +446,7 @@ def test_a_force_deleted_executor_pod_is_noticed_at_once(
     assert restored(status)["remote"] == 0 and restored(status)["remoteBytes"] == 0
     assert subtask_nodes(status) == before.held
     assert nodes_of(running_executors(space, name, 2)) == before.nodes  # made again on its node
-    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=400)
+    space.finish(name, timeout=400)
     assert_exact(committed(space, name), count)
 
 
@@ -614,7 +614,7 @@ def test_a_lost_node_reads_only_its_own_ranges_from_the_object_store(
         assert lost not in nodes_of(moved).values(), nodes_of(moved)
     finally:
         nodes.restore(lost)
-    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=400)
+    space.finish(name, timeout=400)
     assert_exact(committed(space, name), count)
 
 
@@ -695,5 +695,5 @@ def test_kubectl_scale_4_6_3_with_executor_pods(space: Space) -> None:
         timeout=400,
     )
     assert status["deployment"]["executorSet"] == sets[-1]
-    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=400)
+    space.finish(name, timeout=400)
     assert_exact(committed(space, name), count)

@@ -79,7 +79,7 @@ def test_upgrade_by_savepoint_then_last_state_then_stateless(space: Space) -> No
         name, "last-state upgrade", lambda s: running(s) and s["deployment"]["id"] != second
     )
     assert s["deployment"]["restoredFrom"] == "latest"
-    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=300)
+    space.finish(name, timeout=300)
     assert_exact(committed(space, name), COUNT)  # both stateful upgrades kept every count
 
     third = s["deployment"]["id"]
@@ -115,7 +115,7 @@ def test_suspend_and_resume(space: Space) -> None:
     patch(space, name, {"state": "running"})
     s = space.wait(name, "resumed", running)
     assert s["deployment"]["restoredFrom"] == savepoint
-    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=300)
+    space.finish(name, timeout=300)
     assert_exact(committed(space, name), COUNT)
 
 
@@ -131,7 +131,7 @@ def test_killed_driver_restarts_from_the_latest_checkpoint(space: Space, kill_dr
     )
     assert s["deployment"]["restoredFrom"] == "latest"
     assert "DriverFailed" in space.events()
-    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=300)
+    space.finish(name, timeout=300)
     assert_exact(committed(space, name), COUNT)
 
 
@@ -169,7 +169,7 @@ def test_a_driver_on_a_lost_node_is_replaced_and_fenced(space: Space, nodes: Nod
         if cut_off is not None:  # the node agent and real nodes can partition a node; kind not
             assert cut_off.exit_code(old, 60) == LEASE_LOST_EXIT
             assert "this driver was replaced" in cut_off.log(old)
-        s = space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=300)
+        s = space.finish(name, timeout=300)
         assert_exact(committed(space, name), COUNT_LOST)
         # The new driver took over from one that did not release its Lease: it skipped ids.
         assert s["latestCheckpoint"]["id"] > TAKEOVER_ID_GAP
@@ -213,10 +213,7 @@ def test_operator_killed_at_every_step_of_a_rescale(
     # One driver for the first deployment and one per rescale: no step ran twice.
     assert len({e["message"] for e in creates}) == 7, [e["message"] for e in creates]
     assert "PrestartFailed" not in space.events()
-    env = space.get(name)["spec"]["driver"]["env"]  # the rest of the input at full speed
-    env = [e for e in env if e["name"] != "RATE"] + [{"name": "RATE", "value": "1000000"}]
-    patch(space, name, {"driver": {"env": env}})
-    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=600)
+    space.finish(name, timeout=600)  # the rest of the input at full speed
     assert_exact(committed(space, name), COUNT_KILLED)
 
 
@@ -266,7 +263,7 @@ def test_leader_killed_mid_rescale_the_standby_finishes_it(
             if e["reason"] == "DriverCreated"
         ]
         assert len(creates) == len(set(creates)) == 2, creates  # the first and the rescaled one
-        space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=400)
+        space.finish(name, timeout=400)
         assert_exact(committed(space, name), 40_000)
     finally:
         if standby is not None:
@@ -299,7 +296,7 @@ def test_failed_upgrade_rolls_back(space: Space) -> None:
     upgrade = {c["type"]: c for c in s["conditions"]}["UpgradeSucceeded"]
     assert (upgrade["status"], upgrade["reason"]) == ("False", "RolledBack")
     rolled_back_to = s["deployment"]["id"]
-    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=300)
+    space.finish(name, timeout=300)
     s = space.status(name)
     assert s["deployment"]["id"] == rolled_back_to, "the failed spec is not retried"
     assert "missing_function" in json.dumps(space.get(name)["spec"]), "the user's spec is kept"
@@ -323,7 +320,7 @@ def test_an_upgrade_whose_new_driver_refuses_to_start_leaves_the_job_running(
     upgrade = {c["type"]: c for c in s["conditions"]}["UpgradeSucceeded"]
     assert (upgrade["status"], upgrade["reason"]) == ("False", "NotStarted")
     assert "UpgradeFailed" in space.events()
-    space.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout=300)
+    space.finish(name, timeout=300)
     assert space.status(name)["deployment"]["id"] == first, "the failed spec is not retried"
     assert_exact(committed(space, name), COUNT)
 

@@ -52,7 +52,7 @@ def test_apply_run_checkpoint_scale(space: Space) -> None:
     restored = status["deployment"]["restoredFrom"]
     assert restored.startswith(f"s3://{space.bucket}/{name}/savepoints/"), restored
     assert status["savepoints"][-1]["path"] == restored
-    space.wait(name, "finished", lambda s: s.get("phase") == "Finished")
+    space.finish(name)
     reasons = space.events()
     for reason in ("SpecChanged", "SavepointCompleted", "DriverCreated", "RescaleCompleted"):
         assert reason in reasons, reasons
@@ -377,7 +377,7 @@ def test_a_two_region_pipeline_shows_its_regions_and_rescales(space: Space) -> N
     space.wait(  # mirrored from the new driver's status
         name, "both at 3", lambda s: s.get("parallelism") == {"count-a": 3, "count-b": 3}
     )
-    space.wait(name, "finished", lambda s: s.get("phase") == "Finished")
+    space.finish(name)
     opts = S3Options(
         endpoint_url=space.s3.endpoint_url,
         access_key_id=space.s3.access_key,

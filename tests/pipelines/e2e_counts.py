@@ -1,5 +1,6 @@
-"""Rate-limited generator -> running count per key -> exactly-once file sink, configured by
-environment variables (set through a StatefulPipeline's spec.driver.env)."""
+"""Rate-limited generator (released by the test: ``release.py``) -> running count per key ->
+exactly-once file sink, configured by environment variables (set through a StatefulPipeline's
+spec.driver.env)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 
 from stator import Pipeline
 from stator.sinks import FileSink
-from stator.sources import GeneratorSource, KeyedEvents
+from stator.sources import KeyedEvents
+from tests.pipelines.release import ReleasableGenerator
 
 
 def _price_of(fail_key: str) -> Any:
@@ -46,7 +48,13 @@ def build() -> Pipeline:
     p = Pipeline("e2e-counts", max_parallelism=64)
     (
         p.source(
-            GeneratorSource(KeyedEvents(200, seed=9), count=count, splits=2, rate_per_second=rate),
+            ReleasableGenerator(
+                KeyedEvents(200, seed=9),
+                count=count,
+                splits=2,
+                rate_per_second=rate,
+                release=os.environ.get("RELEASE", ""),
+            ),
             uid="events",
         )
         .map(_price_of(os.environ.get("FAIL_KEY", "")), name="check")

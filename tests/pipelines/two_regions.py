@@ -1,4 +1,5 @@
-"""Two disconnected pipelines in one job (two failover regions): rate-limited generators ->
+"""Two disconnected pipelines in one job (two failover regions): rate-limited generators
+(released by the test: ``release.py``) ->
 running count per key -> exactly-once file sinks, configured by environment variables."""
 
 from __future__ import annotations
@@ -7,7 +8,8 @@ import os
 
 from stator import Pipeline
 from stator.sinks import FileSink
-from stator.sources import GeneratorSource, KeyedEvents
+from stator.sources import KeyedEvents
+from tests.pipelines.release import ReleasableGenerator
 
 
 def build() -> Pipeline:
@@ -17,11 +19,12 @@ def build() -> Pipeline:
     for name, keys in (("a", 40), ("b", 25)):
         (
             p.source(
-                GeneratorSource(
+                ReleasableGenerator(
                     KeyedEvents(keys, seed=len(name) + keys),
                     count=count,
                     splits=2,
                     rate_per_second=rate,
+                    release=os.environ.get("RELEASE", ""),
                 ),
                 uid=f"in-{name}",
             )
