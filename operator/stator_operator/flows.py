@@ -106,6 +106,7 @@ from .resources import (
     driver_lease,
     driver_pod,
     network_policy,
+    read_secret,
     role,
     role_binding,
     service,
@@ -496,7 +497,7 @@ class Flows:
         self.kube.apply(role(body, executors))  # before its binding: binding needs the Role
         objects = (service_account(body), role_binding(body), service(body))
         policy = network_policy(body, os.environ.get("STATOR_OPERATOR_NAMESPACE"))
-        for obj in (*objects, control_secret(body), policy, driver_lease(body)):
+        for obj in (*objects, control_secret(body), read_secret(body), policy, driver_lease(body)):
             self.kube.ensure(obj)
         self.kube.apply(config_map(body, spec, executor_set))
         return body

@@ -12,6 +12,7 @@ CONFIG_MOUNT = "/etc/stator"
 EXECUTOR_TEMPLATE = "executor-pod.yaml"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 CONTROL_MOUNT = "/etc/stator-control"
+READ_MOUNT = "/etc/stator-read"  # the read-only token (NAME-read), beside the control one
 CONTROL_PORT = 8081  # the driver's control API
 STOPPED_EXIT_CODE = 3  # the driver stopped with a savepoint (not: finished its input)
 JOB_FAILED_EXIT_CODE = 2  # `stator run`: refused, or ended by a failure no restart fixes
@@ -78,6 +79,12 @@ def labels(name: str, component: str) -> dict[str, str]:
 
 def control_secret_name(name: str) -> str:
     return f"{name}-control"
+
+
+def read_secret_name(name: str) -> str:
+    """The Secret of the control API's read-only token (GET only: metrics, status, history;
+    what the chart's Prometheus monitors and ``stator console`` use)."""
+    return f"{name}-read"
 
 
 def driver_service_name(name: str) -> str:

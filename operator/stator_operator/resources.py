@@ -18,6 +18,7 @@ from .naming import (
     CONTROL_TOKEN_KEY,
     CREDENTIALS_ANNOTATION,
     EXECUTOR_TEMPLATE,
+    READ_MOUNT,
     RUNTIME_UID,
     SERVICE_ACCOUNT_DIR,
     STATE_MOUNT,
@@ -27,6 +28,7 @@ from .naming import (
     driver_pod_name,
     driver_service_name,
     labels,
+    read_secret_name,
     spark_app_id,
 )
 from .outcomes import EventReason
@@ -92,6 +94,18 @@ def control_secret(body: dict[str, Any]) -> dict[str, Any]:
         "kind": "Secret",
         "type": "Opaque",
         "metadata": _meta(body, control_secret_name(body["metadata"]["name"]), "control"),
+        "stringData": {CONTROL_TOKEN_KEY: secrets.token_urlsafe(32)},
+    }
+
+
+def read_secret(body: dict[str, Any]) -> dict[str, Any]:
+    """The control API's read-only token (GETs only), one per pipeline, created once: for
+    scrapers and consoles, which must not be able to stop or savepoint the job."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": _meta(body, read_secret_name(body["metadata"]["name"]), "read"),
         "stringData": {CONTROL_TOKEN_KEY: secrets.token_urlsafe(32)},
     }
 
@@ -376,6 +390,8 @@ def driver_pod(
         "--set",
         f"control.token_file={CONTROL_MOUNT}/{CONTROL_TOKEN_KEY}",
         "--set",
+        f"control.read_token_file={READ_MOUNT}/{CONTROL_TOKEN_KEY}",
+        "--set",
         f"control.stopped_exit_code={STOPPED_EXIT_CODE}",
     ]
     if restore == "none":
@@ -421,6 +437,7 @@ def driver_pod(
                     "volumeMounts": [
                         {"name": "config", "mountPath": CONFIG_MOUNT},
                         {"name": "control", "mountPath": CONTROL_MOUNT, "readOnly": True},
+                        {"name": "read", "mountPath": READ_MOUNT, "readOnly": True},
                         {"name": "state", "mountPath": STATE_MOUNT},
                         {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - an emptyDir,
                     ],
@@ -451,6 +468,10 @@ def driver_volumes(name: str) -> list[dict[str, Any]]:
         {
             "name": "control",
             "secret": {"secretName": control_secret_name(name), "defaultMode": 0o440},
+        },
+        {
+            "name": "read",
+            "secret": {"secretName": read_secret_name(name), "defaultMode": 0o440},
         },
         {"name": "state", "emptyDir": {}},
         {"name": "tmp", "emptyDir": {}},

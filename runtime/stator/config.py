@@ -132,6 +132,11 @@ class ControlConfig:
     # (the operator mounts one from the pipeline's Secret). None: no authentication, for a
     # control API on 127.0.0.1.
     token_file: str | None = None
+    # A file holding a second, read-only token: it may GET (status, checkpoints, savepoints,
+    # history, metrics) and nothing else, for scrapers and dashboards that must not be able to
+    # stop the job (the operator mounts one from the pipeline's ``NAME-read`` Secret). Needs
+    # ``token_file``: without it the whole API is open anyway.
+    read_token_file: str | None = None
     # The exit status of `stator run` when the job ends stopped by a stop-with-savepoint
     # (a finished job exits 0). The operator sets 3, so that a stop it did not ask for is
     # not mistaken for a job that read all its input.
@@ -313,6 +318,12 @@ class JobConfig:
         _positive(self, "epoch.max_records", self.epoch.max_records)
         _at_least_zero("epoch.idle_wait_ms", self.epoch.idle_wait_ms)
         _at_least_zero("control.linger_ms", self.control.linger_ms)
+        if self.control.read_token_file and not self.control.token_file:
+            raise ConfigError(
+                "control.read_token_file is set without control.token_file: a read-only "
+                "token means nothing while the API takes requests without one; set "
+                "control.token_file too, or unset control.read_token_file"
+            )
         _at_least_zero("state.warm_cache_entries", self.state.warm_cache_entries)
         if not 0 <= self.control.stopped_exit_code <= 255:
             raise ConfigError(

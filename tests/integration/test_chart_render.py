@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from stator_operator.naming import CONTROL_TOKEN_KEY, control_secret_name
+from stator_operator.naming import CONTROL_TOKEN_KEY, read_secret_name
 from stator_operator.pipeline_spec import PipelineSpec
 from stator_operator.resources import driver_pod, service
 from tests.dashboard import load
@@ -144,7 +144,7 @@ def test_a_pod_monitor_per_pipeline_scrapes_its_driver_with_its_token(kube: Kube
         assert endpoint["interval"] == "30s"
         assert endpoint["authorization"] == {
             "type": "Bearer",
-            "credentials": {"name": control_secret_name(name), "key": CONTROL_TOKEN_KEY},
+            "credentials": {"name": read_secret_name(name), "key": CONTROL_TOKEN_KEY},
         }
         # The metrics' own label job (the Stator job) is kept as job.
         relabel, drop = endpoint["metricRelabelings"]
@@ -160,7 +160,7 @@ def test_a_service_monitor_selects_the_drivers_service(kube: KubeCluster) -> Non
     assert monitor["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] in {p["name"] for p in svc["spec"]["ports"]}
-    assert endpoint["authorization"]["credentials"]["name"] == "clicks-control"
+    assert endpoint["authorization"]["credentials"]["name"] == "clicks-read"
 
 
 def test_prometheus_elsewhere_is_admitted_to_the_drivers_control_port(kube: KubeCluster) -> None:

@@ -1,7 +1,7 @@
 """``stator console NAME -n NAMESPACE`` against the test bed's real API server: the token is
-read from the pipeline's ``NAME-control`` Secret with kubectl and never printed, and a driver
-Service that cannot be port-forwarded to is a clear error. (The test bed has no kubelet, so
-the port-forward itself is not exercised here.)"""
+read from the pipeline's ``NAME-read`` Secret (the read-only token) with kubectl and never
+printed, and a driver Service that cannot be port-forwarded to is a clear error. (The test
+bed has no kubelet, so the port-forward itself is not exercised here.)"""
 
 from __future__ import annotations
 
@@ -33,12 +33,12 @@ def test_the_token_comes_from_the_pipelines_secret(
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": "totals-control", "namespace": namespace},
+        "metadata": {"name": "totals-read", "namespace": namespace},
         "data": {"token": base64.b64encode(TOKEN.encode()).decode()},
     }
     kube.kubectl("apply", "-f", "-", input=json.dumps(secret))
     assert secret_token([*kubectl_env, "--namespace", namespace], "totals") == TOKEN
-    with pytest.raises(StatorError, match=r"cannot read Secret nope-control .*NotFound"):
+    with pytest.raises(StatorError, match=r"cannot read Secret nope-read .*NotFound"):
         secret_token([*kubectl_env, "--namespace", namespace], "nope")
 
     # The whole command: the Secret is read, then the port-forward to a Service that does

@@ -18,6 +18,7 @@ import pytest
 from stator.checkpoint.metadata import CheckpointMetadata
 from stator.cli import console as cli_console
 from stator.cli.main import main
+from stator.config import load_config
 from stator.control.answers import history_info
 from stator.control.headers import HEADERS
 from stator.control.schema import HistoryInfo, JobInfo
@@ -28,6 +29,7 @@ from stator.driver.job import Job
 from stator.driver.listeners import EpochResult
 from stator.driver.status import JobState, JobStatus
 from stator.epoch.histogram import Histogram
+from stator.errors import ConfigError
 from stator_operator import naming
 from stator_operator.resources import service
 from tests.unit.operator_fakes import Bed
@@ -246,6 +248,41 @@ def test_data_needs_the_token_and_the_consoles_files_do_not(
     assert get(base + "/console/..%2fv1%2fjob")[0] in (401, 404)
 
 
+def test_the_read_only_token_may_get_but_not_change_the_job(tmp_path: Path) -> None:
+    """The operator's second token (NAME-read: monitors, the console) reads every route and is
+    refused, 403, on what would change the job; the control token still does both; a read
+    token without a control token is refused as configuration."""
+    server = ControlServer(running_job(tmp_path), "127.0.0.1", 0, TOKEN, reader_token="look")
+    server.start()
+    try:
+        base = f"http://127.0.0.1:{server.port}"
+        for path in ("/v1/job", "/v1/history", "/v1/checkpoints", "/v1/savepoints", "/metrics"):
+            assert get(base + path, "look")[0] == 200, path
+        for path, body in (("/v1/savepoints", b"{}"), ("/v1/handover", b"{}")):
+            request = urllib.request.Request(
+                base + path, data=body, method="POST", headers={"Authorization": "Bearer look"}
+            )
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=10)
+            assert refused.value.code == 403, path
+            assert b"read-only" in refused.value.read()
+        assert list(server.driver.savepoints.all()) == [], "nothing was triggered"
+        request = urllib.request.Request(
+            base + "/v1/savepoints",
+            data=b"{}",
+            method="POST",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            assert resp.status == 202, "the control token still writes"
+    finally:
+        server.stop()
+    with pytest.raises(
+        ConfigError, match=r"control\.read_token_file is set without control\.token_file"
+    ):
+        load_config(None, ["control.read_token_file=/x"])
+
+
 def test_every_answer_has_the_security_headers(served: tuple[str, ControlServer]) -> None:
     base, _ = served
     for path, token in (
@@ -319,7 +356,7 @@ def test_console_needs_a_pipeline_or_a_url(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_the_cli_uses_the_operators_names() -> None:
-    assert f"p{cli_console.SECRET_SUFFIX}" == naming.control_secret_name("p")
+    assert f"p{cli_console.SECRET_SUFFIX}" == naming.read_secret_name("p")
     assert cli_console.TOKEN_KEY == naming.CONTROL_TOKEN_KEY
     assert cli_console.CONTROL_PORT == naming.CONTROL_PORT
     svc = service({"metadata": {"name": "p", "namespace": "ns", "uid": "u"}})

@@ -92,7 +92,15 @@ def test_deploy_creates_the_objects_then_awaits_the_driver(tmp_path: Path) -> No
         "NetworkPolicy",
         "Lease",
     }
-    assert set(bed.kube.secrets) == {"counts-control"}  # the control API's token
+    # The control API's token, and its read-only one (GETs: monitors, the console).
+    assert set(bed.kube.secrets) == {"counts-control", "counts-read"}
+    assert bed.kube.secrets["counts-read"]["token"] != bed.kube.secrets["counts-control"]["token"]
+    pod = next(iter(bed.kube.pods.values()))
+    args = pod["spec"]["containers"][0]["args"]
+    assert "control.read_token_file=/etc/stator-read/token" in args
+    assert {"name": "read", "secret": {"secretName": "counts-read", "defaultMode": 0o440}} in (
+        pod["spec"]["volumes"]
+    )
     ingress = bed.kube.objects[("NetworkPolicy", "counts-stator")]["spec"]["ingress"]
     assert ingress[0]["from"] == [
         {"podSelector": {"matchLabels": {"stator.dev/pipeline": "counts"}}}

@@ -552,7 +552,7 @@ def test_a_template_adds_volumes_to_the_drivers_own() -> None:
     spec = changed(driver={"podTemplate": {"spec": {"volumes": [scratch]}}})
     check_pods(PipelineSpec.read(spec), "counts", "team")
     volumes = driver_pod(BODY, PipelineSpec.read(spec), "d1", "latest", False)["spec"]["volumes"]
-    assert [v["name"] for v in volumes] == ["config", "control", "state", "tmp", "scratch"]
+    assert [v["name"] for v in volumes] == ["config", "control", "read", "state", "tmp", "scratch"]
     clash = changed(
         driver={"podTemplate": {"spec": {"volumes": [{"name": "tmp", "emptyDir": {}}]}}}
     )

@@ -31,7 +31,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
   resources: [serviceaccounts]
   verbs: [get, create]
 # Checkpoint credentials, read to inspect checkpoints and dispose savepoints; each
-# pipeline's control API token (NAME-control), created once and read to call its driver.
+# pipeline's control API tokens (NAME-control, and NAME-read: GETs only), created once; the
+# first is read to call its driver.
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get, create]

@@ -1,13 +1,12 @@
 """``stator console``: open a driver's web console (``control/webconsole.py``).
 
-For a pipeline in Kubernetes: read the control API's token from the Secret the operator made
-(``NAME-control``, key ``token``), port-forward a local port to the driver's Service
-(``NAME-driver``, port 8081) with kubectl, and open ``/console/#token=...`` there; the
-command keeps the port-forward until interrupted. For a driver reached directly (``--url``,
-e.g. a local ``stator run``): open its console. The token goes only into the URL given to
-the browser (its fragment is never sent to the driver); it is printed only with
-``--show-token``.
-"""
+For a pipeline in Kubernetes: read the control API's read-only token (GETs only: the console
+changes nothing) from the Secret the operator made (``NAME-read``, key ``token``), port-forward
+a local port to the driver's Service (``NAME-driver``, port 8081) with kubectl, and open
+``/console/#token=...`` there; the command keeps the port-forward until interrupted. For a
+driver reached directly (``--url``, e.g. a local ``stator run``): open its console. The token
+goes only into the URL given to the browser (its fragment is never sent to the driver); it is
+printed only with ``--show-token``."""
 
 from __future__ import annotations
 
@@ -26,9 +25,9 @@ from urllib.parse import quote
 from ..control.token import read_token
 from ..errors import ConfigError, StatorError
 
-# The operator's names (stator_operator.naming: control_secret_name, CONTROL_TOKEN_KEY,
+# The operator's names (stator_operator.naming: read_secret_name, CONTROL_TOKEN_KEY,
 # CONTROL_PORT and the Service of resources.service); a unit test keeps them equal.
-SECRET_SUFFIX = "-control"  # noqa: S105 - a name's suffix, not a secret
+SECRET_SUFFIX = "-read"  # noqa: S105 - a name's suffix, not a secret
 TOKEN_KEY = "token"  # noqa: S105 - the key in the Secret, not a secret
 SERVICE_SUFFIX = "-driver"
 CONTROL_PORT = 8081

@@ -58,9 +58,17 @@ def _error(status: int, reason: str) -> web.Response:
 class ControlServer:
     """Serves one job's control API from a thread of the driver process."""
 
-    def __init__(self, driver: JobView, host: str, port: int, token: str | None = None) -> None:
+    def __init__(
+        self,
+        driver: JobView,
+        host: str,
+        port: int,
+        token: str | None = None,
+        reader_token: str | None = None,
+    ) -> None:
         self.driver, self.host, self.port = driver, host, port
         self._token = token.encode() if token else None
+        self._read_token = reader_token.encode() if reader_token and token else None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -167,16 +175,22 @@ class ControlServer:
 
     @web.middleware
     async def _authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """Every route but the probes needs the bearer token (compared in constant time);
-        a refused request changes nothing and its token is never logged."""
+        """Every route but the probes needs the bearer token (compared in constant time), or
+        for a GET the read-only token; a refused request changes nothing and its token is
+        never logged."""
         if self._token is None or request.match_info.route.name in OPEN_ROUTES:
             return await handler(request)
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), self._token):
-            response = _error(401, "a valid bearer token is required (Authorization: Bearer ...)")
-            response.headers["WWW-Authenticate"] = 'Bearer realm="stator"'
-            return response
-        return await handler(request)
+        bearer = given.encode() if scheme.lower() == "bearer" else b""
+        if bearer and hmac.compare_digest(bearer, self._token):
+            return await handler(request)
+        if bearer and self._read_token and hmac.compare_digest(bearer, self._read_token):
+            if request.method in ("GET", "HEAD"):
+                return await handler(request)
+            return _error(403, "this token is read-only: it may GET, not change the job")
+        response = _error(401, "a valid bearer token is required (Authorization: Bearer ...)")
+        response.headers["WWW-Authenticate"] = 'Bearer realm="stator"'
+        return response
 
     async def health(self, _: web.Request) -> web.Response:
         """Liveness: the process serves (never the job's health: a restart of the pod would
@@ -280,7 +294,13 @@ def serving(job: JobView, config: ControlConfig) -> Iterator[ControlServer | Non
     if config.port < 0:
         yield None
         return
-    server = ControlServer(job, config.host, config.port, read_token(config.token_file))
+    server = ControlServer(
+        job,
+        config.host,
+        config.port,
+        read_token(config.token_file),
+        read_token(config.read_token_file, "control.read_token_file"),
+    )
     server.start()
     try:
         yield server

@@ -8,18 +8,18 @@ from pathlib import Path
 from ..errors import ConfigError
 
 
-def read_token(path: str | None) -> str | None:
+def read_token(path: str | None, key: str = "control.token_file") -> str | None:
     """The bearer token in ``path`` (surrounding whitespace dropped); a missing or empty file
-    is a configuration error, not an open API."""
+    is a configuration error (naming the setting ``key``), not an open API."""
     if path is None:
         return None
     try:
         token = Path(path).read_text().strip()
     except OSError as exc:
         raise ConfigError(
-            f"control.token_file={path}: cannot read it ({exc.strerror}); mount the "
-            f"pipeline's control Secret there or unset control.token_file"
+            f"{key}={path}: cannot read it ({exc.strerror}); mount the "
+            f"pipeline's Secret there or unset {key}"
         ) from exc
     if not token:
-        raise ConfigError(f"control.token_file={path} is empty: it must hold the bearer token")
+        raise ConfigError(f"{key}={path} is empty: it must hold the bearer token")
     return token
