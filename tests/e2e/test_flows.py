@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from stator.ha.fencing import LEASE_LOST_EXIT, TAKEOVER_ID_GAP
+from stator_operator.operation import Step
 from tests.e2e.cluster import (
     EXTERNAL,
     LEADER_LEASE,
@@ -28,7 +29,8 @@ from tests.e2e.counts_output import assert_exact, committed
 
 COUNT = 30_000
 COUNT_LOST = 60_000  # two minutes at 500 events/s: the loss lands mid-stream
-COUNT_KILLED = 240_000  # 8 minutes of input at 500 events/s: more than six rescales take
+STEPS = tuple(Step)  # of every flow: a rescale goes through all six
+COUNT_KILLED = 150_000  # 5 minutes of input at 500 events/s: more than the rescales take
 
 
 def patch(space: Space, name: str, spec: dict[str, Any]) -> None:
@@ -177,27 +179,43 @@ def test_a_driver_on_a_lost_node_is_replaced_and_fenced(space: Space, nodes: Nod
         nodes.restore(node)
 
 
-@pytest.mark.timeout(1200)  # six rescales, each first waiting for its pre-started driver
+@pytest.mark.timeout(1200)  # rescales until the operator was killed at every step
 def test_operator_killed_at_every_step_of_a_rescale(
     space: Space, operator: OperatorControl
 ) -> None:
+    """The operator is SIGKILLed at each step of a rescale (prestart, savepoint, await the
+    savepoint, remove the old driver, deploy, await ready; a kill meant for a step lands at
+    the first status that shows it or a later one: saving and deploying pass in a moment) and
+    started again: within one rescale at each step in turn, then in a further rescale for the
+    steps left if one ended first. No step runs twice (one driver per deployment) and the
+    output is exact."""
     name = "resilient"
-    # Input for six rescales, each of which first waits for its pre-started driver.
     start(space, name, count=COUNT_KILLED, rate=500)
-    for replicas, kill_at in ((3, 0), (4, 1), (2, 2), (3, 3), (4, 4), (2, 5)):
+    covered: set[int] = set()  # steps k whose kill landed at step k or later
+    hit: list[int] = []  # the steps the kills landed at
+    rescales = 0
+    for replicas in (3, 4, 2, 3, 4, 2):
+        if len(covered) == len(STEPS):
+            break
         before = space.status(name)["deployment"]["id"]
         space.kube.kubectl("scale", "spl", name, "-n", space.name, f"--replicas={replicas}")
-        space.wait(
-            name,
-            f"step {kill_at}",
-            lambda s, k=kill_at, b=before: (
-                (s.get("operation") and int(s["operation"].get("step", 0)) >= k)
-                or (s.get("deployment", {}).get("id") != b and not s.get("operation"))
-            ),
-        )
-        operator.kill()
-        time.sleep(1)
-        operator.start()
+        rescales += 1
+        for k in [k for k in range(len(STEPS)) if k not in covered]:
+            s = space.wait(
+                name,
+                f"step {k} of the rescale to {replicas}",
+                lambda s, k=k, b=before: (
+                    (s.get("operation") and int(s["operation"].get("step", 0)) >= k)
+                    or (s.get("deployment", {}).get("id") != b and not s.get("operation"))
+                ),
+            )
+            if not s.get("operation"):
+                break  # the rescale ended: the next one gets the steps not yet killed at
+            operator.kill()
+            covered.add(k)
+            hit.append(int(s["operation"]["step"]))
+            time.sleep(1)
+            operator.start()
         s = space.wait(
             name,
             f"rescale to {replicas}",
@@ -205,13 +223,16 @@ def test_operator_killed_at_every_step_of_a_rescale(
             timeout=300,
         )
         assert s["deployment"]["id"] != before
+    print(f"{rescales} rescales; the kills landed at steps {hit}")
+    assert covered == set(range(len(STEPS))), f"kills for steps {sorted(covered)}"
     creates = [
         e
         for e in space.kube.kubectl_json("get", "events", "-n", space.name)["items"]
         if e["reason"] == "DriverCreated"
     ]
     # One driver for the first deployment and one per rescale: no step ran twice.
-    assert len({e["message"] for e in creates}) == 7, [e["message"] for e in creates]
+    messages = [e["message"] for e in creates]
+    assert len(set(messages)) == 1 + rescales, messages
     assert "PrestartFailed" not in space.events()
     space.finish(name, timeout=600)  # the rest of the input at full speed
     assert_exact(committed(space, name), COUNT_KILLED)

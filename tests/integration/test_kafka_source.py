@@ -25,9 +25,11 @@ from stator.control.answers import job_info
 from stator.control.metrics import render_metrics
 from stator.sinks import CollectSink
 from stator.sources import KafkaRecord, KafkaSource, StartFrom
-from tests.integration.kafka_jobs import Running, admin, make_topic, produce, unique
+from tests.integration.kafka_jobs import Running, admin, make_topic, produce, running, unique
 from tests.testbed.kafka import KafkaBroker
 from tests.unit.inprocess_run import run_in_process
+
+__all__ = ["running"]  # the fixture (kafka_jobs.py), shared with the dashboard's tests
 
 
 def as_tuple(rec: KafkaRecord) -> tuple[str, int, int, str]:
