@@ -103,8 +103,7 @@ public class PreferredLocationsRDD<T> extends RDD<T> {
     List<String> out = new ArrayList<>();
     int i = split.index();
     if (i < locations.length && locations[i] != null && !locations[i].isEmpty()) {
-      Set<String> alive = new HashSet<>(
-          scala.jdk.javaapi.CollectionConverters.asJava(sparkContext().getExecutorIds()));
+      Set<String> alive = active(sparkContext());
       for (String location : locations[i].split(",")) {
         if (!location.startsWith(EXECUTOR_PREFIX)) {
           out.add(location);
@@ -122,6 +121,21 @@ public class PreferredLocationsRDD<T> extends RDD<T> {
       }
     }
     return scala.jdk.javaapi.CollectionConverters.asScala(out).toList();
+  }
+
+  /**
+   * The executors the driver may still send tasks to: registered, and not being removed. An
+   * executor whose heartbeats timed out is being killed and replaced, but on a lost node its
+   * pod and its RPC connection linger until the node is declared gone, so it stays in
+   * getExecutorIds() the while: asking for it would hold a retried stage's task back for the
+   * whole process-locality wait.
+   */
+  private static Set<String> active(org.apache.spark.SparkContext sc) {
+    Set<String> ids = new HashSet<>(scala.jdk.javaapi.CollectionConverters.asJava(sc.getExecutorIds()));
+    if (sc.schedulerBackend() instanceof org.apache.spark.ExecutorAllocationClient client) {
+      ids.removeIf(id -> !client.isExecutorActive(id));
+    }
+    return ids;
   }
 
   /** Live executors whose block manager is on this host (the driver's own view). */
