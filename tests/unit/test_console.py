@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from stator.checkpoint.metadata import CheckpointMetadata
 from stator.cli import console as cli_console
 from stator.cli.main import main
 from stator.config import load_config
@@ -25,15 +24,14 @@ from stator.control.schema import HistoryInfo, JobInfo
 from stator.control.server import ControlServer
 from stator.control.timeline import SERIES, Series, Timeline
 from stator.control.wire import WireError, from_wire
-from stator.driver.job import Job
 from stator.driver.listeners import EpochResult
-from stator.driver.status import JobState, JobStatus
+from stator.driver.status import JobStatus
 from stator.epoch.histogram import Histogram
 from stator.errors import ConfigError
 from stator_operator import naming
 from stator_operator.resources import service
 from tests.unit.operator_fakes import Bed
-from tests.unit.two_regions import config, two_parts
+from tests.unit.two_regions import running_job
 
 TOKEN = "s3cr3t"
 CONSOLE_DIR = Path(cli_console.__file__).parents[1] / "control" / "console"
@@ -47,29 +45,6 @@ def get(url: str, token: str | None = None) -> tuple[int, dict[str, str], bytes]
             return resp.status, dict(resp.headers), resp.read()
     except urllib.error.HTTPError as err:
         return err.code, dict(err.headers), err.read()
-
-
-def running_job(tmp_path: Path) -> Job:
-    """A job of one region (no Spark) with one completed and one failed checkpoint."""
-    job = Job(two_parts(), config(tmp_path, "failover.strategy=full"))
-    st = job.status
-    st.state, st.epoch, st.records_in = JobState.RUNNING, 7, 100
-    st.last_checkpoint = CheckpointMetadata(
-        checkpoint_id=2,
-        epoch=6,
-        job="two",
-        created_ms=1_700_000_000_000,
-        max_parallelism=128,
-        incremental=True,
-        operators={},
-        sources={},
-        sinks={},
-        watermark=0,
-        duration_ms=12,
-    )
-    job.history.completed(st.last_checkpoint)
-    job.history.failed(3, 7, "disk full")
-    return job
 
 
 @pytest.fixture
