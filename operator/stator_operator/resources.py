@@ -89,23 +89,22 @@ def service_account(body: dict[str, Any]) -> dict[str, Any]:
 def control_secret(body: dict[str, Any]) -> dict[str, Any]:
     """The bearer token of the driver's control API, one per pipeline (created once, kept
     across deployments; only the driver, by its mount, and the operator read it)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": "Opaque",
-        "metadata": _meta(body, control_secret_name(body["metadata"]["name"]), "control"),
-        "stringData": {CONTROL_TOKEN_KEY: secrets.token_urlsafe(32)},
-    }
+    return _token_secret(body, control_secret_name(body["metadata"]["name"]), "control")
 
 
 def read_secret(body: dict[str, Any]) -> dict[str, Any]:
     """The control API's read-only token (GETs only), one per pipeline, created once: for
     scrapers and consoles, which must not be able to stop or savepoint the job."""
+    return _token_secret(body, read_secret_name(body["metadata"]["name"]), "read")
+
+
+def _token_secret(body: dict[str, Any], name: str, component: str) -> dict[str, Any]:
+    """A Secret holding one fresh random token under ``CONTROL_TOKEN_KEY``."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
-        "metadata": _meta(body, read_secret_name(body["metadata"]["name"]), "read"),
+        "metadata": _meta(body, name, component),
         "stringData": {CONTROL_TOKEN_KEY: secrets.token_urlsafe(32)},
     }
 
