@@ -102,14 +102,7 @@ def job_graph(d: JobView) -> JobGraph:
             inputs=tuple(n.inputs),
             region=region_of.get(label, ""),
             parallelism=subtasks,
-            key_groups=tuple(
-                (r.start, r.end)
-                for r in (
-                    range_for_subtask(i, subtasks, p.max_parallelism) for i in range(subtasks)
-                )
-            )
-            if keyed and subtasks
-            else (),
+            key_groups=_key_groups(subtasks, p.max_parallelism) if keyed and subtasks else (),
         )
 
     return JobGraph(nodes=tuple(node(n) for n in d.pipeline.nodes))
