@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from ..cluster import cds
+from ..cluster import cds, quick_ack
 from ..cluster.jvm import ensure_jar
 from ..cluster.kubernetes import MASTER, in_cluster_conf
 from ..config import SPARK_REQUIRED, SparkConfig
@@ -91,6 +91,8 @@ def create_session(cfg: SparkConfig, app_name: str) -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession  # noqa: PLC0415 - starting a JVM is expensive
+
+    quick_ack.install()  # the driver's reads from its JVM: no delayed acknowledgements
 
     master = effective_master(cfg)
     cluster: dict[str, str] = {}

@@ -17,10 +17,12 @@ package is installed elsewhere on the path at the same version, then runs PySpar
 daemon; the workers it forks inherit the path. A zip that is the only copy, or a different
 version, stays.
 
-It also wraps each worker's per-task entry so a collector a Stator task paused
-(``tasks/gc_pause.py``) resumes only once PySpark has sent that task's output, and starts the
-executor's checkpoint uploader (``checkpoint/executor_uploader.py``), and loads what every
-worker would import in its first task before it forks any (``tasks/worker_warmup.py``).
+It also wraps each worker's per-task entry so it reads its task acknowledging at once
+(``cluster/quick_ack.py``: a delayed acknowledgement held every task's input 40 ms) and so
+a collector a Stator task paused (``tasks/gc_pause.py``) resumes only once PySpark has
+sent that task's output. It starts the executor's checkpoint uploader
+(``checkpoint/executor_uploader.py``) and loads what every worker would import in its first
+task before it forks any (``tasks/worker_warmup.py``).
 """
 
 from __future__ import annotations
@@ -95,12 +97,13 @@ def main() -> None:
     from pyspark import daemon  # noqa: PLC0415 - only after the path is trimmed
 
     from ..checkpoint import executor_uploader  # noqa: PLC0415 - after the trim too
+    from ..cluster.quick_ack import acknowledging  # noqa: PLC0415 - after the trim too
     from .gc_pause import resume_after_each_task  # noqa: PLC0415 - after the trim too
     from .worker_warmup import warm  # noqa: PLC0415 - after the trim too
 
     executor_uploader.start()  # before any worker is forked: they inherit its address
     warm()  # before any worker is forked: they inherit what it loaded
-    daemon.worker_main = resume_after_each_task(daemon.worker_main)
+    daemon.worker_main = resume_after_each_task(acknowledging(daemon.worker_main))
     daemon.manager()  # type: ignore[no-untyped-call]
 
 
