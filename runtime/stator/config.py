@@ -36,6 +36,11 @@ class EpochConfig:
     # Records read per epoch, over all splits of all sources. Larger epochs amortize Spark's
     # per-job overhead; smaller ones lower latency and the memory a task needs.
     max_records: int = 200_000
+    # An epoch's time budget (``driver/epoch_budget.py``): > 0 reads at most what recent
+    # epochs processed in this long, so a backlog or a burst is taken in epochs of about
+    # this duration instead of one long epoch whose records all wait for its end. 0: none
+    # (only max_records). For low latency: docs/runtime.md "Latency".
+    max_ms: int = 0
     # When no input is available, wait this long before planning again.
     idle_wait_ms: int = 200
     # Stop when every source is exhausted (bounded sources); otherwise wait for more input.
@@ -317,6 +322,7 @@ class JobConfig:
             )
         _positive(self, "epoch.max_records", self.epoch.max_records)
         _at_least_zero("epoch.idle_wait_ms", self.epoch.idle_wait_ms)
+        _at_least_zero("epoch.max_ms", self.epoch.max_ms)
         _at_least_zero("control.linger_ms", self.control.linger_ms)
         if self.control.read_token_file and not self.control.token_file:
             raise ConfigError(

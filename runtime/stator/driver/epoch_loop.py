@@ -5,7 +5,9 @@ queues savepoints and answers the control API.
 One epoch:
 
 1. Plan (``planning.py``): every unfinished split gets a range (possibly empty: it still
-   carries the split's watermark). Nothing to read and nothing finishing -> wait, re-plan.
+   carries the split's watermark), within the epoch's budget (``epoch_budget.py``: the
+   records of ``epoch.max_ms``, measured after each epoch). Nothing to read and nothing
+   finishing -> wait, re-plan.
 2. Run (``sparkjob.py``): source tasks -> shuffle by key-group -> keyed tasks -> ... ->
    sinks, as one Spark job. Keyed tasks commit their state for the epoch atomically
    (``tasks/keyed.py``); if a checkpoint is due they also snapshot and upload.
@@ -241,7 +243,8 @@ class RegionLoop:
                     time.sleep(self.config.epoch.idle_wait_ms / 1000)
                     continue
                 guard(f"epoch {self.next_epoch()}")
-                self._run_epoch(plan)
+                result = self._run_epoch(plan)
+                self.planner.budget.observe(result.records_in, result.duration_s)
                 self.recovery.epoch_completed()
             except JobFailed:  # a split's failover gave up (split_failover.py)
                 self.checkpoints.abort_all("the job failed")

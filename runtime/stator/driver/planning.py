@@ -17,6 +17,7 @@ from ..checkpoint.coordinator import now_ms
 from ..config import CheckpointConfig, EpochConfig
 from ..epoch.reports import SplitReport
 from ..sources.base import SplitLag, SplitRange, SplitState
+from .epoch_budget import EpochBudget
 from .idleness import IdleTracker
 
 log = logging.getLogger("stator.planning")
@@ -32,6 +33,7 @@ class EpochPlanner:
         self.positions: dict[str, dict[str, SplitState]] = {}
         self.discovered_ms: dict[str, int] = {}  # source uid -> its last discovery
         self.idle = IdleTracker({uid: node.watermarks.idleness_ms for uid, node in sources.items()})
+        self.budget = EpochBudget(config.max_records, config.max_ms)
 
     def rewind(self, restored: dict[str, dict[str, dict[str, Any]]] | None) -> None:
         """Positions from a checkpoint or savepoint (None: every split from its start mode).
@@ -60,6 +62,7 @@ class EpochPlanner:
                     splits[split] = SplitState(start(split), MIN_TIMESTAMP)
             positions[uid] = _in_order(node, {s: st for s, st in splits.items() if st})
         self.positions = positions
+        self.budget.reset()  # restored state and new workers: measured again
         now = now_ms()
         self.discovered_ms = dict.fromkeys(self.sources, now)
         self.idle.reset(now)
@@ -112,7 +115,7 @@ class EpochPlanner:
         # The budget is shared by the sources that still read: a finished source (a small
         # rule table, a bounded side input) does not keep half of every later epoch.
         reading = sum(1 for splits in open_by_source.values() if splits)
-        budget = max(1, self.config.max_records // max(1, reading))
+        budget = max(1, self.budget.records() // max(1, reading))
         plan: Plan = {}
         work = False
         for uid, node in self.sources.items():
