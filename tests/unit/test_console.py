@@ -27,6 +27,8 @@ from stator.control.wire import WireError, from_wire
 from stator.driver.listeners import EpochResult
 from stator.driver.status import JobStatus
 from stator.epoch.histogram import Histogram
+from stator.epoch.phases import phases
+from stator.epoch.reports import SplitReport, StateReport
 from stator.errors import ConfigError
 from stator_operator import naming
 from stator_operator.resources import service
@@ -152,7 +154,10 @@ def test_history_answer_reads_back_and_holds_the_checkpoints(tmp_path: Path) -> 
     timeline = Timeline()
     timeline.sample(status(0), at_ms=1)
     timeline.sample(status(50), at_ms=1001)
-    timeline.epoch_done(EpochResult(4, False, 50, 40, 0.5, [], 0, [], region="a-in"))
+    stamps = [SplitReport("in", "gen-0", 4, 0, 50, started_ms=1005, ended_ms=1030)]
+    stamps.append(StateReport("sum", 0, 4, 0, 50, 40, started_ms=1031, ended_ms=1090))
+    timed = phases(1000, 1002, stamps, 1095, 1100)
+    timeline.epoch_done(EpochResult(4, False, 50, 40, 0.5, [], 0, [], "a-in", timed))
     data = history_info(running_job(tmp_path), timeline).to_wire()
     history = HistoryInfo.from_wire(json.loads(json.dumps(data)))
     assert history.to_wire() == data, "the answer is the schema's"
@@ -160,6 +165,17 @@ def test_history_answer_reads_back_and_holds_the_checkpoints(tmp_path: Path) -> 
     assert history.samples.values["records_in"] == (None, 50.0)
     assert [(c.id, c.status) for c in history.checkpoints] == [(2, "COMPLETED"), (3, "FAILED")]
     assert [(e.epoch, e.duration_ms, e.region) for e in history.epochs] == [(4, 500, "a-in")]
+    assert history.epochs[0].phases == {
+        "submitted": 2,
+        "source_start": 5,
+        "source_end": 30,
+        "keyed_start": 31,
+        "keyed_input": 0,  # not stamped: no such task
+        "keyed_processed": 0,
+        "keyed_end": 90,
+        "job_end": 95,
+        "handed_off": 100,
+    }
     assert history.failovers == ()
     assert history.samples.interval_ms == 1000 and history.epochs_capacity == 1000
 

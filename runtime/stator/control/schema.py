@@ -418,6 +418,8 @@ class EpochSample(Answer):
     records_in: int = 0
     records_out: int = 0
     region: str | None = field(default=None, metadata=OMIT_NONE)
+    # ms after it was planned: submitted, source_start, ..., handed_off (``epoch/phases.py``)
+    phases: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)

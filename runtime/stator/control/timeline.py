@@ -134,6 +134,7 @@ class Timeline:
             records_in=result.records_in,
             records_out=result.records_out,
             region=result.region,
+            phases=result.phases.as_dict() if result.phases else {},
         )
         with self._lock:
             self._epochs.append(sample)

@@ -36,6 +36,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from .. import failpoints
@@ -45,6 +46,7 @@ from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.ownership import Ownership
 from ..cluster.jvm import live_executors, load_helper
 from ..config import JobConfig
+from ..epoch.phases import phases
 from ..epoch.reports import Report, SinkReport, SplitFailure, SplitReport, StateReport
 from ..epoch.spec import EpochSpec, SavepointTask
 from ..errors import JobFailed
@@ -301,9 +303,14 @@ class RegionLoop:
             )
         where = f"{self.job} region {self.region}" if self.region else self.job
         group = f"{self.region}-epoch-{spec.epoch}" if self.region else f"epoch-{spec.epoch}"
+        submitted_ms = now_ms()
         reports = run_epoch_job(self.spark, spec, group, f"{where} epoch {spec.epoch}", placement)
+        job_end_ms = now_ms()
         failpoints.reach("driver.epoch-ran")  # output staged, checkpoint not yet acknowledged
         result = self._advance(spec, reports, started)
+        result = replace(
+            result, phases=phases(spec.planned_ms, submitted_ms, reports, job_end_ms, now_ms())
+        )
         if self.status.startup.first_epoch_ms is None:
             self.status.startup.first_epoch_ms = now_ms()
         for listener in self.listeners.epoch:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from ..checkpoint.metadata import CheckpointMetadata
 from ..checkpoint.pending import Verdict
+from ..epoch.phases import EpochPhases
 from ..epoch.reports import StateReport
 
 
@@ -24,6 +25,7 @@ class EpochResult:
     checkpoint_id: int  # the checkpoint this epoch took (0: none)
     outcomes: list[Verdict]  # checkpoints (of this or earlier epochs) completed or failed
     region: str | None = None  # the failover region's id (a job of several regions)
+    phases: EpochPhases | None = None  # where its time went (``epoch/phases.py``)
 
 
 EpochListener = Callable[[EpochResult], None]

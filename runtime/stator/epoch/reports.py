@@ -28,6 +28,9 @@ class SplitReport:
     rejected: int = 0  # records the source sent to its dead-letter sink
     # When its records became available (``availability.py``): committed latency.
     available: Availability = ()
+    # The task's start and end, wall clock ms (``phases.py``).
+    started_ms: int = 0
+    ended_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,12 @@ class StateReport:
     busy_ns: int = 0
     # Latency of its records from available to processed (``availability.py``).
     latency: Histogram | None = None
+    # Wall clock ms (``phases.py``): the task started, had read its input (the shuffle),
+    # had run its functions over it, and ended (state committed, snapshot taken).
+    started_ms: int = 0
+    input_ms: int = 0
+    processed_ms: int = 0
+    ended_ms: int = 0
 
 
 Report = SplitReport | SplitFailure | SinkReport | StateReport

@@ -51,7 +51,7 @@ from .user_errors import user_code
 def keyed_task(
     spec: EpochSpec, node_id: int, reports: Any, subtask: int, items: Iterable[tuple[int, bytes]]
 ) -> Iterator[Shuffled]:
-    started_ns = time.perf_counter_ns()
+    started_ns, started_ms = time.perf_counter_ns(), now_ms()
     node = spec.pipeline.node(node_id)
     assert isinstance(node, KeyedNode)
     p = spec.parallelism[node.uid]
@@ -62,6 +62,7 @@ def keyed_task(
     new_watermark = min((h[1] for h in headers if h[1] is not None), default=MIN_TIMESTAMP)
     batches = [(h[2], h[3]) for h in headers]
     records_in = sum(len(b[1]) for _, b in batches)  # values: broadcast input has no keys
+    input_ms = now_ms()
 
     backend, restored = open_state(spec, node.uid, subtask, key_groups)
     executor, host = task_location()
@@ -81,7 +82,8 @@ def keyed_task(
             if spec.verify_states:
                 _verify_declared(spec, node.uid, backend)
             output = runner.run(batches, new_watermark)
-        latency, available = processing_latency(headers, now_ms(), spec.planned_ms)
+        processed_ms = now_ms()
+        latency, available = processing_latency(headers, processed_ms, spec.planned_ms)
         watermark = max(backend.watermark, new_watermark)
         router = Router(
             spec.pipeline,
@@ -123,6 +125,10 @@ def keyed_task(
             tally,
             busy_ns=max(0, time.perf_counter_ns() - started_ns - restored.duration_ms * 1_000_000),
             latency=latency,
+            started_ms=started_ms,
+            input_ms=input_ms,
+            processed_ms=processed_ms,
+            ended_ms=now_ms(),
         )
         done: list[Report] = [state, *staged]
         reports.add(done)

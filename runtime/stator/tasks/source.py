@@ -50,6 +50,7 @@ def _last_attempt(attempts: int) -> bool:
 
 
 def _read_range(spec: EpochSpec, node_id: int, reports: Any, index: int) -> Iterator[Shuffled]:
+    started_ms = now_ms()
     node = spec.pipeline.node(node_id)
     assert isinstance(node, SourceNode)
     rng = spec.ranges[node.uid][index]
@@ -85,13 +86,25 @@ def _read_range(spec: EpochSpec, node_id: int, reports: Any, index: int) -> Iter
     router.push(node.id, batch)
     out = router.downstream((node.id, rng.order), watermark, node.id, available)
     done: list[Report] = [
-        SplitReport(node.uid, rng.split, spec.epoch, max_ts, len(records), rejected, available)
+        SplitReport(
+            node.uid,
+            rng.split,
+            spec.epoch,
+            max_ts,
+            len(records),
+            rejected,
+            available,
+            started_ms=started_ms,
+            ended_ms=now_ms(),
+        )
     ]
     reports.add([*done, *router.staged(spec.epoch)])
     return iter(out)
 
 
-def drain(items: Iterable[Any]) -> None:
-    """The action that runs an epoch's Spark job: its output is in the reports."""
+def drain(items: Iterable[Any]) -> Iterator[Any]:
+    """The last step of an epoch's Spark job: its output is in the reports, so nothing goes
+    back to the driver (the job's action counts what this yields: nothing)."""
     for _ in items:
         pass
+    return iter(())
