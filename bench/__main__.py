@@ -38,7 +38,12 @@ Groups (``--only``):
   Stator's exactly-once and at-least-once ``KafkaSink`` against Spark's Kafka source,
   ``groupBy().count()`` and Kafka sink on the same backlog, outputs checked by a
   ``read_committed`` consumer; and end-to-end latency (p50, p99) at ``--kafka-rate``
-  records/s (``bench/kafka.py``).
+  records/s (``bench/kafka.py``);
+- ``latency``: at fixed input rates (``--lat-rates``, and the highest of ``--lat-probe``
+  that Stator sustains), processing and committed latency per record of a user
+  ``KeyedProcessFunction`` into an exactly-once sink, with Stator's defaults and its
+  low-latency settings, against Spark Structured Streaming's keyed count at the same rate;
+  and Kafka -> Kafka at ``--lat-kafka-rate`` (``bench/latency.py``).
 
 ``--quick`` runs a reduced ``count``, ``tws`` and ``join`` (or the groups ``--only`` names, e.g.
 ``--quick --only kafka``) once each without MinIO, in under three minutes per group, for
@@ -77,6 +82,7 @@ GROUPS = (
     "spark_start",
     "join",
     "kafka",
+    "latency",
 )
 MINIO_GROUPS = {"uploads", "churn", "savepoint", "local_restore", "standby"}  # start MinIO
 ENV: dict[str, str] = {}  # extra environment for cases (S3 credentials when on MinIO)
@@ -88,7 +94,8 @@ def run_case(name: str, **kwargs: Any) -> dict[str, Any]:
     """Run one case in a child process and return its result."""
     code = (
         "import json, sys; from bench.cases import CASES; from bench.joins import JOIN_CASES; "
-        "from bench.kafka import KAFKA_CASES; CASES.update(JOIN_CASES); CASES.update(KAFKA_CASES); "
+        "from bench.kafka import KAFKA_CASES; from bench.latency import LATENCY_CASES; "
+        "CASES.update(JOIN_CASES); CASES.update(KAFKA_CASES); CASES.update(LATENCY_CASES); "
         f"r = CASES[{name!r}](**json.loads(sys.argv[1])); print('RESULT ' + json.dumps(r))"
     )
     # This checkout's runtime first: an installed (e.g. editable, other checkout) stator
@@ -153,6 +160,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kafka-lat-s", type=float, default=30.0, help="latency: measured s")
     parser.add_argument("--kafka-warmup-s", type=float, default=15.0, help="latency: warm-up s")
     parser.add_argument(
+        "--lat-rates", type=int, nargs="*", default=[2_000, 20_000], help="latency: records/s"
+    )
+    parser.add_argument(
+        "--lat-probe",
+        type=int,
+        nargs="*",
+        default=[40_000, 60_000, 80_000],
+        help="latency: rates tried once each, ascending, for the highest Stator sustains",
+    )
+    parser.add_argument("--lat-keys", type=int, default=100_000, help="latency: keys")
+    parser.add_argument("--lat-s", type=float, default=20.0, help="latency: measured s")
+    parser.add_argument("--lat-warmup-s", type=float, default=10.0, help="latency: warm-up s")
+    parser.add_argument(
+        "--lat-kafka-rate", type=int, default=20_000, help="latency: Kafka records/s (0: none)"
+    )
+    parser.add_argument(
         "--only",
         nargs="*",
         default=None,
@@ -181,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         args.kafka_lat_s, args.kafka_warmup_s = 8.0, 6.0
         args.join_events, args.join_keys, args.join_epoch = 100_000, 10_000, 25_000
         args.tws_events, args.tws_keys = 8_000, 1_000
+        args.lat_rates, args.lat_probe, args.lat_kafka_rate = [20_000], [], 0
+        args.lat_s, args.lat_warmup_s = 8.0, 5.0
     elif args.runs < 3:
         parser.error("--runs must be at least 3 (fewer make no median); --quick for less")
     args.only = args.only or [*GROUPS]
@@ -316,6 +341,13 @@ def _run(args: argparse.Namespace, s3: str) -> int:  # noqa: PLR0912 - a branch 
                 target=">= 1.5",
             ).row()
         )
+
+    if "latency" in args.only:
+        from bench.latency import latency_rows
+
+        got, dumped = latency_rows(args, _case, log)
+        rows += got
+        dumps.update(dumped)
 
     if "kafka" in args.only:
         from bench.kafka import kafka_rows

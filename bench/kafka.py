@@ -496,14 +496,21 @@ def _measure_latency(
 
 
 def stator_kafka_latency(
-    bootstrap: str, keys: int, rate: int, seconds: float, warmup_s: float, delivery: str
+    bootstrap: str,
+    keys: int,
+    rate: int,
+    seconds: float,
+    warmup_s: float,
+    delivery: str,
+    settings: list[str] | None = None,
 ) -> dict[str, Any]:
     """Stator's Kafka count (unbounded source, default epochs: whatever arrived, up to
-    ``epoch.max_records``), a checkpoint every epoch, under a fixed input rate."""
+    ``epoch.max_records``), a checkpoint every epoch, under a fixed input rate; ``settings``
+    on top of the defaults."""
     work = _workdir("stator-kafka-lat")
 
     def start(source: str, out: str) -> Callable[[], dict[str, float]]:
-        job = _stator_job(bootstrap, source, out, delivery, work, [], False)
+        job = _stator_job(bootstrap, source, out, delivery, work, settings or [], False)
         took: list[float] = []  # seconds of each epoch that read records
         job.on_epoch(lambda r: took.append(r.duration_s) if r.records_in else None)
         runner = threading.Thread(target=job.run, daemon=True)
