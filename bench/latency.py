@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import itertools
 import shutil
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -44,7 +43,7 @@ from stator import (
     ValueStateDescriptor,
 )
 from stator.config import load_config
-from stator.sinks.base import Sink, SinkWriter
+from stator.sinks import CollectSink
 from stator.sources import GeneratorSource, KeyedEvents
 
 SPLITS = 2
@@ -65,45 +64,24 @@ class StampedCount(KeyedProcessFunction):
         yield (ctx.current_key, n, event[2], time.time_ns() // 1_000_000)
 
 
-class _Rows(SinkWriter):
-    def __init__(self, part: str) -> None:
-        self.part, self.rows = part, []  # type: ignore[var-annotated]
-
-    def write(self, values: list[Any]) -> None:
-        self.rows.extend(values)
-
-    def finish(self) -> tuple[dict[str, Any], Any]:
-        return {"part": self.part, "records": len(self.rows)}, self.rows
-
-
-class StampingSink(Sink):
-    """Exactly-once into the driver's memory, as the collect sink: an epoch's rows become
-    visible when its checkpoint commits them; each row is kept with that moment."""
+class StampingSink(CollectSink):
+    """The collect sink (exactly-once into the driver's memory: an epoch's rows become
+    visible when its checkpoint commits them), noting when each epoch was committed."""
 
     def __init__(self) -> None:
-        self.rows: list[tuple[str, int, int, int, int]] = []
-        self.epochs: set[int] = set()
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.rows, self.epochs, self._lock = [], set(), threading.Lock()
-
-    def writer(self, uid: str, epoch: int, part: str) -> SinkWriter:
-        return _Rows(part)
+        super().__init__()
+        self.committed_ms: dict[int, int] = {}
 
     def commit(
         self, uid: str, epoch: int, parts: list[dict[str, Any]], payloads: list[Any]
     ) -> None:
         now = time.time_ns() // 1_000_000
-        with self._lock:
-            if epoch in self.epochs:
-                return
-            self.epochs.add(epoch)
-            for payload in payloads:
-                self.rows.extend((*row, now) for row in payload or ())
+        super().commit(uid, epoch, parts, payloads)
+        self.committed_ms.setdefault(epoch, now)
+
+    def stamped(self) -> list[tuple[str, int, int, int, int]]:
+        """Every committed row with its epoch's commit time."""
+        return [(*row, self.committed_ms[e]) for e, rows in self.by_epoch.items() for row in rows]
 
 
 def _percentiles(ms: np.ndarray, prefix: str) -> dict[str, float]:
@@ -167,13 +145,14 @@ def stator_latency(
     started = source._started_ms  # when the generator's schedule began (its first plan)
     if started is None:
         raise WrongOutput("Stator: the generator never planned")
-    check_stamped(sink.rows, events, keys)
+    rows = sink.stamped()
+    check_stamped(rows, events, keys)
     ms_per_record = 1000 * SPLITS / rate
-    index = np.array([r[2] for r in sink.rows], dtype=np.int64)
+    index = np.array([r[2] for r in rows], dtype=np.int64)
     available = started + np.round((index // SPLITS) * ms_per_record).astype(np.int64)
     keep = available >= started + warmup_s * 1000
-    processed = np.array([r[3] for r in sink.rows], dtype=np.int64)[keep] - available[keep]
-    committed = np.array([r[4] for r in sink.rows], dtype=np.int64)[keep] - available[keep]
+    processed = np.array([r[3] for r in rows], dtype=np.int64)[keep] - available[keep]
+    committed = np.array([r[4] for r in rows], dtype=np.int64)[keep] - available[keep]
     return {
         "rate": rate,
         "keys": keys,

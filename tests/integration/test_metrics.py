@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from stator import Job, Pipeline
 from stator.config import JobConfig
-from stator.control.schema import JobInfo
+from stator.control.schema import HistoryInfo, JobInfo
 from stator.control.server import serving
 from stator.sinks import CollectSink
 from stator.sources import GeneratorSource, KeyedEvents
@@ -89,6 +89,27 @@ def test_a_keyed_jobs_metrics_have_plausible_values(
             assert samples[("stator_subtask_state_bytes", "count", sub)] > 0
         assert samples[("stator_committed_latency_seconds_count", "out", None)] >= EVENTS
         assert samples[("stator_epoch_duration_seconds_count", None, None)] >= EVENTS // 500
+
+        # Where each epoch's time went (epoch/phases.py): every phase stamped, in order.
+        status, body = call(base, "/v1/history")
+        assert status == 200
+        reading = [e for e in HistoryInfo.from_wire(body).epochs if e.records_in]
+        assert len(reading) >= EVENTS // 500
+        order = (
+            "submitted",
+            "source_start",
+            "source_end",
+            "keyed_start",
+            "keyed_input",
+            "keyed_processed",
+            "keyed_end",
+            "job_end",
+            "handed_off",
+        )
+        for e in reading:
+            stamps = [e.phases[name] for name in order]
+            assert stamps == sorted(stamps) and stamps[-1] > 0, e.phases
+            assert stamps[-1] <= e.duration_ms + 1000, "within the epoch (plus its planning)"
     finally:
         driver.stop()
         thread.join(120)
