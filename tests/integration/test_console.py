@@ -150,6 +150,12 @@ def test_the_console_shows_the_job(running: tuple[Job, str], tmp_path: Path) -> 
     assert int(plots["plot-checkpoint-duration"]) >= 3 and int(plots["plot-checkpoint-size"]) >= 6
     assert dom.count('class="series"') >= 5 and dom.count('class="point"') > 5
 
+    phases = re.findall(r'<tr class="phase-row">(.*?)</tr>', dom, re.S)
+    assert len(phases) == 1, "the newest epoch that read records, of the job's one region"
+    stamps = re.findall(r"<td>(.*?)</td>", phases[0])[3:]
+    assert len(stamps) == 9 and all(re.fullmatch(r"\d+ ms|\d+\.\d s", t) for t in stamps), stamps
+    assert stamps[-1] != "0 ms", "handed off after it was planned"
+
     rows = re.findall(r'<tr class="placement-row">(.*?)</tr>', dom, re.S)
     assert len(rows) == 2, "one row per subtask of 'count'"
     cells = [re.findall(r"<td>(.*?)</td>", r) for r in rows]

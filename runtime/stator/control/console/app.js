@@ -78,6 +78,7 @@ function render(job, history, savepoints) {
   summary(job);
   $("graph").replaceChildren(jobGraph(job.graph, job.regions));
   plots(history);
+  epochPhases(history.epochs);
   checkpoints(history.checkpoints);
   placement(job);
   rows($("failovers"), [...(history.failovers ?? [])].reverse(), (f) => [
@@ -140,6 +141,20 @@ function plots(history) {
   const kept = samples.capacity * samples.interval_ms / 60000;
   $("history-note").textContent =
     `One sample every ${samples.interval_ms / 1000} s, the last ${kept} minutes; epochs: the last ${history.epochs_capacity}.`;
+}
+
+const PHASES = ["submitted", "source_start", "source_end", "keyed_start", "keyed_input", "keyed_processed",
+  "keyed_end", "job_end", "handed_off"];
+
+function epochPhases(epochs) {
+  // The newest epoch that read records, per region (epoch/phases.py).
+  const newest = new Map();
+  for (const e of epochs) {
+    if (e.records_in > 0 && e.phases && Object.keys(e.phases).length) newest.set(e.region ?? "", e);
+  }
+  rows($("epoch-phases"), [...newest.values()], (e) => [
+    e.region ?? "", e.epoch, number(e.records_in), ...PHASES.map((p) => ms(e.phases[p] ?? 0)),
+  ], "phase-row");
 }
 
 function rank(order, title) {
