@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 
 class WrongOutput(AssertionError):
     """A benchmark run's output failed its check: the run does not count."""
@@ -96,6 +98,22 @@ class Alternating:
         got = self.results[name]
         values = tuple(float(d[detail]) if detail else v for v, d in got)
         return Runs(label, unit, values, tuple(d for _, d in got))
+
+
+def latency_percentiles(ms: np.ndarray, prefix: str = "") -> dict[str, float]:
+    """p50, p90, p99 and max of per-record latencies in ms (in the order the records came),
+    and ``drift_ms``: the last third's median minus the first third's, > 0 where latency
+    grew over the window (the engine fell behind the input rate). Keys are ``p50_ms``, ...,
+    or ``<prefix>_p50_ms``, ... with a prefix."""
+    name = f"{prefix}_" if prefix else ""
+    third = max(1, len(ms) // 3)
+    return {
+        f"{name}p50_ms": float(np.percentile(ms, 50)),
+        f"{name}p90_ms": float(np.percentile(ms, 90)),
+        f"{name}p99_ms": float(np.percentile(ms, 99)),
+        f"{name}max_ms": float(ms.max()),
+        f"{name}drift_ms": float(np.median(ms[-third:]) - np.median(ms[:third])),
+    }
 
 
 def table(rows: list[tuple[str, str, str, str]]) -> str:

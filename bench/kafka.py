@@ -47,7 +47,7 @@ from bench.cases import (
     _workdir,
     check_counts,
 )
-from bench.harness import Alternating, Comparison, WrongOutput
+from bench.harness import Alternating, Comparison, WrongOutput, latency_percentiles
 
 PARTITIONS = 4
 CORES = 2  # local[2], both engines
@@ -481,15 +481,10 @@ def _measure_latency(
     ms = latencies(inputs, watcher.seen, int((producer.started + warmup_s) * 1000))
     if len(ms) == 0:
         raise WrongOutput(f"{what}: no input records after the warm-up")
-    third = max(1, len(ms) // 3)
     return {
         "records": len(ms),
         "rate": producer.sent / (warmup_s + seconds),
-        # > 0: latency grew over the window (the engine fell behind the input rate).
-        "drift_ms": float(np.median(ms[-third:]) - np.median(ms[:third])),
-        "p50_ms": float(np.percentile(ms, 50)),
-        "p99_ms": float(np.percentile(ms, 99)),
-        "max_ms": float(ms.max()),
+        **latency_percentiles(ms),
         "outputs": sum(len(v) for v in watcher.seen.values()),
         **pace,
     }

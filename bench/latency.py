@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from bench.cases import MULT, SEED, _spark, _workdir, check_counts
-from bench.harness import Alternating, Comparison, WrongOutput
+from bench.harness import Alternating, Comparison, WrongOutput, latency_percentiles
 from stator import (
     INT64,
     EpochResult,
@@ -82,18 +82,6 @@ class StampingSink(CollectSink):
     def stamped(self) -> list[tuple[str, int, int, int, int]]:
         """Every committed row with its epoch's commit time."""
         return [(*row, self.committed_ms[e]) for e, rows in self.by_epoch.items() for row in rows]
-
-
-def _percentiles(ms: np.ndarray, prefix: str) -> dict[str, float]:
-    third = max(1, len(ms) // 3)
-    return {
-        f"{prefix}_p50_ms": float(np.percentile(ms, 50)),
-        f"{prefix}_p90_ms": float(np.percentile(ms, 90)),
-        f"{prefix}_p99_ms": float(np.percentile(ms, 99)),
-        f"{prefix}_max_ms": float(ms.max()),
-        # > 0: latency grew over the window (the engine fell behind the input rate).
-        f"{prefix}_drift_ms": float(np.median(ms[-third:]) - np.median(ms[:third])),
-    }
 
 
 def check_stamped(rows: list[tuple[str, int, int, int, int]], events: int, keys: int) -> None:
@@ -158,8 +146,8 @@ def stator_latency(
         "keys": keys,
         "records": int(keep.sum()),
         "settings": settings,
-        **_percentiles(processed, "processing"),
-        **_percentiles(committed, "committed"),
+        **latency_percentiles(processed, "processing"),
+        **latency_percentiles(committed, "committed"),
         "epochs": status.epoch,
         "epoch_s": float(np.median([r.duration_s for _, r in epochs])) if epochs else 0.0,
         "timeline_ms": timeline(epochs, started + warmup_s * 1000),
@@ -174,10 +162,8 @@ def timeline(epochs: list[tuple[float, EpochResult]], after_ms: float) -> dict[s
     timed = [(planned, ph) for planned, ph in timed if planned >= after_ms]
     if not timed:
         return {}
-    out = {
-        name: float(np.median([ph.as_dict()[name] for _, ph in timed]))
-        for name in timed[0][1].as_dict()
-    }
+    stamps = [ph.as_dict() for _, ph in timed]
+    out = {name: float(np.median([st[name] for st in stamps])) for name in stamps[0]}
     gaps = [b[0] - (a[0] + a[1].handed_off) for a, b in itertools.pairwise(timed)]
     out["next_plan"] = float(np.median(gaps)) if gaps else 0.0
     return out
@@ -252,7 +238,7 @@ def spark_latency(rate: int, keys: int, seconds: float, warmup_s: float) -> dict
         "keys": keys,
         "records": total,
         "outputs": len(ms),
-        **_percentiles(ms.astype(np.int64), "committed"),
+        **latency_percentiles(ms.astype(np.int64), "committed"),
         "epoch_s": float(np.median(took)) if took else 0.0,
     }
 

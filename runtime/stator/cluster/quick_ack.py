@@ -36,6 +36,11 @@ _QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 _INSTALLED: list[bool] = []  # once :func:`install` ran
 
 
+def _tcp(sock: socket.socket) -> bool:
+    """Whether ``sock`` is a TCP socket (the only kind that delays acknowledgements)."""
+    return sock.type == socket.SOCK_STREAM and sock.family in (socket.AF_INET, socket.AF_INET6)
+
+
 def _ack_at_once(sock: socket.socket) -> bool:
     """Ask for the next acknowledgements at once; False if ``sock`` cannot (not TCP)."""
     if _QUICKACK is None:
@@ -54,10 +59,7 @@ def install() -> None:
     original = socket.SocketIO.readinto
 
     def readinto(self: Any, b: Any) -> int | None:
-        if self._sock.type == socket.SOCK_STREAM and self._sock.family in (
-            socket.AF_INET,
-            socket.AF_INET6,
-        ):
+        if _tcp(self._sock):
             _ack_at_once(self._sock)
         return original(self, b)
 
@@ -97,7 +99,7 @@ def quick_reader(infile: io.BufferedReader, buffer_size: int) -> io.BufferedRead
         sock = socket.socket(fileno=os.dup(infile.fileno()))
     except OSError:
         return infile
-    if sock.family not in (socket.AF_INET, socket.AF_INET6) or not _ack_at_once(sock):
+    if not _tcp(sock) or not _ack_at_once(sock):
         sock.close()
         return infile
     return io.BufferedReader(_QuickAckReader(infile.fileno(), sock), buffer_size)

@@ -17,7 +17,7 @@ checkpoint handed to the coordinator; an exactly-once sink commits when it compl
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass
 
 from .reports import Report, SplitReport, StateReport
 
@@ -37,7 +37,7 @@ class EpochPhases:
     handed_off: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return asdict(self)
 
 
 def phases(
