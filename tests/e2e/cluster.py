@@ -486,6 +486,31 @@ class Space:
         self.s3.client().put_object(Bucket=self.bucket, Key=f"{name}/{RELEASE_KEY}", Body=b"")
         return self.wait(name, "finished", lambda s: s.get("phase") == "Finished", timeout)
 
+    def save_pod_logs(self, dest: Path) -> Path:
+        """Every pod's logs in this namespace, current and previous containers, under
+        ``dest`` (a pod on a lost node answers nothing within the request timeout)."""
+        dest.mkdir(parents=True, exist_ok=True)
+        pods = self.kube.kubectl_json("get", "pods", "-n", self.name)["items"]
+        for pod in pods:
+            pod_name = pod["metadata"]["name"]
+            for previous in ("false", "true"):
+                out = self.kube.kubectl(
+                    "logs",
+                    pod_name,
+                    "-n",
+                    self.name,
+                    "--all-containers",
+                    f"--previous={previous}",
+                    "--request-timeout=10s",
+                    check=False,
+                )
+                if out.stdout:
+                    suffix = ".previous" if previous == "true" else ""
+                    (dest / f"{pod_name}{suffix}.log").write_text(out.stdout)
+        events = self.kube.kubectl("get", "events", "-n", self.name, "-o", "wide", check=False)
+        (dest / "events.txt").write_text(events.stdout)
+        return dest
+
     def events(self) -> list[str]:
         out = self.kube.kubectl_json("get", "events", "-n", self.name)
         return [e.get("reason", "") for e in out["items"]]

@@ -47,6 +47,16 @@ from tests.testbed.nodeagent import NodeAgent
 _taken = itertools.count()
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Each phase's report on its test (``item.stator_failed``), for fixtures that keep
+    evidence of a failure before they tear it down."""
+    report = yield
+    if report.failed:
+        item.stator_failed = True  # type: ignore[attr-defined]
+    return report
+
+
 @pytest.fixture(scope="session")
 def cluster(request: pytest.FixtureRequest) -> Kubectl:
     if EXTERNAL:
@@ -147,8 +157,14 @@ def kill_driver(request: pytest.FixtureRequest, cluster: Kubectl) -> Any:
 
 @pytest.fixture
 def space(
-    cluster: Kubectl, e2e_s3: tuple[S3Endpoint, str], operator: OperatorControl
+    request: pytest.FixtureRequest,
+    cluster: Kubectl,
+    e2e_s3: tuple[S3Endpoint, str],
+    operator: OperatorControl,
 ) -> Iterator[Space]:
+    """A watched namespace with its bucket and credentials. With ``STATOR_E2E_FAILED_LOGS``
+    set, a failed test's pods' logs are saved there before its pipelines are deleted (their
+    pods, and with them their logs, go with the pipelines)."""
     s3, pod_s3 = e2e_s3
     taken = next(_taken)
     assert taken < len(WATCHED), "more tests than watched namespaces: extend WATCHED"
@@ -158,5 +174,9 @@ def space(
     if EXTERNAL:  # run.sh created the namespaces; the bed's fixture did too
         restrict(cluster, name)
     create_credentials(cluster, name, s3)
-    yield Space(name, bucket, s3, cluster, pod_s3)
+    space = Space(name, bucket, s3, cluster, pod_s3)
+    yield space
+    failed_logs = os.environ.get("STATOR_E2E_FAILED_LOGS")
+    if failed_logs and getattr(request.node, "stator_failed", False):
+        print(f"pod logs of {name}: {space.save_pod_logs(Path(failed_logs) / name)}")
     cluster.kubectl("delete", "statefulpipelines", "--all", "-n", name, "--wait=false", check=False)

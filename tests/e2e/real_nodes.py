@@ -153,6 +153,8 @@ def main(argv: list[str]) -> int:
             "STATOR_E2E_S3_SECRET_KEY": bed.s3.secret_key,
             "STATOR_E2E_LOCAL_STORAGE_CLASS": LOCAL_STORAGE_CLASS,
             "STATOR_E2E_NODES": f"real:{handles}",
+            # A failed test's pod logs, kept with the bed's (``_keep_logs``).
+            "STATOR_E2E_FAILED_LOGS": str(bed.root / "failed-tests"),
             "STATOR_E2E_EXECUTOR_REQUEST_CORES": EXECUTOR_REQUEST_CORES,
             # The suite's own Kafka broker listens where pods reach the host.
             "STATOR_TESTBED_HOST": HOST_IP,
@@ -169,10 +171,12 @@ EXECUTOR_REQUEST_CORES = "250m"
 
 def _keep_logs(root: Path) -> Path:
     """The bed's logs outlive it (its directory goes with it): every pod's container logs
-    by node, each kubelet's and containerd's, CoreDNS's and the control plane's."""
+    by node, each kubelet's and containerd's, CoreDNS's and the control plane's, and the pods'
+    logs of every failed test."""
     dest = cache_root() / "logs" / f"e2e-real-{time.strftime('%Y%m%dT%H%M%S')}"
     nodes = root / "nodes"
     found = [*root.glob("kube/*.log"), *root.glob("minio/*.log"), *nodes.glob("coredns/*.log")]
+    found += [p for p in root.glob("failed-tests/**/*") if p.is_file()]
     for node in nodes.glob("node-*"):
         found += [*node.glob("*.log"), *node.glob("pod-logs/**/*.log")]
     for log in found:

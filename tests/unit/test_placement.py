@@ -204,3 +204,28 @@ def test_an_epoch_plan_pins_only_subtasks_sent_where_their_state_is() -> None:
     # operator): the driver would not wait for a replacement, so nothing is pinned.
     for restore in (None, LocalRestore(7, frozenset())):
         assert t.plan({"count": 3}, live, holdings, restore).pinned == {}
+
+
+def test_a_keyed_stage_names_the_executors_that_alone_hold_each_subtasks_state() -> None:
+    """What the JVM listener cancels an epoch on (``sparkjob.state_on``): a pinned subtask's
+    executor and any standby holder of it; a subtask not pinned restores elsewhere."""
+    from types import SimpleNamespace
+    from typing import cast
+
+    from stator.driver.sparkjob import state_on
+    from stator.epoch.spec import EpochSpec, StandbyOrder
+    from stator.keygroups import SubtaskId
+
+    spec = SimpleNamespace(
+        pinned={SubtaskId("count", 0): "executor_h1_1", SubtaskId("count", 2): "executor_h2_2"},
+        standby=SimpleNamespace(
+            orders={
+                "executor_h3_3": (StandbyOrder("count", 2, 4, 7, ()),),
+                "executor_h1_1": (StandbyOrder("other", 2, 4, 7, ()),),
+            }
+        ),
+    )
+    held = state_on(cast(EpochSpec, spec), "count", 4)
+    assert held == ["executor_h1_1", "", "executor_h2_2,executor_h3_3", ""]
+    spec.standby = None
+    assert state_on(cast(EpochSpec, spec), "count", 4)[2] == "executor_h2_2"

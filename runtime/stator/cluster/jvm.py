@@ -159,16 +159,27 @@ def watch_lost_pods(sc: Any) -> bool:
         return False
 
 
-def prefer_locations(sc: Any, rdd: Any, locations: list[str]) -> Any:
+def prefer_locations(
+    sc: Any, rdd: Any, locations: list[str], state_on: list[str] | None = None
+) -> Any:
     """``rdd`` (a PySpark RDD) wrapped one-to-one so that partition ``i`` prefers
-    ``locations[i]`` (comma-separated Spark locations, "" for anywhere)."""
+    ``locations[i]`` (comma-separated Spark locations, "" for anywhere). ``state_on[i]``: the
+    executor locations that alone hold partition ``i``'s state ("" where a retry elsewhere
+    may restore it): once all are lost mid-job, the job is cancelled at once
+    (``FutileRetryListener``)."""
     from pyspark import RDD  # noqa: PLC0415
 
-    array = sc._gateway.new_array(sc._jvm.java.lang.String, len(locations))
-    for i, location in enumerate(locations):
-        array[i] = location
-    wrapped = sc._jvm.stator.jvm.PreferredLocationsRDD(rdd._jrdd.rdd(), array)
+    wrapped = sc._jvm.stator.jvm.PreferredLocationsRDD(
+        rdd._jrdd.rdd(), _strings(sc, locations), _strings(sc, state_on or [])
+    )
     return RDD(wrapped.toJavaRDD(), sc, rdd._jrdd_deserializer)
+
+
+def _strings(sc: Any, values: list[str]) -> Any:
+    array = sc._gateway.new_array(sc._jvm.java.lang.String, len(values))
+    for i, value in enumerate(values):
+        array[i] = value
+    return array
 
 
 def executor_location(host: str, executor: str) -> str:

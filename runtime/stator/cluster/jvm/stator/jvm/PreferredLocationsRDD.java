@@ -1,9 +1,12 @@
 package stator.jvm;
 
+import java.lang.ref.WeakReference;
 import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import org.apache.spark.Partition;
 import org.apache.spark.SparkEnv;
 import org.apache.spark.TaskContext;
@@ -32,6 +35,12 @@ import scala.reflect.ClassTag$;
  * A live executor on the gone one's host is asked for instead: on Kubernetes that is its
  * replacement, restarted in the same pod (same IP) with the same state volume, so the task
  * still finds its state there.
+ *
+ * A keyed stage also says, per partition, which executors hold its state ("stateOn": the one it
+ * is pinned to and any keeping a standby copy; "" where a retry elsewhere may restore from the
+ * object store). Losing all of them mid-job makes every retry of that partition futile:
+ * FutileRetryListener cancels the job at once instead of letting Spark retry it after the
+ * locality wait.
  */
 public class PreferredLocationsRDD<T> extends RDD<T> {
   public static final String EXECUTOR_ID = "stator.executor.id";
@@ -40,14 +49,61 @@ public class PreferredLocationsRDD<T> extends RDD<T> {
   public static final String SENT_TO_GONE = "stator.task.sent_to_gone";
   private static final String EXECUTOR_PREFIX = "executor_";
 
+  // Wrapped RDDs that hold state, by RDD id, while their jobs may run (FutileRetryListener).
+  private static final Map<Integer, WeakReference<PreferredLocationsRDD<?>>> HOLDING_STATE =
+      new ConcurrentHashMap<>();
+
   private final RDD<T> parent;
   private final String[] locations;
+  private final String[] stateOn;
+
+  public PreferredLocationsRDD(RDD<T> parent, String[] locations) {
+    this(parent, locations, new String[0]);
+  }
 
   @SuppressWarnings("unchecked")
-  public PreferredLocationsRDD(RDD<T> parent, String[] locations) {
+  public PreferredLocationsRDD(RDD<T> parent, String[] locations, String[] stateOn) {
     super(parent, (ClassTag<T>) ClassTag$.MODULE$.apply(Object.class));
     this.parent = parent;
     this.locations = locations;
+    this.stateOn = stateOn;
+    for (String held : stateOn) {
+      if (held != null && !held.isEmpty()) {
+        HOLDING_STATE.put(id(), new WeakReference<>(this));
+        break;
+      }
+    }
+  }
+
+  /** The wrapped RDD of this id that holds state, if any (and forgets it: asked once per job). */
+  static PreferredLocationsRDD<?> holdingState(int rddId) {
+    WeakReference<PreferredLocationsRDD<?>> ref = HOLDING_STATE.remove(rddId);
+    return ref == null ? null : ref.get();
+  }
+
+  /**
+   * The first partition whose state only executors gone from ``alive`` held, one of them
+   * ``lost``: "partition I (state on executor_HOST_ID)"; null if every partition's state is
+   * still held somewhere (or may be restored from the object store).
+   */
+  String stateLostWith(String lost, Set<String> alive) {
+    for (int i = 0; i < stateOn.length; i++) {
+      String held = stateOn[i];
+      if (held == null || held.isEmpty()) {
+        continue;
+      }
+      boolean hadLost = false;
+      boolean kept = false;
+      for (String location : held.split(",")) {
+        String id = location.substring(location.lastIndexOf('_') + 1);
+        hadLost |= id.equals(lost);
+        kept |= alive.contains(id);
+      }
+      if (hadLost && !kept) {
+        return "partition " + i + " (state on " + held + ")";
+      }
+    }
+    return null;
   }
 
   @Override
@@ -130,7 +186,7 @@ public class PreferredLocationsRDD<T> extends RDD<T> {
    * getExecutorIds() the while: asking for it would hold a retried stage's task back for the
    * whole process-locality wait.
    */
-  private static Set<String> active(org.apache.spark.SparkContext sc) {
+  static Set<String> active(org.apache.spark.SparkContext sc) {
     Set<String> ids = new HashSet<>(scala.jdk.javaapi.CollectionConverters.asJava(sc.getExecutorIds()));
     if (sc.schedulerBackend() instanceof org.apache.spark.ExecutorAllocationClient client) {
       ids.removeIf(id -> !client.isExecutorActive(id));
