@@ -64,6 +64,11 @@ class Kube:
             GROUP, VERSION, namespace, PLURAL, name, {"status": fields}
         )
 
+    def scale_pipeline(self, namespace: str, name: str, replicas: int) -> None:
+        self.custom.patch_namespaced_custom_object_scale(
+            GROUP, VERSION, namespace, PLURAL, name, {"spec": {"replicas": replicas}}
+        )
+
     def post_event(self, event: dict[str, Any]) -> None:
         """Post ``event`` (``resources.event``) now, before the step that follows it is
         written: kopf's own events wait in a queue that a killed operator loses, and the

@@ -77,6 +77,13 @@ class EventReason(StrEnum):
     CHECKPOINTS_NOT_RELEASED = "CheckpointsNotReleased"
     SAVEPOINTS_DISPOSED = "SavepointsDisposed"
     DELETED = "Deleted"
+    # The autoscaler (autoscaling/autoscaler.py): a rescale it made, one it would make in a
+    # dry run, one it recommends but holds back (not stable, or not paying off), and a
+    # scale-up that did not deliver.
+    AUTOSCALED = "Autoscaled"
+    AUTOSCALE_RECOMMENDED = "AutoscaleRecommended"
+    AUTOSCALE_HELD = "AutoscaleHeld"
+    SCALING_INEFFECTIVE = "ScalingIneffective"
     # A flow moved on a step (flows.py ``_announce``): "<Kind>Step", for each operation kind.
     DEPLOY_STEP = "DeployStep"
     UPGRADE_STEP = "UpgradeStep"

@@ -144,6 +144,31 @@ class DeletionSpec:
 
 
 @dataclass(frozen=True)
+class AutoscalerSpec:
+    """``spec.autoscaler``: keep up with the input at the least parallelism (docs/operator.md
+    "Autoscaling"; the decision is ``autoscaling/decision.py``). Off unless ``enabled``."""
+
+    enabled: bool = False
+    dry_run: bool = False  # decide and record, never patch replicas
+    min_replicas: int = 1
+    max_replicas: int | None = None  # None: the job's maxParallelism
+    # The busiest keyed subtask's share of busy time a chosen parallelism aims at: the rest
+    # is headroom (an epoch's fixed cost, bursts).
+    target_utilization: float = 0.7
+    # The backlog (the lag, and what builds up while a rescale stops the job) is to be read
+    # within this long; a job that cannot do so at its parallelism is scaled up.
+    catch_up_seconds: int = 300
+    metrics_window_seconds: int = 60  # the rates and busy time a decision reads
+    # A new parallelism must have been recommended for this long before it is applied (the
+    # lowest over the window up, the highest down: HPA's stabilization, and its defaults:
+    # a scale-up answers lag at once, a scale-down waits out a lull).
+    scale_up_stabilization_seconds: int = 0
+    scale_down_stabilization_seconds: int = 300
+    max_scale_factor: float = 2.0  # one step at most multiplies or divides replicas by this
+    cooldown_seconds: int = 60  # after a rescale: no decision, metrics from its new driver
+
+
+@dataclass(frozen=True)
 class PipelineSpec:
     raw: dict[str, Any]  # the spec as given, for what passes it through verbatim (read only)
     image: str
@@ -163,6 +188,7 @@ class PipelineSpec:
     failover: FailoverSpec
     local_recovery: LocalRecoverySpec | None  # None: not given (the runtime's)
     deletion: DeletionSpec
+    autoscaler: AutoscalerSpec
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> PipelineSpec:
@@ -287,6 +313,7 @@ def _check(spec: PipelineSpec) -> None:
             )
     _check_local_recovery(spec)
     _check_progress_window(spec.checkpointing)
+    _check_autoscaler(spec)
     for key in spec.config:
         name = key.replace("-", "_")  # as the runtime reads it
         if name in CREDENTIAL_KEYS:
@@ -311,6 +338,53 @@ def _check_progress_window(ck: CheckpointingSpec) -> None:
             f"that long for the next checkpoint to begin, so the window could never be met; "
             f"raise the window or lower the interval"
         )
+
+
+def _check_autoscaler(spec: PipelineSpec) -> None:
+    """Bounds the schema cannot relate to each other, and what would keep executors from
+    following the replicas the autoscaler chooses."""
+    auto = spec.autoscaler
+    if not auto.enabled:
+        return
+    if not 0 < auto.target_utilization <= 1:
+        raise SpecError(
+            f"spec.autoscaler.targetUtilization ({auto.target_utilization}) must be above 0 "
+            f"and at most 1 (the busiest subtask's busy share); 0.7 leaves 30% headroom"
+        )
+    if auto.max_scale_factor <= 1:
+        raise SpecError(
+            f"spec.autoscaler.maxScaleFactor ({auto.max_scale_factor}) must exceed 1, or no "
+            f"rescale could change replicas; 2 at most doubles or halves them"
+        )
+    low, high = auto.min_replicas, auto.max_replicas
+    if high is not None and low > high:
+        raise SpecError(
+            f"spec.autoscaler.minReplicas ({low}) exceeds spec.autoscaler.maxReplicas "
+            f"({high}); lower minReplicas or raise maxReplicas"
+        )
+    limit = spec.max_parallelism
+    for field_name, value in (("minReplicas", low), ("maxReplicas", high)):
+        if limit is not None and value is not None and value > limit:
+            raise SpecError(
+                f"spec.autoscaler.{field_name} ({value}) exceeds spec.maxParallelism "
+                f"({limit}): a keyed operator has at most one subtask per key-group; lower "
+                f"{field_name}"
+            )
+    if spec.executor is not None and spec.executor.instances is not None:
+        raise SpecError(
+            "spec.executor.instances fixes the executor pods, but with spec.autoscaler "
+            "enabled they follow the replicas it chooses (enough cores for them); remove "
+            "spec.executor.instances"
+        )
+    local = spec.local_recovery
+    if local is not None and local.standby and spec.executor is not None:
+        cores = spec.executor.cores
+        if -(-low // cores) < 2:
+            raise SpecError(
+                f"spec.localRecovery.standby needs at least 2 executor pods, and at "
+                f"spec.autoscaler.minReplicas ({low}) with {cores} core(s) each there would be "
+                f"one; raise minReplicas to {cores + 1} or more, or remove standby"
+            )
 
 
 def _check_local_recovery(spec: PipelineSpec) -> None:
@@ -389,6 +463,7 @@ def _read(raw: Mapping[str, Any]) -> PipelineSpec:
     d, e, c = top.section("driver"), top.section("executor"), top.section("checkpointing")
     s, r, f = top.section("savepoints"), top.section("restore"), top.section("failover")
     lr, dl = top.section("localRecovery"), top.section("deletion")
+    a = top.section("autoscaler")
     volume = lr.section("volume")
     return PipelineSpec(
         raw=dict(raw),
@@ -473,5 +548,18 @@ def _read(raw: Mapping[str, Any]) -> PipelineSpec:
             final_savepoint=dl.get("finalSavepoint", bool, True),
             dispose_final_savepoint=dl.get("disposeFinalSavepoint", bool, False),
             timeout_seconds=dl.get("timeoutSeconds", float, 300.0),
+        ),
+        autoscaler=AutoscalerSpec(
+            enabled=a.get("enabled", bool, False),
+            dry_run=a.get("dryRun", bool, False),
+            min_replicas=a.get("minReplicas", int, 1),
+            max_replicas=a.optional("maxReplicas", int),
+            target_utilization=a.get("targetUtilization", float, 0.7),
+            catch_up_seconds=a.get("catchUpSeconds", int, 300),
+            metrics_window_seconds=a.get("metricsWindowSeconds", int, 60),
+            scale_up_stabilization_seconds=a.get("scaleUpStabilizationSeconds", int, 0),
+            scale_down_stabilization_seconds=a.get("scaleDownStabilizationSeconds", int, 300),
+            max_scale_factor=a.get("maxScaleFactor", float, 2.0),
+            cooldown_seconds=a.get("cooldownSeconds", int, 60),
         ),
     )

@@ -25,7 +25,14 @@ class SecretApi(Protocol):
     def read_secret(self, namespace: str, name: str) -> dict[str, str]: ...
 
 
-class KubeApi(StatusApi, SecretApi, Protocol):
+class ScaleApi(Protocol):
+    def scale_pipeline(self, namespace: str, name: str, replicas: int) -> None:
+        """Set a pipeline's ``spec.replicas`` through its scale subresource (as ``kubectl
+        scale`` does)."""
+        ...
+
+
+class KubeApi(StatusApi, SecretApi, ScaleApi, Protocol):
     def namespace_labels(self, namespace: str) -> dict[str, str]:
         """The labels of a namespace (its Pod Security level)."""
         ...

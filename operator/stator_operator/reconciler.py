@@ -20,6 +20,8 @@ from .admission import (
     check_pods,
     check_storage_roots,
 )
+from .autoscaling import autoscaler
+from .autoscaling.autoscaler import Autoscaler
 from .flows import DriverFailed, Flows
 from .job_config import restart_config
 from .metrics_summary import metrics_summary
@@ -143,6 +145,7 @@ class Reconciler:
                 "Normal", EventReason.SAVEPOINTS_DISPOSED, f"disposed the savepoint history{also}"
             )
         self.event("Normal", EventReason.DELETED, "pipeline deleted")
+        autoscaler.forget(p.namespace, p.name)
         return None
 
     # ------------------------------------------------------------------ no flow in flight
@@ -190,7 +193,11 @@ class Reconciler:
         if self._periodic_due():
             self.pipeline.write(periodicSavepointAt=now())
             return self._start(OpKind.SAVEPOINT, Step.SAVEPOINT, target=ran, trigger=PERIODIC)
-        return self._watch(obs, running)
+        wait = self._watch(obs, running)
+        steady = self.pipeline.operation is None and self.pipeline.status.phase is Phase.RUNNING
+        if obs.job is not None and steady:
+            Autoscaler(self.pipeline, self.kube, self.event).step(spec, running, obs.job)
+        return wait
 
     def _redeploy(self, spec: PipelineSpec, change: Change) -> float:
         """A rescale always goes through a savepoint; an upgrade by ``upgradeMode``. The

@@ -29,6 +29,7 @@ NO_REDEPLOY = (
     ("upgradeMode",),  # how the next change is applied, not a change of the job
     ("savepoints", "formatType"),  # the next savepoint's format
     ("savepoints", "timeoutSeconds"),
+    ("autoscaler",),  # read by the operator only; it changes replicas, which do redeploy
 )
 
 

@@ -80,6 +80,11 @@ class FakeKube:
         self.patches.append(copy.deepcopy(fields))
         self.pipeline["status"] = merge_patch(self.pipeline.get("status"), fields)
 
+    def scale_pipeline(self, namespace: str, name: str, replicas: int) -> None:
+        """As the scale subresource: spec.replicas, nothing else."""
+        self._call("scale_pipeline")
+        self.pipeline.setdefault("spec", {})["replicas"] = replicas
+
     def namespace_labels(self, namespace: str) -> dict[str, str]:
         self._call("namespace_labels")
         return dict(self.namespace)

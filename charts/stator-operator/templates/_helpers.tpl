@@ -12,6 +12,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - apiGroups: [stator.dev]
   resources: [statefulpipelines/status]
   verbs: [get, patch, update]
+# spec.autoscaler rescales as kubectl scale does: through the scale subresource, which
+# changes spec.replicas and nothing else.
+- apiGroups: [stator.dev]
+  resources: [statefulpipelines/scale]
+  verbs: [get, patch]
 # Driver pods, and what a driver's own Role grants (RBAC forbids granting more than one holds):
 # executor pods, their ConfigMap and StatefulSet. Executors' state claims are listed and
 # deleted (surplus after a rescale, all on delete, one on a lost node with pinning: preferred).

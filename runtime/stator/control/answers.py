@@ -103,6 +103,7 @@ def job_graph(d: JobView) -> JobGraph:
             region=region_of.get(label, ""),
             parallelism=subtasks,
             key_groups=_key_groups(subtasks, p.max_parallelism) if keyed and subtasks else (),
+            pinned=label in p.pinned,
         )
 
     return JobGraph(nodes=tuple(node(n) for n in d.pipeline.nodes))

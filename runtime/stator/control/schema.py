@@ -306,12 +306,15 @@ class GraphNode(Answer):
 
     id: int
     label: str
-    kind: str  # source, map, flat_map, filter, union, side_output, keyed, sink
+    kind: str  # source, map, ..., process, co_process, ..., sink: docs/control-api.md
     inputs: tuple[int, ...] = ()
     region: str = ""  # the failover region it belongs to
     parallelism: int | None = None  # keyed operators only
     # Keyed operators: each subtask's key groups [start, end), by subtask index.
     key_groups: tuple[tuple[int, int], ...] = ()
+    # A keyed operator whose parallelism the pipeline fixes (``.process(...,
+    # parallelism=N)``): replicas, and so the autoscaler, do not change it.
+    pinned: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,437 @@
+"""The autoscaler's decision (``autoscaling/decision.py``) step by step, and the real
+:class:`Autoscaler` in a closed loop with a simulated job (``autoscaler_plant.py``): a step
+input scales up in time and back down after the stabilization window, without flapping,
+noise moves nothing, a scale-up that did not help stops further ones, and a dry run only
+records."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stator_operator.autoscaling import autoscaler
+from stator_operator.autoscaling.decision import (
+    Action,
+    Inputs,
+    busiest_share,
+    decide,
+    recommend,
+)
+from stator_operator.autoscaling.history import AutoscalerStatus, RescaleRecord
+from stator_operator.autoscaling.samples import Sample, SampleWindow, WindowMetrics
+from stator_operator.operation import OpKind
+from stator_operator.pipeline_spec import AutoscalerSpec, PipelineSpec, SpecError
+from tests.unit.autoscaler_plant import Plant
+from tests.unit.operator_fakes import Bed
+
+SPEC = AutoscalerSpec(
+    enabled=True,
+    catch_up_seconds=60,
+    metrics_window_seconds=30,
+    scale_up_stabilization_seconds=10,
+    scale_down_stabilization_seconds=60,
+    cooldown_seconds=20,
+    max_scale_factor=8,
+    max_replicas=8,
+)
+# The closed loop's spec.autoscaler (as SPEC) and its job: one subtask reads 250 records/s.
+LOOP = {
+    "catchUpSeconds": 60,
+    "metricsWindowSeconds": 30,
+    "scaleUpStabilizationSeconds": 10,
+    "scaleDownStabilizationSeconds": 60,
+    "cooldownSeconds": 20,
+    "maxScaleFactor": 8,
+    "maxReplicas": 8,
+}
+PER_SUBTASK = 250.0
+
+
+@pytest.fixture(autouse=True)
+def _no_samples_of_other_tests() -> None:
+    """The operator keeps samples per pipeline in memory: each test starts without."""
+    autoscaler.forget("team", "counts")
+    autoscaler.forget("ns", "p")
+
+
+BASE = 100.0  # 1x: 40% of one subtask
+
+
+def metrics(
+    input_rate: float, capacity: float | None, lag: int = 0, span: float = 30.0
+) -> WindowMetrics:
+    busy = 0.0 if capacity is None else input_rate * span / capacity
+    return WindowMetrics(
+        span_s=span,
+        input_rate=input_rate,
+        processed_rate=input_rate,
+        lag_records=lag,
+        busiest_busy_s=busy,
+        capacity=capacity,
+        busiest="count/0",
+    )
+
+
+def inputs(replicas: int, m: WindowMetrics | None, **kw: Any) -> Inputs:
+    defaults: dict[str, Any] = {
+        "now_s": 1000.0,
+        "replicas": replicas,
+        "max_parallelism": 60,
+        "metrics": m,
+        "downtime_s": 30.0,
+    }
+    return Inputs(**{**defaults, **kw})
+
+
+# ---------------------------------------------------------------------------- samples
+
+
+def test_window_rates_come_from_counters_and_the_busiest_subtask() -> None:
+    first = Sample(0.0, 1000, 500, {"count": (1000, 4000), "pinned": ()})
+    last = Sample(10.0, 3000, 1500, {"count": (2000, 9000), "pinned": ()})
+    m = WindowMetrics.over(first, last)
+    # 2000 read, the lag grew by 1000: 300 records/s arrived; subtask 1 was busy 5 of 10 s.
+    assert (m.input_rate, m.processed_rate, m.lag_records) == (300.0, 200.0, 1500)
+    assert (m.busiest, m.busiest_busy_s, m.utilization) == ("count/1", 5.0, 0.5)
+    assert m.capacity == 400.0  # 2000 records while the busiest was busy 5 s
+    assert set(m.to_json()) == set(WindowMetrics.JSON_KEYS)
+
+
+def test_a_restarted_driver_starts_the_window_afresh() -> None:
+    window = SampleWindow("d1", keep_s=60)
+    window.add(Sample(0.0, 1000, 0, {"count": (5000,)}))
+    window.add(Sample(40.0, 9000, 0, {"count": (9000,)}))
+    assert window.metrics(30) is not None
+    window.add(Sample(42.0, 10, 0, {"count": (100,)}))  # counters began again
+    assert len(window.samples) == 1 and window.metrics(30) is None
+
+
+def test_a_window_needs_its_span_and_keeps_only_what_it_needs() -> None:
+    window = SampleWindow("d1", keep_s=40)
+    for t in range(0, 100, 2):
+        window.add(Sample(float(t), t * 10, 0, {"count": (t * 20,)}))
+        if t < 30:
+            assert window.metrics(30) is None
+    assert window.samples[0].at_s >= 98 - 40 - 2
+    m = window.metrics(30)
+    assert m is not None and m.span_s == 30 and m.input_rate == 10.0
+
+
+def test_samples_read_only_the_operators_that_follow_replicas() -> None:
+    plant = Plant(LOOP, replicas=2, rate_per_subtask=PER_SUBTASK)
+    job = plant.job()
+    sample = Sample.of(job, 5.0)
+    assert set(sample.busy_ms) == {"count"} and len(sample.busy_ms["count"]) == 2
+    assert Sample.from_json(sample.to_json()) == sample
+
+
+# ---------------------------------------------------------------------------- decision
+
+
+def test_the_least_parallelism_that_keeps_up_at_the_target_utilization() -> None:
+    # 1 replica reads 250/s at most; 600/s arriving (no lag): at 70% busy that takes 4 (the
+    # downtime's 30 s of input spread over 60 s adds 300/s: 900 / (0.7 * 250) = 5.1 -> 6).
+    q, why = recommend(SPEC, inputs(1, metrics(600, 250)))
+    assert q == 6, why
+    # Staying costs no downtime: 150/s at 1 replica is 60% busy and stays.
+    assert recommend(SPEC, inputs(1, metrics(150, 250)))[0] == 1
+
+
+def test_key_groups_spread_evenly_win() -> None:
+    """With 60 key-groups, 7 subtasks leave the busiest 9, as 8 do not (8); 9 to 11 leave 6 or
+    7 like 10 (6): a parallelism never exceeds the least with the same busiest share."""
+    assert busiest_share(7, 60) == 9 / 60 and busiest_share(8, 60) == 8 / 60
+    chosen = set()
+    for rate in range(100, 2000, 25):
+        q, _ = recommend(SPEC, inputs(1, metrics(rate, 250)))
+        chosen.add(q)
+    for q in chosen:
+        assert not any(busiest_share(s, 60) == busiest_share(q, 60) for s in range(1, q)), q
+
+
+def test_bounds_max_parallelism_and_a_ceiling() -> None:
+    assert recommend(SPEC, inputs(1, metrics(10_000, 250)))[0] == 8  # maxReplicas
+    assert recommend(SPEC, inputs(1, metrics(10_000, 250), max_parallelism=4))[0] == 4
+    assert recommend(SPEC, inputs(2, metrics(10_000, 500), ceiling=3))[0] == 3
+    # Replicas outside the bounds (set by hand) move into them at once.
+    d = decide(SPEC, inputs(12, None))
+    assert (d.action, d.target) == (Action.SCALE_DOWN, 8)
+
+
+def test_no_metrics_waits_and_an_idle_job_goes_to_the_minimum() -> None:
+    assert decide(SPEC, inputs(4, None)).action is Action.WAIT
+    q, why = recommend(SPEC, inputs(4, metrics(0, None)))
+    assert q == 1 and "idle" in why
+    # Hardly busy but behind: no estimate, so it stays.
+    assert recommend(SPEC, inputs(4, metrics(5, None, lag=100)))[0] == 4
+
+
+def test_a_scale_up_waits_for_its_stabilization_window_and_takes_its_lowest() -> None:
+    behind = metrics(1000, 250, lag=20_000)
+    first = decide(SPEC, inputs(1, behind, now_s=1000.0))
+    assert first.action is Action.HOLD and "not yet for 10 s" in first.reason
+    later = decide(SPEC, inputs(1, behind, now_s=1010.0, recommendations=((995.0, 5),)))
+    assert (later.action, later.target) == (Action.SCALE_UP, 5)  # 8 now, 5 in the window
+    assert later.expected_capacity == pytest.approx(250 * 60 / 12)
+
+
+def test_one_step_multiplies_replicas_by_at_most_the_factor() -> None:
+    spec = AutoscalerSpec(**{**SPEC.__dict__, "max_scale_factor": 2.0})
+    behind = metrics(1000, 250, lag=20_000)
+    d = decide(spec, inputs(1, behind, recommendations=((900.0, 8),)))
+    assert (d.action, d.target) == (Action.SCALE_UP, 2)
+
+
+def test_a_scale_up_that_would_not_pay_off_is_held_back() -> None:
+    # A lag the job reads within the catch-up time as it is: no rescale for it.
+    clearing = metrics(150, 250, lag=4000)  # 100/s spare: 40 s
+    d = decide(SPEC, inputs(1, clearing, recommendations=((900.0, 2),)))
+    assert d.action is Action.HOLD and d.held_back and "is read in 40 s" in d.reason
+    # Behind, but a rescale's downtime longer than catching up at once would take.
+    slow = metrics(200, 250, lag=4000)  # 80 s as it is
+    d = decide(SPEC, inputs(1, slow, downtime_s=120.0, recommendations=((900.0, 2),)))
+    assert d.held_back and "would not catch up sooner" in d.reason
+
+
+def test_a_scale_down_waits_for_its_window_takes_its_highest_and_must_pay_off() -> None:
+    quiet = metrics(100, 2000)  # 8 replicas, 5% busy
+    early = decide(SPEC, inputs(8, quiet, recommendations=((990.0, 1),)))
+    assert early.action is Action.HOLD and "not yet for 60 s" in early.reason
+    d = decide(SPEC, inputs(8, quiet, recommendations=((900.0, 3), (950.0, 1))))
+    assert (d.action, d.target) == (Action.SCALE_DOWN, 3)
+    # 8 -> 7 saves 60 replica-seconds over the window against 240 stopped for it.
+    busy = metrics(700, 2000)
+    d = decide(SPEC, inputs(8, busy, recommendations=((900.0, 7),)))
+    assert d.held_back and "saves 60 replica-seconds" in d.reason
+
+
+def test_history_corrects_estimates_and_measures_downtime() -> None:
+    history = AutoscalerStatus()
+    assert history.correction() == 1.0 and history.downtime_s(None) == 30.0
+    assert history.downtime_s(12.0) == 12.0
+    helped = RescaleRecord("t", "d1", 1, 4, 250.0, 1000.0, 700.0, 20.0)
+    assert helped.effectiveness == pytest.approx(0.6)
+    history = history.rescaled(helped)
+    assert history.correction() == pytest.approx(0.6) and history.downtime_s(None) == 20.0
+    assert history.ceiling() is None
+    futile = RescaleRecord("t", "d2", 4, 8, 700.0, 1400.0, 720.0, 40.0)
+    history = history.rescaled(futile)
+    assert history.ceiling() == 8
+    # A corrected prediction asks for more replicas than a linear one.
+    m = metrics(600, 250)
+    linear = recommend(SPEC, inputs(1, m))[0]
+    assert recommend(SPEC, inputs(1, m, correction=0.6))[0] > linear
+    restored = AutoscalerStatus.from_dict(history.to_dict())
+    assert restored.rescales == history.rescales
+
+
+def test_status_entries_of_the_wrong_shape_read_as_absent() -> None:
+    raw = {
+        "decisions": [{"action": "hold"}, "x", {"action": "hold", "replicas": 2, "target": 2}],
+        "recommendations": [[1.0, 2], ["a", 3], [2.0, True]],
+        "rescales": [{"fromReplicas": "2"}],
+        "deployment": 7,
+    }
+    status = AutoscalerStatus.from_dict(raw)
+    assert len(status.decisions) == 1 and status.recommendations == ((1.0, 2),)
+    assert status.rescales == () and AutoscalerStatus.from_dict("junk") == AutoscalerStatus()
+
+
+# ---------------------------------------------------------------------------- the spec
+
+
+@pytest.mark.parametrize(
+    ("autoscaler", "extra", "names"),
+    [
+        ({"minReplicas": 5, "maxReplicas": 3}, {}, "spec.autoscaler.minReplicas (5)"),
+        ({"maxReplicas": 200}, {"maxParallelism": 128}, "spec.autoscaler.maxReplicas (200)"),
+        ({}, {"executor": {"instances": 3}}, "spec.executor.instances"),
+        ({"targetUtilization": 1.5}, {}, "spec.autoscaler.targetUtilization"),
+        ({"maxScaleFactor": 1.0}, {}, "spec.autoscaler.maxScaleFactor"),
+        (
+            {"minReplicas": 1},
+            {"executor": {}, "localRecovery": {"standby": True}},
+            "spec.localRecovery.standby",
+        ),
+    ],
+)
+def test_a_wrong_autoscaler_spec_is_refused_naming_the_field(
+    autoscaler: dict[str, Any], extra: dict[str, Any], names: str
+) -> None:
+    raw = {
+        "image": "i",
+        "entrypoint": "m:f",
+        "checkpointing": {"storage": "file:///ck"},
+        "autoscaler": {"enabled": True, **autoscaler},
+        **extra,
+    }
+    with pytest.raises(SpecError, match=names.replace("(", r"\(").replace(")", r"\)")):
+        PipelineSpec.parse(raw)
+    raw["autoscaler"]["enabled"] = False  # checked only when it is on
+    if "executor" not in extra or "instances" in extra.get("executor", {}):
+        PipelineSpec.parse(raw)
+
+
+# ---------------------------------------------------------------------------- closed loop
+
+
+def step_input(t: float) -> float:
+    """1x for 200 s, 6x for 400 s, then 1x."""
+    return BASE * 6 if 200 <= t < 600 else BASE
+
+
+def test_a_step_input_scales_up_in_time_and_back_down_without_flapping() -> None:
+    plant = Plant(LOOP, replicas=1, rate_per_subtask=PER_SUBTASK)
+    plant.run(1200, step_input)
+    steps = plant.replicas_over_time()
+    # Up once or twice, then down: never up again after a scale-down.
+    peak = steps.index(max(steps))
+    assert steps[: peak + 1] == sorted(steps[: peak + 1]), steps
+    assert steps[peak:] == sorted(steps[peak:], reverse=True), steps
+    assert steps[0] == 1 and steps[-1] == 1 and max(steps) >= 3, steps
+    first_up = next(t for t, r, _ in plant.history if r > 1)
+    assert first_up - 200 < 60, "the step is answered within a minute"
+    # The lag is back under a tenth of what one second of input brings within 3 minutes.
+    behind = [t for t, _, lag in plant.history if 200 <= t < 600 and lag > BASE * 6 / 10]
+    assert behind and max(behind) - 200 < 180, max(behind)
+    # Down only after the input fell and the scale-down window passed, in at most two steps
+    # (the first window may straddle the drop), each a rescale, its cool-down, a metrics
+    # window and a stabilization window (140 s here).
+    down = [
+        t
+        for (t, r, _), (_, before, _) in zip(plant.history[1:], plant.history[:-1], strict=True)
+        if r < before
+    ]
+    assert min(down) >= 600 + LOOP["scaleDownStabilizationSeconds"], down
+    cycle = 30 + LOOP["cooldownSeconds"] + LOOP["metricsWindowSeconds"]
+    cycle += LOOP["scaleDownStabilizationSeconds"]
+    assert len(down) <= 2 and max(down) - 600 < 2 * cycle + 20, down
+    status = plant.status
+    assert status["last"]["action"] == "hold" and status["last"]["replicas"] == 1
+    assert any(e[0] == "Autoscaled" for e in plant.events)
+    assert all(r["effectiveness"] in (None, 1.0) for r in status["rescales"]), status
+
+
+def test_noise_around_a_steady_input_moves_nothing() -> None:
+    noise = random.Random(7)
+    plant = Plant(LOOP, replicas=3, rate_per_subtask=PER_SUBTASK)
+    plant.run(900, lambda t: BASE * 4 * noise.uniform(0.6, 1.4))
+    assert plant.replicas_over_time() == [3], plant.events
+
+
+def test_a_scale_up_that_did_not_help_stops_further_ones() -> None:
+    """CPU-bound work on a small machine: past 400 records/s more subtasks only share the
+    CPU. 1 -> 2 delivers part of its predicted gain (which corrects the next prediction),
+    2 -> 4 none: it is recorded as ineffective, and no further scale-up follows however far
+    behind the job is."""
+    loop = {**LOOP, "maxScaleFactor": 2, "maxReplicas": 16}
+    plant = Plant(loop, replicas=1, rate_per_subtask=PER_SUBTASK, ceiling_rate=400)
+    plant.run(1200, lambda t: 900.0)
+    assert plant.replicas_over_time() == [1, 2, 4], plant.events
+    events = [e for e in plant.events if e[0] == "ScalingIneffective"]
+    assert len(events) == 1 and "no scale-up past 4" in events[0][1], plant.events
+    first, second = plant.status["rescales"]
+    assert first["effectiveness"] == pytest.approx(0.6)
+    # The second prediction was corrected by the first: 400 * (1 + 0.6 * 1).
+    assert second["expectedCapacity"] == pytest.approx(640) and second["effectiveness"] == 0
+    assert plant.status["last"]["inputs"]["ceiling"] == 4
+
+
+def test_a_dry_run_records_decisions_and_never_rescales() -> None:
+    plant = Plant({**LOOP, "dryRun": True}, replicas=1, rate_per_subtask=PER_SUBTASK)
+    plant.run(600, step_input)
+    assert plant.replicas_over_time() == [1]
+    assert plant.body["spec"]["replicas"] == 1
+    recommended = [e for e in plant.events if e[0] == "AutoscaleRecommended"]
+    assert recommended and "dry run, would scale-up 1 -> " in recommended[0][1]
+    assert any(d["dryRun"] for d in plant.status["decisions"])
+    assert plant.status["rescales"] == []
+
+
+# ---------------------------------------------------------------------------- the reconciler
+
+
+def _job(seconds: int) -> dict[str, Any]:
+    """A driver ``seconds`` into a burst: 1000 records/s arriving, 250/s read by its one
+    subtask, busy all the time, the lag growing."""
+    return {
+        "job": "team.counts",
+        "epoch": seconds,
+        "records_in": 250 * seconds,
+        "lag_records": 750 * seconds,
+        "max_parallelism": 64,
+        "graph": {"nodes": [{"id": 1, "label": "count", "kind": "process", "parallelism": 1}]},
+        "metrics": {
+            "operators": {
+                "count": {
+                    "kind": "keyed",
+                    "subtasks": [{"subtask": 0, "busy_ms_total": 1000 * seconds}],
+                }
+            }
+        },
+    }
+
+
+def test_the_reconciler_rescales_through_the_rescale_flow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decision patches spec.replicas (the scale subresource); the next reconcile sees
+    a rescale, which takes its savepoint like a person's ``kubectl scale``."""
+    bed = Bed(
+        tmp_path,
+        replicas=1,
+        autoscaler={
+            "enabled": True,
+            "maxReplicas": 4,
+            "maxScaleFactor": 4,
+            "metricsWindowSeconds": 10,
+            "scaleUpStabilizationSeconds": 0,
+            "cooldownSeconds": 0,
+            "catchUpSeconds": 60,
+        },
+    )
+    driver = bed.deploy()
+    now = [time.time()]
+    monkeypatch.setattr(autoscaler, "clock", lambda: now[0])
+    for second in range(0, 40, 2):
+        driver.job_info = _job(second)
+        bed.step()
+        if bed.op is not None:
+            break
+        now[0] += 2
+    op = bed.op
+    assert op is not None and op.kind is OpKind.RESCALE, bed.status.get("autoscaler")
+    assert bed.kube.pipeline["spec"]["replicas"] == 4
+    autoscaled = [m for _, reason, m in bed.events if reason == "Autoscaled"]
+    assert len(autoscaled) == 1 and autoscaled[0].startswith("scale-up 1 -> 4: "), bed.events
+    status = bed.status["autoscaler"]
+    assert status["rescales"][0]["fromReplicas"] == 1 and status["rescales"][0]["toReplicas"] == 4
+    inputs = status["last"]["inputs"]
+    assert inputs["inputRate"] == 1000.0 and inputs["capacity"] == 250.0, inputs
+    assert ("Normal", "SpecChanged", "rescale (savepoint): replicas") in bed.events
+
+
+def test_the_autoscaler_off_writes_nothing(tmp_path: Path) -> None:
+    bed = Bed(tmp_path, replicas=1)
+    driver = bed.deploy()
+    for second in range(0, 30, 2):
+        driver.job_info = _job(second)
+        bed.step()
+    assert "autoscaler" not in bed.status and bed.kube.pipeline["spec"]["replicas"] == 1
+
+
+def test_a_job_whose_keyed_operators_are_all_pinned_is_left_alone(tmp_path: Path) -> None:
+    bed = Bed(tmp_path, replicas=3, autoscaler={"enabled": True, "cooldownSeconds": 0})
+    driver = bed.deploy()
+    for second in range(0, 90, 2):
+        job = _job(second)
+        job["graph"]["nodes"][0]["pinned"] = True
+        driver.job_info = job
+        bed.step()
+    assert bed.kube.pipeline["spec"]["replicas"] == 3 and bed.op is None
+    last = bed.status["autoscaler"]["last"]
+    assert last["action"] == "wait" and "pinned" in last["reason"], last
