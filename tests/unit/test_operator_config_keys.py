@@ -87,6 +87,19 @@ FULL: dict[str, Any] = {
     },
     "localRecovery": {"enabled": False, "pinning": "required", "volume": VOLUME, "standby": True},
     "deletion": {"finalSavepoint": False, "timeoutSeconds": 60, "disposeFinalSavepoint": True},
+    "autoscaler": {  # the operator's alone: job_config writes none of it
+        "enabled": True,
+        "dryRun": True,
+        "minReplicas": 2,
+        "maxReplicas": 8,
+        "targetUtilization": 0.6,
+        "catchUpSeconds": 120,
+        "metricsWindowSeconds": 30,
+        "scaleUpStabilizationSeconds": 15,
+        "scaleDownStabilizationSeconds": 600,
+        "maxScaleFactor": 3.0,
+        "cooldownSeconds": 30,
+    },
 }
 # A spec validate accepts, to add one spec.config key to (FULL is for job_config alone: some of
 # its fields exclude each other).

@@ -28,7 +28,15 @@ from ..pipeline_spec import AutoscalerSpec, PipelineSpec
 from ..pipeline_status import PipelineStatus
 from ..ports import EventSink, ScaleApi
 from ..status import STAMP, StatusWriter, stamp_ms
-from .decision import Action, Decision, Inputs, decide, required_rate
+from .decision import (
+    LOADED,
+    Action,
+    Decision,
+    Inputs,
+    decide,
+    required_rate,
+    rescaled_capacity,
+)
 from .history import INEFFECTIVE, AutoscalerStatus, DecisionRecord, RescaleRecord
 from .samples import Sample, SampleWindow, WindowMetrics, metrics_over
 
@@ -96,18 +104,27 @@ class Autoscaler:
         samples = [s for s in window.samples if s.at_s >= since]
         metrics = metrics_over(samples, auto.metrics_window_seconds)
         history = self._measure(history, running.parallelism, metrics, status, deployment)
+        m_at = max_parallelism(job, running)
+        if metrics is not None and metrics.capacity is not None and metrics.utilization >= LOADED:
+            history = history.measured_under_load(running.parallelism, metrics.capacity)
+        loaded = None
+        if history.loaded is not None:
+            replicas, capacity = history.loaded
+            loaded = rescaled_capacity(capacity, replicas, running.parallelism, m_at)
         last_op = status.last_operation
         inputs = Inputs(
             now_s=at,
             replicas=running.parallelism,
-            max_parallelism=min(job.max_parallelism or 32768, running.max_parallelism or 32768),
+            max_parallelism=m_at,
             metrics=metrics,
             downtime_s=history.downtime_s(last_op.downtime_seconds if last_op else None),
             correction=history.correction(),
+            loaded_capacity=loaded,
             ceiling=history.ceiling(),
             recommendations=history.recommendations_of(deployment),
         )
-        if not window.samples[-1].busy_ms:
+        graph = job.graph.nodes if job.graph else ()
+        if graph and not any(n.parallelism and not n.pinned for n in graph):
             why = "no keyed operator follows replicas (none, or all pinned by the pipeline)"
             decision = Decision(Action.WAIT, inputs.replicas, inputs.replicas, None, why)
         elif at < since:
@@ -211,6 +228,11 @@ class Autoscaler:
             )
 
 
+def max_parallelism(job: JobInfo, running: PipelineSpec) -> int:
+    """The job's key-groups (the driver's word, bounded by the spec's)."""
+    return min(job.max_parallelism or 32768, running.max_parallelism or 32768)
+
+
 def _ready_s(stamp: str | None) -> float:
     """A status time stamp as unix seconds (0: none)."""
     if not stamp:
@@ -228,6 +250,7 @@ def _inputs(auto: AutoscalerSpec, inp: Inputs) -> dict[str, Json]:
         "requiredRate": round(required_rate(auto, inp), 1) if m else None,
         "downtimeSeconds": round(inp.downtime_s, 1),
         "correction": round(inp.correction, 3),
+        "loadedCapacity": None if inp.loaded_capacity is None else round(inp.loaded_capacity, 1),
         "ceiling": inp.ceiling,
         "maxParallelism": inp.max_parallelism,
     }

@@ -62,6 +62,10 @@ class Inputs:
     metrics: WindowMetrics | None  # None: no full window yet
     downtime_s: float  # a rescale's expected downtime (measured: ``history.downtime_s``)
     correction: float = 1.0  # the part of a scale-up's predicted gain it delivers
+    # The capacity last measured under load (the busiest subtask at least ``LOADED`` busy),
+    # taken to the running parallelism: what a lightly loaded window's busy time, most of
+    # it an epoch's fixed cost per task, understates.
+    loaded_capacity: float | None = None
     ceiling: int | None = None  # a scale-up to above this did not help
     # This deployment's earlier recommendations as change points (time, replicas), oldest
     # first: each held until the next.
@@ -89,10 +93,23 @@ def busiest_share(q: int, max_parallelism: int) -> float:
     return math.ceil(max_parallelism / q) / max_parallelism
 
 
+# A window whose busiest subtask was busier than this measures capacity as it is under load.
+LOADED = 0.4
+
+
+def rescaled_capacity(capacity: float, p: int, q: int, max_parallelism: int) -> float:
+    """A capacity measured at p replicas, taken to q by the busiest subtask's share."""
+    return capacity * busiest_share(p, max_parallelism) / busiest_share(q, max_parallelism)
+
+
 def capacity_at(q: int, inp: Inputs) -> float:
-    """The records/s q replicas can read, predicted from what p replicas did."""
-    measured = inp.metrics.capacity if inp.metrics else None
-    assert measured is not None
+    """The records/s q replicas can read, predicted from what p replicas did (or, in a
+    lightly loaded window, from the last measure under load if it says more)."""
+    m = inp.metrics
+    measured = m.capacity if m else None
+    assert m is not None and measured is not None
+    if m.utilization < LOADED and inp.loaded_capacity is not None:
+        measured = max(measured, inp.loaded_capacity)
     gain = busiest_share(inp.replicas, inp.max_parallelism) / busiest_share(q, inp.max_parallelism)
     if q > inp.replicas:
         gain = 1 + inp.correction * (gain - 1)

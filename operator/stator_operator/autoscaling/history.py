@@ -8,7 +8,10 @@ rescales (typed, bounded; ``from_dict`` reads a hand-edited or malformed entry a
   what the stabilization windows read, kept across operator restarts.
 - ``rescales``: the autoscaler's rescales, each with the capacity it expected and, once
   measured at the new parallelism, the capacity it got and its downtime: the correction of
-  later estimates and the cost of the next rescale come from here."""
+  later estimates and the cost of the next rescale come from here.
+- ``loadedCapacity``: the capacity last measured under load, at which replicas: a lightly
+  loaded window's estimate is no lower than it (an epoch's fixed cost per keyed task is
+  most of a quiet subtask's busy time, and would make every replica look slow)."""
 
 from __future__ import annotations
 
@@ -152,6 +155,13 @@ def _listed(raw: Any, read: Any) -> tuple[Any, ...]:
     return tuple(e for e in (read(r) for r in entries if isinstance(r, Mapping)) if e is not None)
 
 
+def _loaded(raw: Any) -> tuple[int, float] | None:
+    if not isinstance(raw, Mapping):
+        return None
+    replicas, capacity = _int(raw, "replicas"), _num(raw, "capacity")
+    return None if not replicas or capacity is None else (replicas, capacity)
+
+
 def _point(raw: Any) -> tuple[float, int] | None:
     if isinstance(raw, list) and len(raw) == 2:
         t, q = raw
@@ -167,6 +177,8 @@ class AutoscalerStatus:
     deployment: str | None = None  # whose recommendations these are
     recommendations: tuple[tuple[float, int], ...] = ()
     rescales: tuple[RescaleRecord, ...] = ()
+    # The capacity last measured under load: (replicas, records/s).
+    loaded: tuple[int, float] | None = None
 
     @classmethod
     def from_dict(cls, raw: Any) -> AutoscalerStatus:
@@ -182,6 +194,7 @@ class AutoscalerStatus:
                 p for p in (_point(r) for r in (points if isinstance(points, list) else [])) if p
             ),
             rescales=_listed(raw.get("rescales"), RescaleRecord.from_dict),
+            loaded=_loaded(raw.get("loadedCapacity")),
         )
 
     def to_dict(self) -> dict[str, Json]:
@@ -191,6 +204,9 @@ class AutoscalerStatus:
             "deployment": self.deployment,
             "recommendations": [[round(t, 1), q] for t, q in self.recommendations],
             "rescales": [r.to_dict() for r in self.rescales],
+            "loadedCapacity": None
+            if self.loaded is None
+            else {"replicas": self.loaded[0], "capacity": round(self.loaded[1], 1)},
         }
 
     def recommendations_of(self, deployment: str) -> tuple[tuple[float, int], ...]:
@@ -203,6 +219,9 @@ class AutoscalerStatus:
         if q is not None and (not points or points[-1][1] != q):
             points = (*points, (at_s, q))[-RECOMMENDATIONS_KEPT:]
         return replace(self, deployment=deployment, recommendations=points)
+
+    def measured_under_load(self, replicas: int, capacity: float) -> AutoscalerStatus:
+        return replace(self, loaded=(replicas, capacity))
 
     def decided(self, record: DecisionRecord) -> AutoscalerStatus:
         decisions = self.decisions
