@@ -110,9 +110,15 @@ def produce(n: int, start: int = 0) -> None:
 
 def read_totals() -> dict[str, dict[str, Any]]:
     """The newest committed total per user (what a read_committed consumer sees)."""
+    bootstrap, _, out = _settings()
+    return {update["user"]: update for update in committed_records(bootstrap, out)}
+
+
+def committed_records(bootstrap: str, topic: str) -> list[dict[str, Any]]:
+    """Every committed JSON record of ``topic``, in each partition's order (what a
+    ``read_committed`` consumer reads from the start to the end)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    bootstrap, _, out = _settings()
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -122,9 +128,9 @@ def read_totals() -> dict[str, dict[str, Any]]:
             "enable.auto.commit": False,
         }
     )
-    parts = consumer.list_topics(out, timeout=30).topics[out].partitions
-    consumer.assign([TopicPartition(out, p, 0) for p in parts])
-    latest: dict[str, dict[str, Any]] = {}
+    parts = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+    records: list[dict[str, Any]] = []
     done: set[int] = set()
     try:
         while len(done) < len(parts):
@@ -134,11 +140,10 @@ def read_totals() -> dict[str, dict[str, Any]]:
             if msg.error() is not None:
                 done.add(msg.partition() or 0)
                 continue
-            update = json.loads(msg.value() or b"{}")
-            latest[update["user"]] = update
+            records.append(json.loads(msg.value() or b"{}"))
     finally:
         consumer.close()
-    return latest
+    return records
 
 
 if __name__ == "__main__":
