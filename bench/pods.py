@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     args = parser.parse_args(argv)
     compile_sources(ROOT)
-    with _Bed(_volume_gi(args.state_bytes)) as space:
+    with OperatorBed(_volume_gi(args.state_bytes)) as space:
         rows, results = [], {}
         if "recovery" in args.only:
             for key, c in zip(
@@ -149,11 +149,13 @@ def _volume_gi(state_bytes: int) -> int:
     return max(4, -(-3 * state_bytes // (1 << 30)))
 
 
-class _Bed:
-    """The test bed with the operator running, and one namespace with a bucket."""
+class OperatorBed:
+    """The test bed with the operator running, and one namespace with a bucket (and Kafka:
+    ``space.kafka``, when asked for)."""
 
-    def __init__(self, volume_gi: int) -> None:
+    def __init__(self, volume_gi: int, kafka: bool = False) -> None:
         self.volume_gi = volume_gi
+        self.kafka = kafka
 
     def __enter__(self) -> Any:
         from contextlib import ExitStack
@@ -170,7 +172,7 @@ class _Bed:
         from tests.testbed.nodeagent import NodeAgent
 
         self.stack = ExitStack()
-        bed = self.stack.enter_context(running(kafka=False))
+        bed = self.stack.enter_context(running(kafka=self.kafka))
         kube = bed.kube
         assert kube is not None
         work = Path(tempfile.mkdtemp(prefix="bench-pods-"))
@@ -196,6 +198,7 @@ class _Bed:
         space = Space(ns, ns, bed.s3, kube)
         space.storage_class = LOCAL_STORAGE_CLASS  # type: ignore[attr-defined]
         space.agent = agent  # type: ignore[attr-defined]
+        space.kafka = bed.kafka  # type: ignore[attr-defined]
         return space
 
     def __exit__(self, *exc: object) -> None:
@@ -219,11 +222,12 @@ def _executors(space: Any, cores: int, instances: int, memory: str = "1g") -> di
     }
 
 
-def _driver(space: Any, name: str) -> Any:
-    """The control API of the pipeline's running driver."""
+def control_client(space: Any, name: str, pod_name: str | None = None) -> Any:
+    """The control API of the pipeline's newest driver, or of driver pod ``pod_name``."""
     from stator.control.client import ControlClient
 
-    pod = space.driver_pods(name)[-1]
+    pods = space.driver_pods(name)
+    pod = next((p for p in pods if p["metadata"]["name"] == pod_name), None) or pods[-1]
     token = space.kube.kubectl_json("get", "secret", f"{name}-control", "-n", space.name)
     secret = base64.b64decode(token["data"]["token"]).decode()
     return ControlClient(f"http://{pod['status']['podIP']}:8081", token=secret)
@@ -410,7 +414,7 @@ def _lose_executor(
     if name.endswith(("standby", "-2")):  # untimed, for every contender alike
         _poll(f"{name}: two executors", lambda: len(_running_executors(space, name)) == 2, 300)
         time.sleep(settle_s)
-    driver = _driver(space, name)
+    driver = control_client(space, name)
     # Untimed, for every contender alike: the uploads have caught up. Writing the state
     # leaves gigabytes of compaction output to upload; an executor lost in that backlog fails
     # the checkpoints in flight and the job rewinds past them, which the steady state after
@@ -532,8 +536,10 @@ def _count_run(
     space.apply(
         _manifest(space, name, "bench.pipelines:counts", env, replicas=2, config=config, **spec)
     )
-    _poll(f"{name} driver", lambda: space.driver_pods(name) and _driver(space, name).job(), 300)
-    driver = _driver(space, name)
+    _poll(
+        f"{name} driver", lambda: space.driver_pods(name) and control_client(space, name).job(), 300
+    )
+    driver = control_client(space, name)
     first = _poll(f"{name} first epoch", lambda: (j := driver.job()).epoch >= 1 and j, 300, 0.05)
     t1 = time.monotonic()
     last = _poll(
