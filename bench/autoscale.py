@@ -16,8 +16,8 @@ and replicas over time (SVG).
 
 ``--cpu-record FILE`` records instead a scale-up that cannot help: the same job spinning
 for its 4 ms of CPU per record (``STATOR_COST_MODE=spin``), fed more than it reads, at 4
-replicas for 120 s and then, rescaled by ``kubectl scale``, at 8 on the same 2 cores (from
-2 to 4 it still gained: 2 subtasks leave the cores idle between their epochs' stages)."""
+replicas for 120 s and then, rescaled by ``kubectl scale``, at 8 on the same 2 cores
+(recorded: about 300 records/s at 4, 344 at 8, against the 560 the key-group shares predict)."""
 
 from __future__ import annotations
 
