@@ -24,12 +24,16 @@ def _str(raw: Mapping[str, Any], key: str) -> str | None:
     return None if value is None else str(value)
 
 
-def _int(raw: Mapping[str, Any], key: str) -> int | None:
+# How a stored field is read, here and in ``autoscaling/history.py`` (status.autoscaler): a
+# value of another type reads as absent.
+
+
+def int_field(raw: Mapping[str, Any], key: str) -> int | None:
     value = raw.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _number(value: Any) -> float | None:
+def number(value: Any) -> float | None:
     return value if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
@@ -41,7 +45,7 @@ def _seconds(value: Any) -> dict[str, float] | None:
     """A stored ``{label: seconds}``: the entries that are numbers."""
     if not isinstance(value, Mapping):
         return None
-    return {str(k): float(v) for k, v in value.items() if _number(v) is not None}
+    return {str(k): float(v) for k, v in value.items() if number(v) is not None}
 
 
 @dataclass(frozen=True)
@@ -99,7 +103,7 @@ class SavepointRecord:
             time=_str(raw, "time"),
             trigger=_str(raw, "trigger"),
             root=_str(raw, "root"),
-            epoch=_int(raw, "epoch"),
+            epoch=int_field(raw, "epoch"),
         )
 
     def to_dict(self) -> dict[str, Json]:
@@ -160,25 +164,25 @@ class LastOperation:
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> LastOperation | None:
         value = {name: raw.get(key) for name, key in _LAST_KEYS.items()}
-        ready_at = _number(value["ready_at_ms"])
+        ready_at = number(value["ready_at_ms"])
         if not value["id"] or not ready_at:
             return None
         stopped, handed = (
-            _number(value["processing_stopped_at_ms"]),
-            _number(value["handed_over_at_ms"]),
+            number(value["processing_stopped_at_ms"]),
+            number(value["handed_over_at_ms"]),
         )
         again = value["processing_again_at"]
         return cls(
             kind=OpKind(value["kind"]) if value["kind"] in _KINDS else None,
             id=str(value["id"]),
             step_seconds=_seconds(value["step_seconds"]) or {},
-            total_seconds=float(_number(value["total_seconds"]) or 0.0),
+            total_seconds=float(number(value["total_seconds"]) or 0.0),
             ready_at_ms=int(ready_at),
             processing_stopped_at_ms=None if stopped is None else int(stopped),
             handed_over_at_ms=None if handed is None else int(handed),
             processing_again_at=None if again is None else str(again),
             driver_startup_seconds=_seconds(value["driver_startup_seconds"]),
-            downtime_seconds=_number(value["downtime_seconds"]),
+            downtime_seconds=number(value["downtime_seconds"]),
         )
 
     def to_dict(self) -> dict[str, Json]:
@@ -203,7 +207,7 @@ _LAST_KEYS = {field.name: camel(field.name) for field in dataclasses.fields(Last
 _KINDS = {str(k) for k in OpKind}
 
 
-def _listed(raw: Any, read: Any) -> tuple[Any, ...]:
+def listed(raw: Any, read: Any) -> tuple[Any, ...]:
     entries = raw if isinstance(raw, list) else []
     return tuple(e for e in (read(r) for r in entries if isinstance(r, Mapping)) if e is not None)
 
@@ -240,12 +244,12 @@ class PipelineStatus:
             last_reconciled_spec=_spec(raw.get("lastReconciledSpec")),
             last_stable_spec=_spec(raw.get("lastStableSpec")),
             deployment=Deployment.from_dict(_mapping(raw.get("deployment"))),
-            savepoints=_listed(raw.get("savepoints"), SavepointRecord.from_dict),
-            conditions=_listed(raw.get("conditions"), Condition.from_dict),
+            savepoints=listed(raw.get("savepoints"), SavepointRecord.from_dict),
+            conditions=listed(raw.get("conditions"), Condition.from_dict),
             last_error=_str(raw, "lastError"),
             failed_spec=_str(raw, "failedSpec"),
             suspended_with=_str(raw, "suspendedWith"),
-            savepoint_nonce=_int(raw, "savepointNonce"),
+            savepoint_nonce=int_field(raw, "savepointNonce"),
             periodic_savepoint_at=_str(raw, "periodicSavepointAt"),
             restarts=int(restarts) if isinstance(restarts, int | float) else 0,
             restart_history=raw.get("restartHistory"),

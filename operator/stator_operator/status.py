@@ -32,12 +32,18 @@ def stamp_ms(epoch_ms: int) -> str:
     return dt.datetime.fromtimestamp(epoch_ms / 1000, dt.UTC).strftime(STAMP)
 
 
+def stamp_s(stamp: str | None) -> float:
+    """A status time stamp as unix seconds (0 for none)."""
+    if not stamp:
+        return 0.0
+    return dt.datetime.strptime(stamp, STAMP).replace(tzinfo=dt.UTC).timestamp()
+
+
 def age_s(stamp: str | None) -> float:
     """Seconds since a status time stamp (0 for none)."""
     if not stamp:
         return 0.0
-    t = dt.datetime.strptime(stamp, STAMP).replace(tzinfo=dt.UTC)
-    return (dt.datetime.now(dt.UTC) - t).total_seconds()
+    return dt.datetime.now(dt.UTC).timestamp() - stamp_s(stamp)
 
 
 class StatusWriter:

@@ -7,7 +7,6 @@ input, noise, a scale-up that does not help) is tested end to end in millisecond
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,14 +25,10 @@ from stator_operator.autoscaling import autoscaler
 from stator_operator.autoscaling.autoscaler import Autoscaler, forget
 from stator_operator.outcomes import EventReason, Phase
 from stator_operator.pipeline_spec import PipelineSpec
-from stator_operator.status import STAMP, StatusWriter
+from stator_operator.status import StatusWriter, stamp_ms
 from tests.unit.operator_fakes import FakeKube
 
 START = 1_800_000_000.0  # virtual unix seconds
-
-
-def stamp(at_s: float) -> str:
-    return dt.datetime.fromtimestamp(at_s, dt.UTC).strftime(STAMP)
 
 
 @dataclass
@@ -81,7 +76,7 @@ class Plant:
     def _deploy(self) -> None:
         self.deployment += 1
         self.records_in, self.busy_s = 0.0, [0.0] * self.replicas
-        deployment = {"id": f"d{self.deployment}", "readyAt": stamp(self.t)}
+        deployment = {"id": f"d{self.deployment}", "readyAt": stamp_ms(int(self.t * 1000))}
         self.kube.pipeline["status"]["deployment"] = deployment
 
     def capacity(self, replicas: int) -> float:

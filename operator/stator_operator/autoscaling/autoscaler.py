@@ -13,7 +13,6 @@ bounded by the schema, and whatever they say, replicas stay within the spec's
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import time
 from collections.abc import Callable
@@ -21,13 +20,14 @@ from dataclasses import dataclass, field
 
 from stator.control.schema import JobInfo
 from stator.control.wire import Json
+from stator.keygroups import MAX_MAX_PARALLELISM
 
 from ..operation import OpKind
 from ..outcomes import EventReason
 from ..pipeline_spec import AutoscalerSpec, PipelineSpec
 from ..pipeline_status import PipelineStatus
 from ..ports import EventSink, ScaleApi
-from ..status import STAMP, StatusWriter, stamp_ms
+from ..status import StatusWriter, stamp_ms, stamp_s
 from .decision import (
     LOADED,
     Action,
@@ -99,7 +99,7 @@ class Autoscaler:
         history = AutoscalerStatus.from_dict(
             (self.pipeline.body.get("status") or {}).get("autoscaler")
         )
-        ready = _ready_s(status.deployment.ready_at if status.deployment else None)
+        ready = stamp_s(status.deployment.ready_at if status.deployment else None)
         since = ready + auto.cooldown_seconds
         samples = [s for s in window.samples if s.at_s >= since]
         metrics = metrics_over(samples, auto.metrics_window_seconds)
@@ -230,14 +230,8 @@ class Autoscaler:
 
 def max_parallelism(job: JobInfo, running: PipelineSpec) -> int:
     """The job's key-groups (the driver's word, bounded by the spec's)."""
-    return min(job.max_parallelism or 32768, running.max_parallelism or 32768)
-
-
-def _ready_s(stamp: str | None) -> float:
-    """A status time stamp as unix seconds (0: none)."""
-    if not stamp:
-        return 0.0
-    return dt.datetime.strptime(stamp, STAMP).replace(tzinfo=dt.UTC).timestamp()
+    limit = MAX_MAX_PARALLELISM
+    return min(job.max_parallelism or limit, running.max_parallelism or limit)
 
 
 def _inputs(auto: AutoscalerSpec, inp: Inputs) -> dict[str, Json]:

@@ -22,6 +22,8 @@ from typing import Any
 
 from stator.control.wire import Json
 
+from ..pipeline_status import int_field, listed, number
+
 DECISIONS_KEPT = 10
 RESCALES_KEPT = 5
 RECOMMENDATIONS_KEPT = 100
@@ -32,13 +34,8 @@ DEFAULT_DOWNTIME_S = 30.0  # a rescale's downtime until one is measured
 
 
 def _num(raw: Mapping[str, Any], key: str) -> float | None:
-    value = raw.get(key)
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _int(raw: Mapping[str, Any], key: str) -> int | None:
-    value = raw.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    value = number(raw.get(key))
+    return None if value is None else float(value)
 
 
 @dataclass(frozen=True)
@@ -66,7 +63,7 @@ class DecisionRecord:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> DecisionRecord | None:
-        replicas, target = _int(raw, "replicas"), _int(raw, "target")
+        replicas, target = int_field(raw, "replicas"), int_field(raw, "target")
         if replicas is None or target is None or not raw.get("action"):
             return None
         inputs = raw.get("inputs")
@@ -75,7 +72,7 @@ class DecisionRecord:
             action=str(raw["action"]),
             replicas=replicas,
             target=target,
-            recommended=_int(raw, "recommended"),
+            recommended=int_field(raw, "recommended"),
             reason=str(raw.get("reason") or ""),
             inputs=dict(inputs) if isinstance(inputs, Mapping) else {},
             dry_run=raw.get("dryRun") is True,
@@ -128,7 +125,7 @@ class RescaleRecord:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> RescaleRecord | None:
-        before, after = _int(raw, "fromReplicas"), _int(raw, "toReplicas")
+        before, after = int_field(raw, "fromReplicas"), int_field(raw, "toReplicas")
         if before is None or after is None:
             return None
         return cls(
@@ -150,15 +147,10 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
 
 
-def _listed(raw: Any, read: Any) -> tuple[Any, ...]:
-    entries = raw if isinstance(raw, list) else []
-    return tuple(e for e in (read(r) for r in entries if isinstance(r, Mapping)) if e is not None)
-
-
 def _loaded(raw: Any) -> tuple[int, float] | None:
     if not isinstance(raw, Mapping):
         return None
-    replicas, capacity = _int(raw, "replicas"), _num(raw, "capacity")
+    replicas, capacity = int_field(raw, "replicas"), _num(raw, "capacity")
     return None if not replicas or capacity is None else (replicas, capacity)
 
 
@@ -188,12 +180,12 @@ class AutoscalerStatus:
         points = raw.get("recommendations")
         return cls(
             last=DecisionRecord.from_dict(last) if isinstance(last, Mapping) else None,
-            decisions=_listed(raw.get("decisions"), DecisionRecord.from_dict),
+            decisions=listed(raw.get("decisions"), DecisionRecord.from_dict),
             deployment=str(raw["deployment"]) if raw.get("deployment") else None,
             recommendations=tuple(
                 p for p in (_point(r) for r in (points if isinstance(points, list) else [])) if p
             ),
-            rescales=_listed(raw.get("rescales"), RescaleRecord.from_dict),
+            rescales=listed(raw.get("rescales"), RescaleRecord.from_dict),
             loaded=_loaded(raw.get("loadedCapacity")),
         )
 

@@ -103,11 +103,17 @@ class WindowMetrics:
     def utilization(self) -> float:
         return self.busiest_busy_s / self.span_s if self.span_s > 0 else 0.0
 
+    @staticmethod
+    def arrival_rate(first: Sample, last: Sample) -> float:
+        """Records/s arriving between two samples: read, plus the lag's growth."""
+        read = last.records_in - first.records_in
+        arrived = read + (last.lag_records - first.lag_records)
+        return max(0.0, arrived / (last.at_s - first.at_s))
+
     @classmethod
     def over(cls, first: Sample, last: Sample) -> WindowMetrics:
         span = last.at_s - first.at_s
         read = last.records_in - first.records_in
-        arrived = read + (last.lag_records - first.lag_records)
         busiest_s, busiest = 0.0, None
         for uid, now in last.busy_ms.items():
             then = first.busy_ms.get(uid, ())
@@ -116,7 +122,7 @@ class WindowMetrics:
                     busiest_s, busiest = (a - b) / 1000, f"{uid}/{i}"
         return cls(
             span_s=span,
-            input_rate=max(0.0, arrived / span),
+            input_rate=cls.arrival_rate(first, last),
             processed_rate=read / span,
             lag_records=last.lag_records,
             busiest_busy_s=busiest_s,
@@ -183,5 +189,5 @@ def metrics_over(samples: Iterable[Sample], window_s: float) -> WindowMetrics | 
     # input shows after half a window, not averaged with what came before it (measured on
     # the e2e test's step: a first scale-up to half what the step needed, then a second).
     middle = next(s for s in reversed(ordered) if s.at_s <= last.at_s - window_s / 2)
-    recent = WindowMetrics.over(middle, last).input_rate
+    recent = WindowMetrics.arrival_rate(middle, last)
     return replace(metrics, input_rate=max(metrics.input_rate, recent))
