@@ -435,3 +435,27 @@ def test_a_job_whose_keyed_operators_are_all_pinned_is_left_alone(tmp_path: Path
     assert bed.kube.pipeline["spec"]["replicas"] == 3 and bed.op is None
     last = bed.status["autoscaler"]["last"]
     assert last["action"] == "wait" and "pinned" in last["reason"], last
+
+
+def test_only_a_recommendation_held_back_from_paying_off_is_announced_as_held() -> None:
+    """AutoscaleHeld says a stable recommendation would not pay off; a recommendation still
+    waiting out its stabilization window is only in status."""
+    plant = Plant(LOOP, replicas=1, rate_per_subtask=PER_SUBTASK)
+    plant.run(400, lambda t: 150.0 if t < 200 else 240.0)  # 96% busy at 1: behind, slowly
+    held = [m for reason, m in plant.events if reason == "AutoscaleHeld"]
+    waiting = ("not yet for", "not throughout")
+    stabilizing = [d for d in plant.status["decisions"] if any(w in d["reason"] for w in waiting)]
+    assert stabilizing, plant.status["decisions"]
+    assert held and all("but" in m for m in held), held
+    assert not any(w in m for m in held for w in waiting), held
+
+
+def test_a_scale_up_reads_the_running_capacity_as_the_recommendation_does() -> None:
+    """A lightly loaded window's capacity is read no lower than the last measured under
+    load, also where step 5 asks how soon the lag is read as it is."""
+    # 150/s arriving, 3,000 behind; the window, 10% busy, reads 160/s (light load).
+    quiet = WindowMetrics(30.0, 150.0, 150.0, 3000, 3.0, 160.0, "count/0")
+    d = decide(SPEC, inputs(1, quiet, loaded_capacity=250.0, recommendations=((900.0, 2),)))
+    # Step 2 reads 250/s and recommends 2; at 250/s the lag is read in 30 s, within the
+    # catch-up time: held (at 160/s it would have read as 300 s, and scaled up).
+    assert d.recommended == 2 and d.held_back and "is read in 30 s" in d.reason, d

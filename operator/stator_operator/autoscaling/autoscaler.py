@@ -217,10 +217,7 @@ class Autoscaler:
                 )
             else:
                 self.event("Normal", EventReason.AUTOSCALED, f"{move}: {decision.reason}; {facts}")
-        elif decision.action is Action.HOLD and decision.recommended not in (
-            None,
-            decision.replicas,
-        ):
+        elif decision.held_back:
             self.event(
                 "Normal",
                 EventReason.AUTOSCALE_HELD,

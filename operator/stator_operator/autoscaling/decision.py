@@ -192,7 +192,8 @@ def _scale_up(spec: AutoscalerSpec, inp: Inputs, target: int, q: int, why: str) 
     rescale reads it sooner despite its downtime."""
     m = inp.metrics
     assert m is not None and m.capacity is not None  # an idle job never recommends more
-    now = _caught_up_s(m.lag_records, m.capacity, m.input_rate)
+    has = capacity_at(inp.replicas, inp)  # as step 2 reads it: under load, if lightly loaded
+    now = _caught_up_s(m.lag_records, has, m.input_rate)
     if now <= spec.catch_up_seconds:
         return _held_back(
             inp,
@@ -204,7 +205,7 @@ def _scale_up(spec: AutoscalerSpec, inp: Inputs, target: int, q: int, why: str) 
     gets = capacity_at(target, inp)
     then = inp.downtime_s + _caught_up_s(backlog, gets, m.input_rate)
     # Never caught up either way: a rescale still pays off if it falls behind more slowly.
-    slower = math.isinf(then) and gets > m.capacity
+    slower = math.isinf(then) and gets > has
     if then >= now and not slower:
         return _held_back(
             inp,
