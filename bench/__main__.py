@@ -255,6 +255,10 @@ def _log(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+# The keyed count's settings for long-running tasks (docs/runtime.md "Latency").
+LONG_RUNNING = ("epoch.tasks=long-running",)
+
+
 def _run(args: argparse.Namespace, s3: str) -> int:  # noqa: PLR0912 - a branch per group
     log = _log
     rows: list[tuple[str, str, str, str]] = []
@@ -272,6 +276,10 @@ def _run(args: argparse.Namespace, s3: str) -> int:  # noqa: PLR0912 - a branch 
                 "native": _case("native_count", "events_per_s", **size),
                 "builtin_none": _case("stator_count", "events_per_s", **size, checkpoint=False),
                 "bcast": _case("stator_count", "events_per_s", **size, function="broadcast"),
+                "kpf_lr": _case(
+                    "stator_count", "events_per_s", **size, function="kpf", settings=LONG_RUNNING
+                ),
+                "builtin_lr": _case("stator_count", "events_per_s", **size, settings=LONG_RUNNING),
             }
         )
         dumps["count"] = runs.results
@@ -305,6 +313,19 @@ def _run(args: argparse.Namespace, s3: str) -> int:  # noqa: PLR0912 - a branch 
                 target=">= 0.9",
             ).row()
         )
+        for name, label in (
+            ("kpf", "user `KeyedProcessFunction`"),
+            ("builtin", "built-in `.count()`"),
+        ):
+            rows.append(
+                Comparison(
+                    f"the same, {label}: long-running tasks (`epoch.tasks=long-running`, the "
+                    f"low-latency setting) vs a Spark job per epoch (the default)",
+                    runs.runs_of(f"{name}_lr", f"{label}, long-running tasks", "events/s"),
+                    runs.runs_of(name, f"{label}, a Spark job per epoch", "events/s"),
+                    target=">= 0.9",
+                ).row()
+            )
         rows.append(
             Comparison(
                 "the same, checkpoints on local disk vs none",

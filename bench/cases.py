@@ -17,7 +17,7 @@ import signal
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -36,9 +36,10 @@ from stator import (
     ValueStateDescriptor,
 )
 from stator.checkpoint.metadata import CheckpointMetadata
-from stator.config import SparkConfig, load_config
+from stator.config import LONG_RUNNING, SparkConfig, load_config
 from stator.driver.spark_session import create_session
 from stator.keygroups import SubtaskId, range_for_subtask
+from stator.longrun.driver import session_config
 from stator.sinks.base import Sink, SinkWriter
 from stator.sources import GeneratorSource, KeyedEvents, SweepEvents
 from stator.sources.generator import list_source
@@ -84,6 +85,14 @@ def _workdir(name: str) -> Path:
 
 def _spark(extra: dict[str, str] | None = None) -> Any:
     return create_session(SparkConfig(master="local[2]", conf=extra or {}), "stator-bench")
+
+
+def stator_spark(settings: Sequence[str]) -> Any:
+    """The bench's session for a Stator job with ``settings``: ``local[2]``, with a task slot
+    per task if they ask for long-running tasks (as ``Job`` does for its own session)."""
+    if load_config(None, list(settings)).epoch.tasks != LONG_RUNNING:
+        return _spark()
+    return create_session(session_config(SparkConfig(master="local[2]")), "stator-bench")
 
 
 def expected_counts(events: int, keys: int) -> dict[str, int]:
@@ -168,6 +177,7 @@ def stator_count(
     sync_upload: bool = False,
     s3_endpoint: str = "",
     inline_max_bytes: int | None = None,
+    settings: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Stator's keyed count, exactly-once checkpoints every epoch (or none): the built-in
     ``.count()`` (pre-combined before the shuffle, one update per key and epoch) or a user
@@ -176,9 +186,10 @@ def stator_count(
     tasks upload their checkpoint files before they return (``checkpoint.async_upload``
     off). A run ends when its last checkpoint is complete, either way. ``s3_endpoint``: reach
     the store there (e.g. through a bandwidth-capped link) instead of the environment's.
-    ``inline_max_bytes``: ``checkpoint.inline_max_bytes`` (None: the default)."""
+    ``inline_max_bytes``: ``checkpoint.inline_max_bytes`` (None: the default); ``settings``:
+    job config lines on top (e.g. ``epoch.tasks=long-running``)."""
     work = _workdir("stator-count")
-    spark = _spark()
+    spark = stator_spark(settings)
     p = Pipeline("bench-count")
     keyed = p.source(
         GeneratorSource(KeyedEvents(keys, SEED), count=events, splits=2), uid="events"
@@ -207,6 +218,7 @@ def stator_count(
                 if inline_max_bytes is not None
                 else []
             ),
+            *settings,
         ],
     )
     driver = Job(p, cfg, spark)

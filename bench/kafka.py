@@ -46,6 +46,7 @@ from bench.cases import (
     _steady,
     _workdir,
     check_counts,
+    stator_spark,
 )
 from bench.harness import Alternating, Comparison, WrongOutput, latency_percentiles
 
@@ -225,7 +226,7 @@ def _stator_job(
             *settings,
         ],
     )
-    return Job(p, cfg, _spark())
+    return Job(p, cfg, stator_spark(settings))
 
 
 def stator_kafka_count(

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.cases import MULT, SEED, _spark, _workdir, check_counts
+from bench.cases import MULT, SEED, _spark, _workdir, check_counts, stator_spark
 from bench.harness import Alternating, Comparison, WrongOutput, latency_percentiles
 from stator import (
     INT64,
@@ -107,7 +107,7 @@ def stator_latency(
     last record is committed), a checkpoint every epoch on local disk, ``settings`` on top of
     the defaults."""
     work = _workdir("stator-latency")
-    spark = _spark()
+    spark = stator_spark(settings)
     events = int(rate * (warmup_s + seconds))
     source = GeneratorSource(
         KeyedEvents(keys, SEED), count=events, splits=SPLITS, rate_per_second=rate

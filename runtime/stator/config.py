@@ -43,9 +43,18 @@ class EpochConfig:
     max_ms: int = 0
     # When no input is available, wait this long before planning again.
     idle_wait_ms: int = 200
+    # How an epoch runs: "per-epoch", one Spark job per epoch; "long-running", one Spark
+    # job whose source and keyed tasks stay up across epochs and take each epoch from the
+    # driver, their data sent task to task (``longrun/``): no per-epoch Spark scheduling,
+    # for low latency (docs/runtime.md "Latency"). It needs a task slot per source split
+    # and per keyed subtask at once.
+    tasks: str = "per-epoch"
     # Stop when every source is exhausted (bounded sources); otherwise wait for more input.
     stop_when_finished: bool = True
 
+
+PER_EPOCH, LONG_RUNNING = "per-epoch", "long-running"
+EPOCH_TASKS = (PER_EPOCH, LONG_RUNNING)
 
 INLINE_LIMIT = 1 << 20  # checkpoint.inline_max_bytes at most
 
@@ -320,9 +329,7 @@ class JobConfig:
                 f"keyed operator, fixed for the life of the state), got {self.max_parallelism}; "
                 f"leave it out for the pipeline's (else 128)"
             )
-        _positive(self, "epoch.max_records", self.epoch.max_records)
-        _at_least_zero("epoch.idle_wait_ms", self.epoch.idle_wait_ms)
-        _at_least_zero("epoch.max_ms", self.epoch.max_ms)
+        _check_epoch(self)
         _at_least_zero("control.linger_ms", self.control.linger_ms)
         if self.control.read_token_file and not self.control.token_file:
             raise ConfigError(
@@ -375,6 +382,18 @@ class JobConfig:
                 )
         _check_storage_uri("checkpoint.storage", self.checkpoint.storage)
         _check_storage_uri("savepoint.dir", self.savepoint.dir)
+
+
+def _check_epoch(cfg: JobConfig) -> None:
+    _positive(cfg, "epoch.max_records", cfg.epoch.max_records)
+    _at_least_zero("epoch.idle_wait_ms", cfg.epoch.idle_wait_ms)
+    _at_least_zero("epoch.max_ms", cfg.epoch.max_ms)
+    if cfg.epoch.tasks not in EPOCH_TASKS:
+        raise ConfigError(
+            f"epoch.tasks must be one of {', '.join(EPOCH_TASKS)}, got {cfg.epoch.tasks!r}: "
+            f"per-epoch runs each epoch as a Spark job, long-running keeps the tasks up "
+            f"across epochs (lower latency)"
+        )
 
 
 def _check_storage_uri(key: str, uri: str) -> None:

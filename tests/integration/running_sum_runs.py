@@ -65,6 +65,7 @@ class Run:
     env: dict[str, str]
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    settings: tuple[str, ...] = ()  # job config lines over the defaults below
 
     @property
     def out(self) -> str:
@@ -98,6 +99,7 @@ class Run:
             "s3.max_attempts=2",
             "--set",
             "s3.connect_timeout_s=2",
+            *(arg for line in self.settings for arg in ("--set", line)),
         ]
         log = (self.workdir / f"driver-{self.starts}.log").open("ab")
         self.proc = subprocess.Popen(

@@ -42,11 +42,11 @@ def topic(kafka: KafkaBroker) -> str:
 def new_run(s3: S3Endpoint, kafka: KafkaBroker, topic: str, tmp_path: Path) -> Iterator[Any]:
     runs: list[Run] = []
 
-    def make() -> Run:
+    def make(*settings: str) -> Run:
         bucket = f"eo-{uuid.uuid4().hex[:10]}"
         s3.client().create_bucket(Bucket=bucket)
         env = run_env(s3, kafka, topic, EO_OUT=f"s3://{bucket}/out")
-        run = Run(s3, bucket, tmp_path / bucket, env)
+        run = Run(s3, bucket, tmp_path / bucket, env, settings=settings)
         run.workdir.mkdir()
         runs.append(run)
         return run
@@ -79,10 +79,18 @@ def _assert_same(run: Run, baseline: list[dict[str, Any]]) -> None:
     assert got == baseline, "committed output differs from the failure-free run"
 
 
-def test_killed_python_workers(new_run: Any, baseline: list[dict[str, Any]]) -> None:
+# The epochs' tasks: per-epoch Spark jobs (the default), or long-running tasks, whose
+# failures must give the failure-free per-epoch run's output too.
+TASKS = pytest.mark.parametrize(
+    "tasks", ["per-epoch", "long-running"], ids=["per-epoch", "long-running"]
+)
+
+
+@TASKS
+def test_killed_python_workers(new_run: Any, baseline: list[dict[str, Any]], tasks: str) -> None:
     rng = random.Random(SEED)
     print(f"seed {SEED}")
-    run = new_run()
+    run = new_run(f"epoch.tasks={tasks}")
     run.start()
     killed = 0
     for target in sorted(rng.sample(range(1, 9), 3)):
@@ -98,9 +106,10 @@ def test_killed_python_workers(new_run: Any, baseline: list[dict[str, Any]]) -> 
     _assert_same(run, baseline)
 
 
-def test_killed_driver(new_run: Any, baseline: list[dict[str, Any]]) -> None:
+@TASKS
+def test_killed_driver(new_run: Any, baseline: list[dict[str, Any]], tasks: str) -> None:
     rng = random.Random(SEED + 1)
-    run = new_run()
+    run = new_run(f"epoch.tasks={tasks}")
     run.start()
     for target in sorted(rng.sample(range(2, 9), 2)):
         assert run.wait_for_checkpoints(target), "the job finished before it could be killed"

@@ -69,14 +69,14 @@ def kafka_run(
 ) -> Iterator[Any]:
     runs: list[KafkaRun] = []
 
-    def make() -> KafkaRun:
+    def make(*settings: str) -> KafkaRun:
         bucket = f"keo-{uuid.uuid4().hex[:10]}"
         s3.client().create_bucket(Bucket=bucket)
         out_topic = f"keo-out-{uuid.uuid4().hex[:6]}"
         admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
         admin.create_topics([NewTopic(out_topic, OUT_PARTITIONS, 1)])[out_topic].result(30)
         env = run_env(s3, kafka, topic, EO_OUT_TOPIC=out_topic)
-        run = KafkaRun(s3, bucket, tmp_path / bucket, env)
+        run = KafkaRun(s3, bucket, tmp_path / bucket, env, settings=settings)
         run.bootstrap, run.out_topic = kafka.bootstrap_servers, out_topic
         run.workdir.mkdir()
         runs.append(run)
@@ -97,8 +97,9 @@ STEPS = [
 ]
 
 
-def test_killed_at_each_commit_step(kafka_run: Any) -> None:
-    run = kafka_run()
+@pytest.mark.parametrize("tasks", ["per-epoch", "long-running"])
+def test_killed_at_each_commit_step(kafka_run: Any, tasks: str) -> None:
+    run = kafka_run(f"epoch.tasks={tasks}")
     for step in STEPS:
         run.disarm()
         run.arm(step)

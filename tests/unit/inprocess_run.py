@@ -14,6 +14,7 @@ from stator.config import load_config
 from stator.driver import epoch_loop
 from stator.driver.savepoints import SavepointRequest
 from tests.unit.inprocess_job import InProcessJob
+from tests.unit.inprocess_longrun import LongRunningInProcess
 
 
 def settings(root: Path, *extra: str) -> list[str]:
@@ -35,14 +36,18 @@ def run_in_process(
     root: Path,
     monkeypatch: pytest.MonkeyPatch,
     *config: str,
-    harness: InProcessJob | None = None,
+    harness: InProcessJob | LongRunningInProcess | None = None,
     stop_after_epoch: int | None = None,
+    long_running: bool = False,
 ) -> Job:
     """Run ``pipeline`` (one failover region or several, one after another) until its sources
     are exhausted, or until ``stop_after_epoch`` ended and a stop-with-savepoint (one region)
     completed (its location: :func:`stopped_with`); ``config``: job config lines over
-    :func:`settings`."""
-    monkeypatch.setattr(epoch_loop, "run_epoch_job", harness or InProcessJob())
+    :func:`settings`; ``long_running``: epochs on long-running tasks
+    (``inprocess_longrun.py``) unless a ``harness`` is given."""
+    if harness is None:
+        harness = LongRunningInProcess(monkeypatch) if long_running else InProcessJob()
+    monkeypatch.setattr(epoch_loop, "run_epoch_job", harness)
     job = Job(pipeline, load_config(None, settings(root, *config)))
     if stop_after_epoch is not None:
         requests: list[SavepointRequest] = []
@@ -60,6 +65,8 @@ def run_in_process(
             loop._loop()
         finally:
             loop.checkpoints.in_flight.abort_all("the run ended")
+            if isinstance(harness, LongRunningInProcess):
+                harness.tasks.stop()
     return job
 
 

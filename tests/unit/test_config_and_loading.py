@@ -61,6 +61,7 @@ def test_unknown_key_suggests_the_right_one() -> None:
         ("max_parallelism=40000", "got 40000; leave it out"),
         ("epoch.idle_wait_ms=-1", "epoch.idle_wait_ms must be >= 0, got -1"),
         ("epoch.max_ms=-1", "epoch.max_ms must be >= 0, got -1"),
+        ("epoch.tasks=forever", "epoch.tasks must be one of per-epoch, long-running, got"),
         ("control.linger_ms=-5", "control.linger_ms must be >= 0"),
         ("state.warm_cache_entries=-1", "state.warm_cache_entries must be >= 0"),
         ("control.stopped_exit_code=256", "a process exit status, 0 to 255, got 256"),

@@ -15,6 +15,7 @@ from examples.fraud_detection import build
 from stator.sinks.collect import CollectSink
 from tests.pipelines.fraud_model import expected
 from tests.unit.inprocess_job import Faults, InProcessJob
+from tests.unit.inprocess_longrun import LongRunningInProcess
 from tests.unit.inprocess_run import run_in_process
 
 TRANSACTIONS = 16_000  # 53 minutes of event time: late transactions after 40
@@ -22,8 +23,9 @@ EPOCH = 3_000  # 1,000 transactions (200 s of event time) per epoch and source
 
 
 @pytest.mark.parametrize("failures", [False, True])
+@pytest.mark.parametrize("long_running", [False, True], ids=["per-epoch", "long-running"])
 def test_the_fraud_example_equals_its_model(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failures: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failures: bool, long_running: bool
 ) -> None:
     alerts, sessions, late = CollectSink(), CollectSink(), CollectSink()
     faults = Faults(
@@ -38,7 +40,11 @@ def test_the_fraud_example_equals_its_model(
         monkeypatch,
         "parallelism=2",
         f"epoch.max_records={EPOCH}",
-        harness=InProcessJob(faults=faults if failures else Faults()),
+        harness=(
+            LongRunningInProcess(monkeypatch, faults=faults if failures else Faults())
+            if long_running
+            else InProcessJob(faults=faults if failures else Faults())
+        ),
     )
     want_alerts, want_sessions, want_late = expected(TRANSACTIONS)
     assert len(want_late) > 0 and len(want_alerts) > 100  # the case exercises every part

@@ -37,12 +37,17 @@ from tests.pipelines.multi_input import (
     expected_match,
 )
 from tests.unit.inprocess_job import Faults, InProcessJob
+from tests.unit.inprocess_longrun import LongRunningInProcess
 from tests.unit.inprocess_run import run_in_process, stopped_with
 
+# Epochs as per-epoch jobs, or on long-running tasks (``epoch.tasks: long-running``).
+TASKS = pytest.mark.parametrize("long_running", [False, True], ids=["per-epoch", "long-running"])
 
+
+@TASKS
 @pytest.mark.parametrize("parallelism", [1, 3])
 def test_connected_streams_share_keyed_state_and_emit_side_outputs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parallelism: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parallelism: int, long_running: bool
 ) -> None:
     out, big = CollectSink(), CollectSink()
     run_in_process(
@@ -51,6 +56,7 @@ def test_connected_streams_share_keyed_state_and_emit_side_outputs(
         monkeypatch,
         f"parallelism={parallelism}",
         "epoch.max_records=16",
+        long_running=long_running,
     )
     main, side = expected_match()
     got = Counter(r for r in out.results if r[0] != "balance")
@@ -108,8 +114,9 @@ def test_a_stream_connected_with_itself_feeds_both_inputs(
     )
 
 
+@TASKS
 def test_union_merges_streams_of_any_origin(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, long_running: bool
 ) -> None:
     out, raw = CollectSink(), CollectSink()
     p = Pipeline("union", max_parallelism=8)
@@ -118,7 +125,9 @@ def test_union_merges_streams_of_any_origin(
     both = a.union(b.map(str.upper).map(str.lower))
     both.sink(raw, uid="raw")
     both.key_by(lambda k: k).count(uid="count").sink(out, uid="out")
-    run_in_process(p, tmp_path, monkeypatch, "parallelism=2", "epoch.max_records=7")
+    run_in_process(
+        p, tmp_path, monkeypatch, "parallelism=2", "epoch.max_records=7", long_running=long_running
+    )
     expected = Counter([f"k{i % 4}" for i in range(30)] + [f"k{i % 5}" for i in range(25)])
     assert Counter(raw.results) == expected
     final: dict[str, int] = {}
@@ -216,8 +225,9 @@ def test_bad_multi_input_graphs_are_refused() -> None:
         OutputTag("")
 
 
+@TASKS
 def test_a_broadcast_stream_reaches_every_subtask_before_the_epochs_keyed_records(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, long_running: bool
 ) -> None:
     out = CollectSink()
     faults = Faults(before_commit={(2, "c", 1)}, job_fails={3: 1})
@@ -227,7 +237,11 @@ def test_a_broadcast_stream_reaches_every_subtask_before_the_epochs_keyed_record
         monkeypatch,
         "parallelism=3",
         "epoch.max_records=20",  # 10 records of each source per epoch
-        harness=InProcessJob(faults=faults),
+        harness=(
+            LongRunningInProcess(monkeypatch, faults=faults)
+            if long_running
+            else InProcessJob(faults=faults)
+        ),
     )
     acks = Counter(r[1:] for r in out.results if r[0] == "ack")
     assert acks == Counter((rule, s) for rule in RULES for s in range(3))
@@ -357,8 +371,9 @@ class Remember(BroadcastProcessFunction):
             self.everyone.add(value)
 
 
+@TASKS
 def test_operator_and_broadcast_state_of_a_non_keyed_operator_across_rescales(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, long_running: bool
 ) -> None:
     """3 -> 5 -> 2 subtasks through savepoints: the split lists keep every record once, the
     union list gives every new subtask all old elements, every subtask holds every rule."""
@@ -383,6 +398,7 @@ def test_operator_and_broadcast_state_of_a_non_keyed_operator_across_rescales(
             "epoch.max_records=10",
             f"restore.source={restore}",
             stop_after_epoch=stop_after,
+            long_running=long_running,
         )
         last = restore = stopped_with(ran) if stop_after < 100 else last
         if stop_after == 100:

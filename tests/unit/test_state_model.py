@@ -47,6 +47,7 @@ from stator.state import warm
 from stator.state.markers import MISSING
 from tests.state_model import Program, Record, model, record_times
 from tests.unit.inprocess_job import Faults, InProcessJob, TaskFailed
+from tests.unit.inprocess_longrun import LongRunningInProcess
 
 EXAMPLES = int(os.environ.get("STATOR_MODEL_EXAMPLES", "0"))
 MAX_PARALLELISM = 8
@@ -176,7 +177,13 @@ class Injector:
     """The driver's epoch listener: arms the next epoch's faults in the harness, crashes the
     driver, or asks for a stop-with-savepoint, as the case says for that epoch."""
 
-    def __init__(self, case: Case, driver: Job, harness: InProcessJob, parallelism: int) -> None:
+    def __init__(
+        self,
+        case: Case,
+        driver: Job,
+        harness: InProcessJob | LongRunningInProcess,
+        parallelism: int,
+    ) -> None:
         self.case, self.driver, self.harness, self.parallelism = case, driver, harness, parallelism
         self.savepoint: SavepointRequest | None = None
 
@@ -206,12 +213,17 @@ class Injector:
 
 
 def run_job(
-    case: Case, root: Path, monkeypatch: pytest.MonkeyPatch
+    case: Case, root: Path, monkeypatch: pytest.MonkeyPatch, long_running: bool = False
 ) -> tuple[dict[str, list[Any]], Counter[str]]:
     """Run the case's program through drivers (a new one after a crash or a savepoint);
-    the committed output per key in epoch order, and what moved state around."""
+    the committed output per key in epoch order, and what moved state around.
+    ``long_running``: epochs run on long-running tasks (``inprocess_longrun.py``)."""
     sink = CollectSink()
-    harness = InProcessJob(workers=case.workers, seed=case.seed, faults=Faults())
+    harness: InProcessJob | LongRunningInProcess = (
+        LongRunningInProcess(monkeypatch, seed=case.seed, faults=Faults())
+        if long_running
+        else InProcessJob(workers=case.workers, seed=case.seed, faults=Faults())
+    )
     monkeypatch.setattr(epoch_loop, "run_epoch_job", harness)
     monkeypatch.setattr(epoch_loop, "epoch_processing_time", lambda epoch: epoch * CLOCK_STEP)
     read_file = warm._read
@@ -243,6 +255,8 @@ def run_job(
             raise AssertionError(f"user code raised: {failed.__cause__}") from failed
         finally:
             loop.checkpoints.in_flight.abort_all("the driver is gone")
+            if isinstance(harness, LongRunningInProcess):  # its tasks end with the driver
+                harness.tasks.abort()
         request = injector.savepoint
         if request is None:
             break
@@ -251,6 +265,10 @@ def run_job(
         parallelism = next(rescales)
     else:
         raise AssertionError("the job did not finish")
+    if isinstance(harness, LongRunningInProcess):
+        assert harness.runs >= 1, "no epoch ran on long-running tasks"
+        if harness.runs > 1:
+            harness.seen["long-running tasks relaunched"] += 1
     out: dict[str, list[Any]] = {}
     for epoch in sorted(sink.by_epoch):
         for key, item in sink.by_epoch[epoch]:
@@ -293,8 +311,12 @@ def _driver(case: Case, root: Path, sink: CollectSink, parallelism: int, restore
     return Job(p, cfg)
 
 
-def check(case: Case, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    got, seen = run_job(dataclasses.replace(case, events=dict(case.events)), root, monkeypatch)
+def check(
+    case: Case, root: Path, monkeypatch: pytest.MonkeyPatch, long_running: bool = False
+) -> None:
+    got, seen = run_job(
+        dataclasses.replace(case, events=dict(case.events)), root, monkeypatch, long_running
+    )
     times = record_times(got)
     assert set(times) == {r[1] for r in case.records}
     stamps = [times[r[1]] for r in case.records]
@@ -371,3 +393,19 @@ def test_no_marker_is_a_bare_object() -> None:
             ):
                 found.append(f"{path.relative_to(repo)}:{node.lineno}")
     assert not found, f"use an enum member (state/markers.py) instead of object(): {found}"
+
+
+@settings(_SETTINGS, max_examples=EXAMPLES or 20)
+@given(case=cases())
+def test_state_reads_equal_the_model_on_long_running_tasks(
+    case: Case, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same programs and faults with epochs on long-running tasks (``epoch.tasks:
+    long-running``): the data plane, the inbox's barrier and a run relaunched after each
+    failure. A task that dies fails the epoch there (no task retries): "retry" events are
+    failed epochs."""
+    root = tmp_path_factory.mktemp("model-lr")
+    try:
+        check(case, root, monkeypatch, long_running=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

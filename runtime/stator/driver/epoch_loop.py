@@ -9,8 +9,10 @@ One epoch:
    records of ``epoch.max_ms``, measured after each epoch). Nothing to read and nothing
    finishing -> wait, re-plan.
 2. Run (``sparkjob.py``): source tasks -> shuffle by key-group -> keyed tasks -> ... ->
-   sinks, as one Spark job. Keyed tasks commit their state for the epoch atomically
-   (``tasks/keyed.py``); if a checkpoint is due they also snapshot and upload.
+   sinks, as one Spark job; with ``epoch.tasks: long-running``, the same tasks fed the
+   epoch in a Spark job that stays up across epochs (``longrun/driver.py``). Keyed tasks
+   commit their state for the epoch atomically (``tasks/keyed.py``); if a checkpoint is
+   due they also snapshot and upload.
 3. Advance: source positions move to the ranges' ends; staged sink output joins the output
    pending commit (``completion.py``).
 4. Checkpoint (if due, ``completion.py``): the coordinator completes it (metadata last),
@@ -45,7 +47,7 @@ from ..api.nodes import KeyedNode, SinkNode, SourceNode
 from ..checkpoint.coordinator import CheckpointCoordinator, now_ms
 from ..checkpoint.ownership import Ownership
 from ..cluster.jvm import live_executors, load_helper
-from ..config import JobConfig
+from ..config import LONG_RUNNING, JobConfig
 from ..epoch.phases import phases
 from ..epoch.reports import Report, SinkReport, SplitFailure, SplitReport, StateReport
 from ..epoch.spec import EpochSpec, SavepointTask
@@ -54,6 +56,7 @@ from ..ha.fencing import guard
 from ..keygroups import SubtaskId
 from ..lineage import Target
 from ..locality.placement import PlacementTracker, uses_placement
+from ..longrun.driver import LongRunningTasks
 from ..sinks.base import SinkContext
 from ..storage import ObjectStore
 from .checkpointing import RegionCheckpoints
@@ -149,6 +152,7 @@ class RegionLoop:
             listeners.checkpoint,
         )
         self._stop = False
+        self.long_running: LongRunningTasks | None = None  # epoch.tasks: long-running
         self.placing: Placing | None = None  # several executors (set when Spark is known)
         self.placement: PlacementTracker | None = None
         # Whether the region may end once its bounded sources are exhausted (the others may
@@ -178,6 +182,8 @@ class RegionLoop:
         epoch when there are several executors (``placing.py``)."""
         self.spark, sc = spark, spark.sparkContext
         self._task_attempts = int(sc.getConf().get("spark.task.maxFailures", "4"))
+        if self.config.epoch.tasks == LONG_RUNNING:
+            self.long_running = LongRunningTasks.on_spark(spark)
         if not (uses_placement(str(sc.master)) and load_helper(sc)):
             return
         self.placing = Placing.start(
@@ -203,6 +209,8 @@ class RegionLoop:
             self.savepoints.close("failed", f"{self.recovery.label} failed")
             raise
         finally:
+            if self.long_running is not None:
+                self.long_running.stop()
             self.planner.close()
             if standby is not None:  # its Spark job ends before the session may stop
                 standby.wait_sent(STANDBY_ORDERS_WAIT_S)
@@ -304,7 +312,11 @@ class RegionLoop:
         where = f"{self.job} region {self.region}" if self.region else self.job
         group = f"{self.region}-epoch-{spec.epoch}" if self.region else f"epoch-{spec.epoch}"
         submitted_ms = now_ms()
-        reports = run_epoch_job(self.spark, spec, group, f"{where} epoch {spec.epoch}", placement)
+        description = f"{where} epoch {spec.epoch}"
+        if self.long_running is not None:
+            reports = self.long_running.run_epoch(spec, group, description, placement)
+        else:
+            reports = run_epoch_job(self.spark, spec, group, description, placement)
         job_end_ms = now_ms()
         failpoints.reach("driver.epoch-ran")  # output staged, checkpoint not yet acknowledged
         result = self._advance(spec, reports, started)

@@ -24,9 +24,10 @@ from ..api.nodes import SinkNode
 from ..checkpoint.coordinator import now_ms
 from ..checkpoint.metadata import CheckpointMetadata
 from ..cluster.jvm import live_executors
-from ..config import JobConfig
+from ..config import LONG_RUNNING, JobConfig
 from ..lineage import Target
 from ..locality.placement import PlacementTracker
+from ..longrun.driver import session_config
 from ..storage import ObjectStore, open_store
 from .epoch_loop import RegionLoop
 from .handover import Handover, HandoverRequest
@@ -288,6 +289,8 @@ class Job:
             from .spark_session import create_session  # noqa: PLC0415 - starts a JVM
 
             spark_cfg = self.config.spark
+            if self.config.epoch.tasks == LONG_RUNNING:
+                spark_cfg = session_config(spark_cfg)
             if self.regional:  # each region's jobs in a pool of its own
                 spark_cfg = replace(
                     spark_cfg, conf={"spark.scheduler.mode": "FAIR", **spark_cfg.conf}

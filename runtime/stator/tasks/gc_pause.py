@@ -84,10 +84,17 @@ def resume_after_each_task(worker_main: Callable[..., Any]) -> Callable[..., Any
         try:
             return worker_main(*args, **kwargs)
         finally:
-            resume()
-            if not _PAUSE.frozen:
-                _PAUSE.frozen = True
-                gc.collect()
-                gc.freeze()
+            task_ended()
 
     return run_task
+
+
+def task_ended() -> None:
+    """A task's end: the collector back on; the worker's long-lived objects collected and
+    frozen once. A long-running task (``longrun/task.py``), which never ends, calls it
+    after each epoch, once the epoch's output is sent and freed."""
+    resume()
+    if not _PAUSE.frozen:
+        _PAUSE.frozen = True
+        gc.collect()
+        gc.freeze()

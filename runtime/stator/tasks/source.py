@@ -24,10 +24,19 @@ def part_name(*parts: object) -> str:
 
 @gc_paused
 def source_task(
-    spec: EpochSpec, node_id: int, reports: Any, index: int, items: Iterable[Any]
+    spec: EpochSpec,
+    node_id: int,
+    reports: Any,
+    index: int,
+    items: Iterable[Any],
+    last_attempt: bool | None = None,
 ) -> Iterator[Shuffled]:
+    """``last_attempt``: whether this is the task's last attempt (None: Spark's attempt
+    number says; a long-running task counts its own, ``longrun/task.py``)."""
     attempts = spec.split_failover_attempts
-    if not attempts or not _last_attempt(attempts):
+    if last_attempt is None:
+        last_attempt = bool(attempts) and _last_attempt(attempts)
+    if not attempts or not last_attempt:
         return _read_range(spec, node_id, reports, index)
     try:
         return _read_range(spec, node_id, reports, index)

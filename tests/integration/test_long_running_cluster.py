@@ -1,0 +1,119 @@
+"""Long-running tasks (``epoch.tasks: long-running``) on three real executor JVMs
+(``local-cluster``, with the task slots ``longrun.driver.session_config`` gives them): keyed
+subtasks stay on their executors across epochs, the data plane crosses processes, and a lost
+executor fails the run over to its checkpoint; the output equals, epoch for epoch, a
+``local[2]`` run of the same job with a Spark job per epoch (``test_placement.py``'s
+reference)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stator import EpochResult, Job
+from stator.cluster.jvm import live_executors
+from stator.config import SparkConfig, load_config
+from stator.longrun.driver import session_config
+from stator.sinks import CollectSink
+from tests.helpers import SparkSessions, executor_process
+from tests.integration.test_placement import (  # noqa: F401 - reference is a fixture
+    PARALLELISM,
+    PER_EPOCH,
+    RECORDS,
+    as_json,
+    pipeline,
+    reference,
+)
+
+
+@pytest.fixture(scope="module")
+def cluster(spark_sessions: SparkSessions) -> Iterator[Any]:
+    cfg = session_config(SparkConfig(master="local-cluster[3,1,1024]"))
+    assert cfg.master == "local-cluster[3,64,1024]"
+    yield spark_sessions.get(cfg, "long-running")
+    spark_sessions.stop()
+
+
+def job_config(root: Path) -> Any:
+    return load_config(
+        None,
+        [
+            f"checkpoint.storage=file://{root}/ck",
+            f"state.local_dir={root}/state",
+            f"epoch.max_records={PER_EPOCH}",
+            "checkpoint.every_epochs=4",
+            f"parallelism={PARALLELISM}",
+            "epoch.tasks=long-running",
+            "restart.delay_ms=0",
+        ],
+    )
+
+
+def test_subtasks_stay_on_their_executors_across_epochs_of_one_run(
+    cluster: Any,
+    reference: Callable[[], Any],  # noqa: F811 - test_placement's fixture
+    tmp_path: Path,
+) -> None:
+    sink = CollectSink()
+    job = Job(pipeline(sink), job_config(tmp_path), cluster)
+    placed: list[dict[int, str]] = []
+
+    def record(result: EpochResult) -> None:
+        assert job.placement is not None
+        placed.append({p["subtask"]: p["executor"] for p in job.placement.to_json()["count"]})
+
+    job.on_epoch(record)
+    job.run()
+    assert len(placed) == RECORDS // PER_EPOCH
+    assert all(p == placed[0] for p in placed), "a subtask moved within one run"
+    assert len(set(placed[0].values())) == 3, "keyed subtasks were not spread"
+    (loop,) = job.loops
+    assert loop.long_running is not None and loop.long_running.run is None  # stopped
+    assert loop.long_running.launched == 1
+    assert job.status.restarts == 0
+    assert as_json(sink) == reference()
+
+
+def test_a_lost_executor_ends_the_run_and_the_output_stays_exact(
+    cluster: Any,
+    reference: Callable[[], Any],  # noqa: F811 - test_placement's fixture
+    tmp_path: Path,
+) -> None:
+    """Kill the executor of subtask 0 after epoch 5 (checkpoint of epoch 4): its tasks and
+    connections go with it. Epoch 6 either finds the run's tasks gone (the run fails, the
+    job rewinds to epoch 4) or, if Spark already removed the executor, a new placement (the
+    run is stopped); either way a new run places the subtasks on the executors left."""
+    sink = CollectSink()
+    job = Job(pipeline(sink), job_config(tmp_path), cluster)
+    sc = cluster.sparkContext
+    victims: list[str] = []
+
+    def after(result: EpochResult) -> None:
+        if result.epoch == 5 and not victims:
+            assert job.placement is not None
+            victim = job.placement.to_json()["count"][0]["executor"]
+            victims.append(victim)
+            os.kill(executor_process(sc.applicationId, victim).pid, signal.SIGKILL)
+
+    job.on_epoch(after)
+    started = time.monotonic()
+    job.run()
+    (loop,) = job.loops
+    assert loop.long_running is not None
+    print(
+        f"{time.monotonic() - started:.1f} s, restarts {job.status.restarts}, runs "
+        f"{loop.long_running.launched}"
+    )
+    assert victims
+    assert loop.long_running.launched >= 2
+    assert victims[0] not in live_executors(sc)
+    assert job.placement is not None
+    now = {p["executor"] for p in job.placement.to_json()["count"]}
+    assert victims[0] not in now
+    assert as_json(sink) == reference()
