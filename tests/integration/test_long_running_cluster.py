@@ -2,8 +2,7 @@
 (``local-cluster``, with the task slots ``longrun.driver.session_config`` gives them): keyed
 subtasks stay on their executors across epochs, the data plane crosses processes, and a lost
 executor fails the run over to its checkpoint; the output equals, epoch for epoch, a
-``local[2]`` run of the same job with a Spark job per epoch (``test_placement.py``'s
-reference)."""
+``local[2]`` run of the same job with a Spark job per epoch (``placement_job.py``)."""
 
 from __future__ import annotations
 
@@ -18,18 +17,18 @@ import pytest
 
 from stator import EpochResult, Job
 from stator.cluster.jvm import live_executors
-from stator.config import SparkConfig, load_config
+from stator.config import SparkConfig
 from stator.longrun.driver import session_config
 from stator.sinks import CollectSink
 from tests.helpers import SparkSessions, executor_process
-from tests.integration.test_placement import (  # noqa: F401 - reference is a fixture
-    PARALLELISM,
+from tests.integration.placement_job import (
     PER_EPOCH,
     RECORDS,
     as_json,
     pipeline,
-    reference,
+    reference_run,
 )
+from tests.integration.placement_job import job_config as placement_config
 
 
 @pytest.fixture(scope="module")
@@ -40,24 +39,18 @@ def cluster(spark_sessions: SparkSessions) -> Iterator[Any]:
     spark_sessions.stop()
 
 
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[], Any]]:
+    yield from reference_run(tmp_path_factory.mktemp("reference"))
+
+
 def job_config(root: Path) -> Any:
-    return load_config(
-        None,
-        [
-            f"checkpoint.storage=file://{root}/ck",
-            f"state.local_dir={root}/state",
-            f"epoch.max_records={PER_EPOCH}",
-            "checkpoint.every_epochs=4",
-            f"parallelism={PARALLELISM}",
-            "epoch.tasks=long-running",
-            "restart.delay_ms=0",
-        ],
-    )
+    return placement_config(root, "epoch.tasks=long-running", "restart.delay_ms=0")
 
 
 def test_subtasks_stay_on_their_executors_across_epochs_of_one_run(
     cluster: Any,
-    reference: Callable[[], Any],  # noqa: F811 - test_placement's fixture
+    reference: Callable[[], Any],
     tmp_path: Path,
 ) -> None:
     sink = CollectSink()
@@ -71,18 +64,20 @@ def test_subtasks_stay_on_their_executors_across_epochs_of_one_run(
     job.on_epoch(record)
     job.run()
     assert len(placed) == RECORDS // PER_EPOCH
-    assert all(p == placed[0] for p in placed), "a subtask moved within one run"
+    assert all(p == placed[0] for p in placed), "a subtask moved"
     assert len(set(placed[0].values())) == 3, "keyed subtasks were not spread"
     (loop,) = job.loops
     assert loop.long_running is not None and loop.long_running.run is None  # stopped
-    assert loop.long_running.launched == 1
+    # The first run's subtasks go anywhere; once their state is somewhere, a second run
+    # places them there (and names the executors that hold it) for the rest of the job.
+    assert loop.long_running.launched == 2
     assert job.status.restarts == 0
     assert as_json(sink) == reference()
 
 
 def test_a_lost_executor_ends_the_run_and_the_output_stays_exact(
     cluster: Any,
-    reference: Callable[[], Any],  # noqa: F811 - test_placement's fixture
+    reference: Callable[[], Any],
     tmp_path: Path,
 ) -> None:
     """Kill the executor of subtask 0 after epoch 5 (checkpoint of epoch 4): its tasks and

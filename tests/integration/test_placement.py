@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,48 +20,20 @@ import pytest
 
 from stator import EpochResult, Job, Pipeline
 from stator.cluster.jvm import ensure_jar, live_executors
-from stator.config import SparkConfig, load_config
+from stator.config import SparkConfig
 from stator.control.metrics import render_metrics
 from stator.sinks import CollectSink
 from stator.sources import GeneratorSource, KeyedEvents
 from tests.helpers import SparkSessions, executor_process
-
-RECORDS, PER_EPOCH, PARALLELISM = 360, 30, 3  # 12 epochs
-
-
-def pipeline(sink: CollectSink) -> Pipeline:
-    p = Pipeline("placed", max_parallelism=24)
-    (
-        p.source(GeneratorSource(KeyedEvents(30), count=RECORDS, splits=2), uid="events")
-        .key_by(lambda e: e[0])
-        .count(uid="count")
-        .sink(sink, uid="out")
-    )
-    return p
-
-
-def job_config(root: Path) -> Any:
-    return load_config(
-        None,
-        [
-            f"checkpoint.storage=file://{root}/ck",
-            f"state.local_dir={root}/state",
-            f"epoch.max_records={PER_EPOCH}",
-            "checkpoint.every_epochs=4",
-            f"parallelism={PARALLELISM}",
-        ],
-    )
-
-
-def run_reference(root: str) -> None:
-    """In a subprocess: the same job on local[2]; prints its output by epoch as JSON."""
-    from stator.driver.spark_session import create_session
-
-    spark = create_session(SparkConfig(master="local[2]"), "placement-reference")
-    sink = CollectSink()
-    pipeline(sink).run(job_config(Path(root)), spark)
-    print("OUTPUT " + json.dumps({str(k): v for k, v in sorted(sink.by_epoch.items())}))
-    spark.stop()
+from tests.integration.placement_job import (
+    PARALLELISM,
+    PER_EPOCH,
+    RECORDS,
+    as_json,
+    job_config,
+    pipeline,
+    reference_run,
+)
 
 
 @pytest.fixture(scope="module")
@@ -84,37 +54,7 @@ def test_the_jar_is_built_once_and_cached() -> None:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[], Any]]:
     """The local[2] run, started at once beside the cluster tests; its output on demand."""
-    root = tmp_path_factory.mktemp("reference")
-    ref = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            f"from {__name__} import run_reference; run_reference({str(root)!r})",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=os.environ.copy(),
-        cwd=Path(__file__).parents[2],
-    )
-    result: list[Any] = []
-
-    def output() -> Any:
-        if not result:
-            out, _ = ref.communicate(timeout=600)
-            assert ref.returncode == 0
-            line = next(x for x in out.splitlines() if x.startswith("OUTPUT "))
-            result.append(json.loads(line[len("OUTPUT ") :]))
-        return result[0]
-
-    yield output
-    if ref.poll() is None:
-        ref.kill()
-        ref.wait()
-
-
-def as_json(sink: CollectSink) -> Any:
-    return json.loads(json.dumps({str(k): v for k, v in sorted(sink.by_epoch.items())}))
+    yield from reference_run(tmp_path_factory.mktemp("reference"))
 
 
 def test_keyed_tasks_stay_on_their_executors(
