@@ -49,7 +49,17 @@ from stator.sources import GeneratorSource, KeyedEvents
 SPLITS = 2
 
 # Stator's settings for low latency (docs/runtime.md "Latency"): what the "tuned" rows run.
-LOW_LATENCY: tuple[str, ...] = ("epoch.max_ms=50",)
+LOW_LATENCY: tuple[str, ...] = (
+    "epoch.tasks=long-running",
+    "checkpoint.async_upload=false",
+    "epoch.max_ms=50",
+    "epoch.idle_wait_ms=20",
+)
+# The same with the checkpoints' uploads in the background (the default): what a store
+# slower than local disk needs, at one or two epochs more of committed latency.
+LOW_LATENCY_ASYNC: tuple[str, ...] = tuple(
+    s for s in LOW_LATENCY if not s.startswith("checkpoint.async_upload")
+)
 
 
 class StampedCount(KeyedProcessFunction):
@@ -295,6 +305,13 @@ def latency_rows(
                 "tuned": case(
                     "stator_latency", "committed_p99_ms", rate=rate, **common, settings=tuned
                 ),
+                "tuned_async": case(
+                    "stator_latency",
+                    "committed_p99_ms",
+                    rate=rate,
+                    **common,
+                    settings=list(LOW_LATENCY_ASYNC),
+                ),
                 "spark": case("spark_latency", "committed_p99_ms", rate=rate, **common),
             }
         )
@@ -305,7 +322,12 @@ def latency_rows(
             f"local disk, output checked)"
         )
         spark = runs.runs_of("spark", "Spark p99", "ms", "committed_p99_ms")
-        for name, label in (("default", "defaults"), ("tuned", f"`{' '.join(tuned)}`")):
+        asynchronous = f"`{' '.join(LOW_LATENCY_ASYNC)}`"
+        for name, label in (
+            ("default", "defaults"),
+            ("tuned", f"`{' '.join(tuned)}`"),
+            ("tuned_async", asynchronous),
+        ):
             rows.append(
                 Comparison(
                     f"{what}: committed p99, record available -> its output committed by an "
@@ -316,7 +338,7 @@ def latency_rows(
                     runs.runs_of(name, f"{label} p99", "ms", "committed_p99_ms"),
                     spark,
                     higher_is_better=False,
-                    target=">= 20" if rate == 20_000 else "",
+                    target=">= 20" if rate == 20_000 and name != "default" else "",
                 ).row()
             )
         rows.append(

@@ -53,7 +53,7 @@ from ..epoch.spec import EpochSpec, RestoreTask
 from ..errors import StateMismatchError, StatorError, StorageError
 from ..keygroups import KeyGroupRange, SubtaskId
 from ..savepoint.transfer import import_rows, savepoint_rows
-from ..state.backend import KeyedBackend
+from ..state.backend import KeptOpen, KeyedBackend
 from ..state.discard import discard, sweep
 from . import local_copy, standby_copy
 from .rescale import install_operator_share, rescale_into
@@ -72,16 +72,21 @@ class RestoreError(StatorError):
 
 
 def open_state(
-    spec: EpochSpec, uid: str, subtask: int, key_groups: KeyGroupRange
+    spec: EpochSpec,
+    uid: str,
+    subtask: int,
+    key_groups: KeyGroupRange,
+    kept: KeptOpen | None = None,
 ) -> tuple[KeyedBackend, RestoreReport]:
     """Open the subtask's local state if it is at the expected epoch; otherwise restore it
     (from a checkpoint, a rescaled checkpoint or a savepoint, as the driver says), start a new
     operator empty, or fail so that the driver fails over. Also says where the state came
-    from, for the driver's status and metrics."""
+    from, for the driver's status and metrics. ``kept``: databases this process keeps open
+    between epochs (a long-running task's)."""
     state_dir = spec.state_dir(uid, subtask)
     sweep(state_dir)
     try:
-        opened = _open_state(spec, uid, subtask, key_groups, state_dir)
+        opened = _open_state(spec, uid, subtask, key_groups, state_dir, kept)
         opened[0].clock.now_ms = spec.processing_time_ms  # TTL's time: the epoch's
     finally:
         # Pruned only now (a remote restore links the SSTs an older copy holds: ``_held_here``),
@@ -101,7 +106,12 @@ def _kept(spec: EpochSpec, state_dir: Path) -> set[int]:
 
 
 def _open_state(
-    spec: EpochSpec, uid: str, subtask: int, key_groups: KeyGroupRange, state_dir: Path
+    spec: EpochSpec,
+    uid: str,
+    subtask: int,
+    key_groups: KeyGroupRange,
+    state_dir: Path,
+    kept: KeptOpen | None,
 ) -> tuple[KeyedBackend, RestoreReport]:
     path = state_dir / "db"
     restore = spec.restore
@@ -113,6 +123,7 @@ def _open_state(
         uid,
         spec.warm_entries,
         spec.warm_key,
+        kept,
     )
     local = _open_local(spec, uid, subtask, backend)
     if local is None:

@@ -5,7 +5,8 @@ subtask, epoch after epoch, until the driver stops the run.
    its input and says where. Then learn where every keyed subtask listens.
 2. For each epoch the driver sends: run the same per-epoch code as a task of a per-epoch
    Spark job (``tasks/source.py``, ``tasks/keyed.py``): a source task reads its range, a
-   keyed task first waits for a frame from every producer of the epoch (``inbox.py``).
+   keyed task first waits for a frame from every producer of the epoch (``inbox.py``) and
+   keeps its database open from one epoch to the next (``state/backend.py`` ``KeptOpen``).
    Output for keyed operators downstream goes straight to their subtasks, one frame each,
    empty or not.
 3. Report: the task's reports to the driver (Done). If the epoch's work raised, say so with
@@ -25,6 +26,7 @@ from typing import Any
 
 from ..epoch.reports import Report
 from ..epoch.spec import EpochSpec
+from ..state.backend import KeptOpen
 from ..tasks.gc_pause import task_ended
 from ..tasks.keyed import keyed_task
 from ..tasks.routing import Shuffled
@@ -78,6 +80,7 @@ class TaskLoop:
         self.out: dict[tuple[str, int], Channel] = {}
         self.inbox: Inbox | None = None
         self.control: queue.Queue[Any] = queue.Queue()
+        self.kept = KeptOpen()  # a keyed task's database, open from one epoch to the next
 
     def run(self) -> None:
         launch = self.launch
@@ -110,6 +113,7 @@ class TaskLoop:
                 driver.send(Done(spec.epoch, self.index, reports))
                 task_ended()
         finally:
+            self.kept.close()
             driver.close()
             if self.inbox is not None:
                 self.inbox.close()
@@ -136,7 +140,7 @@ class TaskLoop:
             if expected is None:
                 return []  # not in this epoch (as a per-epoch job would not run it)
             items = self.inbox.take(spec.epoch, expected)
-            out = keyed_task(spec, role.node_id, reports, role.index, items)
+            out = keyed_task(spec, role.node_id, reports, role.index, items, self.kept)
         else:
             if role.index >= len(spec.ranges.get(role.uid, ())):
                 return []  # no range for this slot: the keyed tasks expect no frame from it

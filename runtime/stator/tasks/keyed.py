@@ -38,7 +38,7 @@ from ..locality.standby_copy import hand_over
 from ..savepoint.metadata import NATIVE
 from ..savepoint.native import export_database
 from ..savepoint.transfer import export_key_groups, state_catalog
-from ..state.backend import KeyedBackend
+from ..state.backend import KeptOpen, KeyedBackend
 from ..state.operator_state import to_text
 from .gc_pause import gc_paused
 from .operators import ProcessRunner, ReduceRunner
@@ -49,8 +49,15 @@ from .user_errors import user_code
 
 @gc_paused
 def keyed_task(
-    spec: EpochSpec, node_id: int, reports: Any, subtask: int, items: Iterable[tuple[int, bytes]]
+    spec: EpochSpec,
+    node_id: int,
+    reports: Any,
+    subtask: int,
+    items: Iterable[tuple[int, bytes]],
+    kept: KeptOpen | None = None,
 ) -> Iterator[Shuffled]:
+    """``kept``: where a long-running task keeps its database open between epochs
+    (``state/backend.py`` ``KeptOpen``)."""
     started_ns, started_ms = time.perf_counter_ns(), now_ms()
     node = spec.pipeline.node(node_id)
     assert isinstance(node, KeyedNode)
@@ -64,7 +71,7 @@ def keyed_task(
     records_in = sum(len(b[1]) for _, b in batches)  # values: broadcast input has no keys
     input_ms = now_ms()
 
-    backend, restored = open_state(spec, node.uid, subtask, key_groups)
+    backend, restored = open_state(spec, node.uid, subtask, key_groups, kept)
     executor, host = task_location()
     try:
         runner: ProcessRunner | ReduceRunner | None = None
