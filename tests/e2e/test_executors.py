@@ -450,6 +450,48 @@ def test_a_force_deleted_executor_pod_is_noticed_at_once(
     assert_exact(committed(space, name), count)
 
 
+def test_long_running_tasks_on_executor_pods_outlive_a_deleted_executor(
+    space: Space, request: pytest.FixtureRequest
+) -> None:
+    """``epoch.tasks: long-running`` with executor pods: one Spark job's tasks take epoch
+    after epoch over their own sockets between pods (each executor gets task slots beyond
+    its cores). Deleting an executor pod ends the run (its tasks and connections go with
+    it, or Spark removes the executor first and the placement changes); a new run places
+    the subtasks again, the one that lost its executor on the pod made again on its node.
+    Exact output."""
+    name = "longrun"
+    count = 20_000
+    manifest = executor_manifest(space, name, 4, count, 900, 600)
+    manifest["spec"]["config"]["epoch.tasks"] = "long-running"
+    manifest["spec"]["config"]["local_recovery.executor_wait_ms"] = "60000"
+    space.apply(manifest)
+    before = running_pipeline(space, name, 2)
+    # The first run placed subtasks anywhere; the second where their state is.
+    ends = run_ends(pod_log(space, before.driver, request))
+    assert any("relaunched" in line for line in ends), ends
+    victim = str(before.pods[0]["metadata"]["name"])
+    space.kube.kubectl("delete", "pod", victim, "-n", space.name, "--grace-period=0", "--force")
+    status = epochs_after(space, name, before, 4, "the deletion")
+    print("after the deletion:", json.dumps(restored(status)), json.dumps(status["placement"]))
+    log = pod_log(space, before.driver, request)
+    after = run_ends(log)[len(ends) :]
+    print("the run's end:", after[:2])
+    assert after, log[-3000:]
+    assert nodes_of(running_executors(space, name, 2)) == before.nodes  # made again on its node
+    space.finish(name, timeout=400)
+    assert_exact(committed(space, name), count)
+
+
+def run_ends(log: str) -> list[str]:
+    """The driver's log lines of long-running runs that ended: failed, lost or relaunched."""
+    return [
+        line
+        for line in log.splitlines()
+        if "long-running tasks relaunched" in line
+        or ("long-running task " in line and ("was lost" in line or "failed in" in line))
+    ]
+
+
 def lost_executor_lines(log: str, pod: str) -> list[str]:
     """Spark's log lines of executors it removed because the driver's pod watch
     (stator.jvm.LostPodWatcher) saw ``pod`` deleted, or its executor container stop."""

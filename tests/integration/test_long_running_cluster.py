@@ -17,7 +17,7 @@ import pytest
 
 from stator import EpochResult, Job
 from stator.cluster.jvm import live_executors
-from stator.config import SparkConfig
+from stator.config import SparkConfig, load_config
 from stator.longrun.driver import session_config
 from stator.sinks import CollectSink
 from tests.helpers import SparkSessions, executor_process
@@ -29,6 +29,7 @@ from tests.integration.placement_job import (
     reference_run,
 )
 from tests.integration.placement_job import job_config as placement_config
+from tests.integration.region_jobs import A_EVENTS, B_EVENTS, assert_exact, two_regions
 
 
 @pytest.fixture(scope="module")
@@ -112,3 +113,35 @@ def test_a_lost_executor_ends_the_run_and_the_output_stays_exact(
     now = {p["executor"] for p in job.placement.to_json()["count"]}
     assert victims[0] not in now
     assert as_json(sink) == reference()
+
+
+def test_a_failed_run_in_one_region_restarts_only_that_region(cluster: Any, tmp_path: Path) -> None:
+    """Two regions, a run of long-running tasks each: region in-a's source fails once (its
+    task fails the run: no retry of one task), in-a fails over and relaunches; in-b's run
+    goes on. Every count exact, nothing committed twice."""
+    p, a_source, a_sink, b_sink = two_regions(tmp_path / "marks", 3000, 6000, fail_at=700, times=1)
+    cfg = load_config(
+        None,
+        [
+            f"checkpoint.storage=file://{tmp_path}/ck",
+            f"state.local_dir={tmp_path}/state",
+            "epoch.max_records=400",
+            "epoch.tasks=long-running",
+            "restart.strategy=fixed-delay",
+            "restart.attempts=3",
+            "restart.delay_ms=500",
+        ],
+    )
+    job = Job(p, cfg, cluster)
+    assert job.regional
+    status = job.run()
+    assert status.state == "FINISHED"
+    a, b = job.regions["in-a"].status, job.regions["in-b"].status
+    assert len(a_source.failures()) == 1
+    assert a.restarts == 1, a.last_error
+    assert "long-running task source 'in-a'" in str(a.last_error), a.last_error
+    assert b.restarts == 0, b.last_error
+    launched = {loop.region: loop.long_running.launched for loop in job.loops if loop.long_running}
+    assert launched["in-a"] > launched["in-b"], launched
+    assert_exact(a_sink.results, A_EVENTS, 3000, 2)
+    assert_exact(b_sink.results, B_EVENTS, 6000, 1)

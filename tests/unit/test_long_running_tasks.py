@@ -10,6 +10,7 @@ import contextlib
 import socket
 import struct
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from stator import Pipeline
 from stator.api.nodes import KeyedNode
 from stator.config import SparkConfig
 from stator.longrun import driver as longrun_driver
+from stator.longrun import task as longrun_task
 from stator.longrun.driver import LongRunningTasks, Run, RunFailed, Shape, session_config
 from stator.longrun.messages import Launch, producers
 from stator.longrun.wire import TOKEN_BYTES, Channel, accept, connect, listen
@@ -149,3 +151,34 @@ def test_a_run_whose_tasks_do_not_all_start_fails_with_the_fix(
     with pytest.raises(RunFailed, match=r"only 1 of 8 long-running tasks started within 1 s"):
         runner.run_epoch(spec, "epoch-1", "chain epoch 1", None)
     assert tasks.cancelled and runner.run is None
+
+
+@pytest.mark.parametrize(("failures", "attempts"), [(0, 3), (2, 3), (3, 3), (1, 1), (1, 0)])
+def test_a_source_range_is_read_with_sparks_attempts_and_the_last_reports(
+    monkeypatch: pytest.MonkeyPatch, failures: int, attempts: int
+) -> None:
+    """A split that fails over on its own (``split_failover_attempts``): a long-running task
+    tries its range as often as Spark would try the task, and only its last attempt may
+    report the failure instead of raising (``tasks/source.py``); without split failover,
+    one attempt, whose failure fails the epoch."""
+    calls: list[bool | None] = []
+
+    def flaky(*args: Any, last_attempt: bool | None = None) -> Any:
+        calls.append(last_attempt)
+        if len(calls) <= failures:
+            if last_attempt:
+                return iter(["reported"])
+            raise ConnectionResetError("injected")
+        return iter(["read"])
+
+    monkeypatch.setattr(longrun_task, "source_task", flaky)
+    spec = SimpleNamespace(split_failover_attempts=attempts)
+    if failures and not attempts:
+        with pytest.raises(ConnectionResetError):
+            longrun_task._read(spec, 1, longrun_task.Reports(), 0)  # type: ignore[arg-type]
+        assert calls == [False]  # no split failover: nothing to report
+        return
+    out = list(longrun_task._read(spec, 1, longrun_task.Reports(), 0))  # type: ignore[arg-type]
+    tries = max(1, attempts)
+    assert calls == [i == tries - 1 for i in range(min(failures + 1, tries))]
+    assert out == (["reported"] if failures >= tries else ["read"])

@@ -178,7 +178,14 @@ def _read(spec: EpochSpec, node_id: int, reports: Reports, index: int) -> Iterat
     for attempt in range(attempts):
         last = attempt == attempts - 1
         try:
-            return source_task(spec, node_id, reports, index, (), last_attempt=last)
+            return source_task(
+                spec,
+                node_id,
+                reports,
+                index,
+                (),
+                last_attempt=last and spec.split_failover_attempts > 0,
+            )
         except Exception:
             if last:
                 raise
