@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         "--lat-probe",
         type=int,
         nargs="*",
-        default=[40_000, 60_000, 80_000],
+        default=[40_000, 80_000, 120_000, 160_000],
         help="latency: rates tried once each, ascending, for the highest Stator sustains",
     )
     parser.add_argument("--lat-keys", type=int, default=100_000, help="latency: keys")

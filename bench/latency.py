@@ -76,22 +76,36 @@ class StampedCount(KeyedProcessFunction):
 
 class StampingSink(CollectSink):
     """The collect sink (exactly-once into the driver's memory: an epoch's rows become
-    visible when its checkpoint commits them), noting when each epoch was committed."""
+    visible when its checkpoint commits them), noting when each epoch was committed. An
+    epoch's rows are kept as one array of ints (key number, count, index, processed ms), not
+    as Python objects: a real sink keeps nothing in the driver, and a million rows there
+    made the driver's full garbage collections pause it for tens of ms, a tail of the
+    latency being measured."""
 
     def __init__(self) -> None:
         super().__init__()
         self.committed_ms: dict[int, int] = {}
+        self.rows: dict[int, np.ndarray] = {}
 
     def commit(
         self, uid: str, epoch: int, parts: list[dict[str, Any]], payloads: list[Any]
     ) -> None:
         now = time.time_ns() // 1_000_000
-        super().commit(uid, epoch, parts, payloads)
+        if epoch in self.rows:
+            return  # already committed (idempotent)
+        values = [v for payload in payloads for v in (payload or [])]
+        self.rows[epoch] = np.array(
+            [(int(k[1:]), n, i, t) for k, n, i, t in values], dtype=np.int64
+        ).reshape(-1, 4)
         self.committed_ms.setdefault(epoch, now)
 
     def stamped(self) -> list[tuple[str, int, int, int, int]]:
         """Every committed row with its epoch's commit time."""
-        return [(*row, self.committed_ms[e]) for e, rows in self.by_epoch.items() for row in rows]
+        return [
+            (f"k{k}", int(n), int(i), int(t), self.committed_ms[e])
+            for e, rows in self.rows.items()
+            for k, n, i, t in rows.tolist()
+        ]
 
 
 def check_stamped(rows: list[tuple[str, int, int, int, int]], events: int, keys: int) -> None:

@@ -18,6 +18,7 @@ import pytest
 from stator import Pipeline
 from stator.api.nodes import KeyedNode
 from stator.config import SparkConfig
+from stator.errors import ConfigError
 from stator.longrun import driver as longrun_driver
 from stator.longrun import task as longrun_task
 from stator.longrun.driver import LongRunningTasks, Run, RunFailed, Shape, session_config
@@ -182,3 +183,15 @@ def test_a_source_range_is_read_with_sparks_attempts_and_the_last_reports(
     tries = max(1, attempts)
     assert calls == [i == tries - 1 for i in range(min(failures + 1, tries))]
     assert out == (["reported"] if failures >= tries else ["read"])
+
+
+def test_a_local_session_with_too_few_slots_is_refused_before_launching(
+    tmp_path: Path,
+) -> None:
+    tasks = HalfStarted()
+    runner = LongRunningTasks(tasks, loopback=True, driver_host="127.0.0.1")
+    runner.slots = 2  # local[2], as a session built without session_config has
+    spec = _spec(chained(CollectSink()), tmp_path, {"a": 2, "b": 1}, False)
+    with pytest.raises(ConfigError, match=r"needs 8 task slots at once .* has 2: let the job"):
+        runner.run_epoch(spec, "epoch-1", "chain epoch 1", None)
+    assert runner.launched == 0 and runner.run is None and not tasks.cancelled

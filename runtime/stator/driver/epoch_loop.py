@@ -61,6 +61,7 @@ from ..sinks.base import SinkContext
 from ..storage import ObjectStore
 from .checkpointing import RegionCheckpoints
 from .completion import PendingOutput
+from .heap import freeze_startup_heap
 from .listeners import EpochResult, Listeners
 from .parallelism import Parallelism
 from .placing import Placing
@@ -325,6 +326,8 @@ class RegionLoop:
         )
         if self.status.startup.first_epoch_ms is None:
             self.status.startup.first_epoch_ms = now_ms()
+            if self.spark is not None:
+                freeze_startup_heap()
         for listener in self.listeners.epoch:
             listener(result)
         return result

@@ -38,7 +38,7 @@ from ..cluster.jvm import prefer_locations
 from ..config import SparkConfig
 from ..epoch.reports import Report
 from ..epoch.spec import EpochSpec
-from ..errors import StatorError
+from ..errors import ConfigError, StatorError
 from .messages import (
     KEYED,
     SOURCE,
@@ -165,14 +165,20 @@ class LongRunningTasks:
     def __init__(self, tasks: Tasks, loopback: bool, driver_host: str) -> None:
         self.tasks, self.loopback, self.driver_host = tasks, loopback, driver_host
         self.run: Run | None = None
-        self.launched = 0  # runs launched (a failure or a changed shape launches another)
+        self.launched = 0  # runs started (a failure or a changed shape starts another)
+        self.slots = 0  # the session's task slots where known in advance (local mode)
 
     @classmethod
     def on_spark(cls, spark: Any) -> LongRunningTasks:
         sc = spark.sparkContext
-        loopback = str(sc.master).startswith("local")
+        master = str(sc.master)
+        loopback = master.startswith("local")
         host = "127.0.0.1" if loopback else sc.getConf().get("spark.driver.host", "")
-        return cls(SparkTasks(spark), loopback, host or _own_address())
+        runner = cls(SparkTasks(spark), loopback, host or _own_address())
+        local = re.fullmatch(r"local\[(\d+)(?:,\s*\d+)?\]", master)
+        if local:  # known before launching: a run that needs more never starts
+            runner.slots = int(local.group(1))
+        return runner
 
     def run_epoch(
         self, spec: EpochSpec, group: str, description: str, placement: Placement | None
@@ -183,8 +189,8 @@ class LongRunningTasks:
             self.stop()
         try:
             if self.run is None:
-                self.launched += 1
                 self.run = Run.start(self, spec, shape, f"{group}-tasks", description)
+                self.launched += 1
             return self.run.epoch(spec)
         except BaseException:
             self.abort()
@@ -229,12 +235,20 @@ class Run:
         cls, runner: LongRunningTasks, spec: EpochSpec, shape: Shape, group: str, description: str
     ) -> Run:
         """Step 1."""
+        roles = _roles(spec, shape)
+        if runner.slots and len(roles) > runner.slots:
+            raise ConfigError(
+                f"epoch.tasks=long-running needs {len(roles)} task slots at once (one per "
+                f"source range and keyed subtask), the Spark session has {runner.slots}: let "
+                f"the job create its session, or create it from "
+                f"stator.longrun.driver.session_config(spark_config)"
+            )
         server = listen("127.0.0.1" if runner.loopback else "0.0.0.0")  # noqa: S104 - token-gated
         launch = Launch(
             uuid.uuid4().hex,
             (runner.driver_host, server.getsockname()[1]),
             os.urandom(TOKEN_BYTES),
-            tuple(_roles(spec, shape)),
+            tuple(roles),
             spec.pipeline,
             runner.loopback,
         )
