@@ -207,14 +207,14 @@ def test_an_epoch_plan_pins_only_subtasks_sent_where_their_state_is() -> None:
 
 
 def test_a_keyed_stage_names_the_executors_that_alone_hold_each_subtasks_state() -> None:
-    """What the JVM listener cancels an epoch on (``sparkjob.state_on``): a pinned subtask's
+    """What the JVM listener cancels an epoch on (``locality/state_holders.py``): a pinned subtask's
     executor and any standby holder of it; a subtask not pinned restores elsewhere."""
     from types import SimpleNamespace
     from typing import cast
 
-    from stator.driver.sparkjob import state_on
     from stator.epoch.spec import EpochSpec, StandbyOrder
     from stator.keygroups import SubtaskId
+    from stator.locality.state_holders import state_on
 
     spec = SimpleNamespace(
         pinned={SubtaskId("count", 0): "executor_h1_1", SubtaskId("count", 2): "executor_h2_2"},

@@ -16,7 +16,7 @@ from ..api.nodes import KeyedNode, SourceNode
 from ..cluster.jvm import prefer_locations
 from ..epoch.reports import Report
 from ..epoch.spec import EpochSpec
-from ..keygroups import SubtaskId
+from ..locality.state_holders import state_on
 from ..tasks.keyed import keyed_task
 from ..tasks.routing import keyed_targets
 from ..tasks.source import drain, source_task
@@ -83,22 +83,6 @@ def run_epoch_job(
         last = sc.union(terminals) if len(terminals) > 1 else terminals[0]
         last.mapPartitions(drain)._jrdd.count()
     return list(acc.value)
-
-
-def state_on(spec: EpochSpec, uid: str, parallelism: int) -> list[str]:
-    """Per subtask, the executors that alone hold its state: the one it is pinned to (a
-    retry elsewhere is refused: ``locality/restore.py``) and any keeping a standby copy of
-    it; "" for a subtask not pinned (a retry elsewhere restores from the object store)."""
-    standby: dict[int, list[str]] = {}
-    for location, orders in (spec.standby.orders if spec.standby else {}).items():
-        for order in orders:
-            if order.uid == uid:
-                standby.setdefault(order.subtask, []).append(location)
-    out = []
-    for i in range(parallelism):
-        pinned = spec.pinned.get(SubtaskId(uid, i))
-        out.append(",".join([pinned, *standby.get(i, [])]) if pinned else "")
-    return out
 
 
 def _connect(

@@ -39,6 +39,7 @@ from ..config import SparkConfig
 from ..epoch.reports import Report
 from ..epoch.spec import EpochSpec
 from ..errors import ConfigError, StatorError
+from ..locality.state_holders import state_on
 from .messages import (
     KEYED,
     SOURCE,
@@ -94,8 +95,6 @@ def shape_of(spec: EpochSpec, placement: Placement | None) -> Shape:
     locations: list[str] = []
     state: list[str] = []
     if placement is not None:
-        from ..driver.sparkjob import state_on  # noqa: PLC0415 - the driver's module
-
         for node in keyed:
             p = spec.parallelism[node.uid]
             locations += placement(node.uid, p)
