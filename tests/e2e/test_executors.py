@@ -471,12 +471,22 @@ def test_long_running_tasks_on_executor_pods_outlive_a_deleted_executor(
     assert any("relaunched" in line for line in ends), ends
     victim = str(before.pods[0]["metadata"]["name"])
     space.kube.kubectl("delete", "pod", victim, "-n", space.name, "--grace-period=0", "--force")
-    status = epochs_after(space, name, before, 4, "the deletion")
-    print("after the deletion:", json.dumps(restored(status)), json.dumps(status["placement"]))
-    log = pod_log(space, before.driver, request)
-    after = run_ends(log)[len(ends) :]
+    deadline, log = time.monotonic() + 120, ""
+    after: list[str] = []
+    while not after and time.monotonic() < deadline:
+        time.sleep(1)
+        log = pod_log(space, before.driver, request)
+        after = run_ends(log)[len(ends) :]
     print("the run's end:", after[:2])
     assert after, log[-3000:]
+    moved_on = space.status(name)
+    status = space.wait(
+        name,
+        "4 epochs after the run ended",
+        lambda s: s.get("epoch", 0) >= moved_on.get("epoch", 0) + 4,
+        timeout=180,
+    )
+    print("after the deletion:", json.dumps(restored(status)), json.dumps(status["placement"]))
     assert nodes_of(running_executors(space, name, 2)) == before.nodes  # made again on its node
     space.finish(name, timeout=400)
     assert_exact(committed(space, name), count)

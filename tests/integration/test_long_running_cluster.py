@@ -132,7 +132,8 @@ def test_a_failed_run_in_one_region_restarts_only_that_region(cluster: Any, tmp_
             "restart.delay_ms=500",
         ],
     )
-    job = Job(p, cfg, cluster)
+    # The failing source's class is in tests/: executors import it from this checkout.
+    job = Job(p, cfg, cluster, python_path=[str(Path(__file__).parents[2])])
     assert job.regional
     status = job.run()
     assert status.state == "FINISHED"

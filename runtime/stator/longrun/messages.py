@@ -79,8 +79,9 @@ class Done:
 
 @dataclass(frozen=True)
 class Failed:
-    """A task's part of an epoch raised: the error as text, with its traceback, so the
-    driver classifies it as it classifies a failed Spark task (``driver/failures.py``)."""
+    """A task's part of an epoch raised: the error as text (its own line first, then its
+    traceback), so the driver classifies it as it classifies a failed Spark task
+    (``driver/failures.py``) and the one line a user reads names it."""
 
     epoch: int
     index: int

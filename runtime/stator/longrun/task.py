@@ -107,8 +107,9 @@ class TaskLoop:
                 spec = replace(message.spec, pipeline=launch.pipeline)
                 try:
                     reports = self._epoch(spec)  # step 2
-                except BaseException:
-                    driver.send(Failed(spec.epoch, self.index, traceback.format_exc()))  # step 3
+                except BaseException as exc:  # step 3: what failed first, then where
+                    error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+                    driver.send(Failed(spec.epoch, self.index, error))
                     raise
                 driver.send(Done(spec.epoch, self.index, reports))
                 task_ended()
