@@ -17,11 +17,19 @@ import pytest
 
 from stator import Pipeline
 from stator.api.nodes import KeyedNode
+from stator.cluster.jvm import executor_location
 from stator.config import SparkConfig
 from stator.errors import ConfigError
 from stator.longrun import driver as longrun_driver
 from stator.longrun import task as longrun_task
-from stator.longrun.driver import LongRunningTasks, Run, RunFailed, Shape, session_config
+from stator.longrun.driver import (
+    LongRunningTasks,
+    Run,
+    RunFailed,
+    Shape,
+    session_config,
+    spread,
+)
 from stator.longrun.messages import Launch, producers
 from stator.longrun.wire import TOKEN_BYTES, Channel, accept, connect, listen
 from stator.sinks import CollectSink
@@ -195,3 +203,14 @@ def test_a_local_session_with_too_few_slots_is_refused_before_launching(
     with pytest.raises(ConfigError, match=r"needs 8 task slots at once .* has 2: let the job"):
         runner.run_epoch(spec, "epoch-1", "chain epoch 1", None)
     assert runner.launched == 0 and runner.run is None and not tasks.cancelled
+
+
+def test_subtasks_without_state_are_spread_over_the_executors() -> None:
+    executors = {"1": "h1", "2": "h2", "3": "h1"}
+    e1, e2, e3 = (executor_location(h, e) for e, h in sorted(executors.items()))
+    # No state anywhere yet: one subtask per executor, then around again.
+    assert spread(["", "", "", ""], executors) == [e1, e2, e3, e1]
+    # Where a subtask's state is stays; the others go where fewest are.
+    assert spread([e2, "", e2, ""], executors) == [e2, e1, e2, e3]
+    assert spread([e1, e2], executors) == [e1, e2]  # all placed: unchanged
+    assert spread(["", ""], {}) == ["", ""]  # no executor known: Spark decides

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from ..api.nodes import KeyedNode, SourceNode
-from ..cluster.jvm import prefer_locations
+from ..cluster.jvm import executor_location, live_executors, prefer_locations
 from ..config import SparkConfig
 from ..epoch.reports import Report
 from ..epoch.spec import EpochSpec
@@ -136,7 +136,7 @@ class SparkTasks:
             rdd = prefer_locations(
                 sc,
                 rdd,
-                [""] * sources + list(shape.locations),
+                [""] * sources + spread(list(shape.locations), live_executors(sc)),
                 [""] * sources + list(shape.state_on),
             )
         pool = sc.getLocalProperty("spark.scheduler.pool")  # the region's (regions.py)
@@ -358,6 +358,26 @@ class Run:
             channel.close()
         with contextlib.suppress(OSError):
             self.server.close()
+
+
+def spread(locations: list[str], executors: dict[str, str]) -> list[str]:
+    """Keyed subtasks the placement leaves anywhere ("": no state yet) sent to the executors
+    running the fewest keyed subtasks, in turn. A per-epoch keyed stage spreads by itself
+    (a slot per core); a run's tasks, with more slots than cores, could all land on one
+    executor and stay there, since placement then follows their state."""
+    if not executors or all(locations):
+        return locations
+    load = {executor_location(host, e): 0 for e, host in sorted(executors.items())}
+    for location in locations:
+        if location in load:
+            load[location] += 1
+    out = []
+    for location in locations:
+        chosen = location or min(load, key=load.__getitem__)  # ties: by executor id
+        if not location:
+            load[chosen] += 1
+        out.append(chosen)
+    return out
 
 
 def _roles(spec: EpochSpec, shape: Shape) -> list[TaskRole]:
