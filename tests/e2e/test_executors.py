@@ -466,7 +466,7 @@ def test_long_running_tasks_on_executor_pods_outlive_a_deleted_executor(
     manifest["spec"]["config"]["local_recovery.executor_wait_ms"] = "60000"
     space.apply(manifest)
     before = running_pipeline(space, name, 2)
-    # The first run placed subtasks anywhere; the second where their state is.
+    # The first run spread the subtasks; the second names the executors holding their state.
     ends = run_ends(pod_log(space, before.driver, request))
     assert any("relaunched" in line for line in ends), ends
     victim = str(before.pods[0]["metadata"]["name"])

@@ -69,7 +69,7 @@ def test_subtasks_stay_on_their_executors_across_epochs_of_one_run(
     assert len(set(placed[0].values())) == 3, "keyed subtasks were not spread"
     (loop,) = job.loops
     assert loop.long_running is not None and loop.long_running.run is None  # stopped
-    # The first run's subtasks go anywhere; once their state is somewhere, a second run
+    # The first run spreads the subtasks (no state yet); once their state is there, a second run
     # places them there (and names the executors that hold it) for the rest of the job.
     assert loop.long_running.launched == 2
     assert job.status.restarts == 0
