@@ -83,22 +83,17 @@ class TaskLoop:
         self.kept = KeptOpen()  # a keyed task's database, open from one epoch to the next
 
     def run(self) -> None:
-        launch = self.launch
-        address = None
-        if self.role.kind == KEYED:  # step 1
-            host = "127.0.0.1" if launch.loopback else "0.0.0.0"  # noqa: S104 - token-gated
-            server = listen(host)
-            advertised = "127.0.0.1" if launch.loopback else _own_address()
-            address = (advertised, server.getsockname()[1])
-            self.inbox = Inbox(server, launch.token)
-        driver = connect(launch.driver, launch.token, "the driver")
+        launch, driver = self.launch, None
         try:
+            address = self._listen()  # step 1
+            driver = connect(launch.driver, launch.token, "the driver")
             driver.send(Hello(self.index, address))
             threading.Thread(
                 target=self._read_driver, args=(driver,), name="stator-control", daemon=True
             ).start()
             peers = self.control.get()
-            assert isinstance(peers, Peers)
+            if not isinstance(peers, Peers):
+                return  # the driver ended the run before it began
             self.peers = peers.addresses
             while True:
                 message = self.control.get()
@@ -113,13 +108,23 @@ class TaskLoop:
                     raise
                 driver.send(Done(spec.epoch, self.index, reports))
                 task_ended()
-        finally:
+        finally:  # the Python worker is reused: nothing of the run may outlive it
             self.kept.close()
-            driver.close()
+            if driver is not None:
+                driver.close()
             if self.inbox is not None:
                 self.inbox.close()
             for channel in self.out.values():
                 channel.close()
+
+    def _listen(self) -> tuple[str, int] | None:
+        """A keyed task's inbox: where upstream tasks send its input (None for a source)."""
+        if self.role.kind != KEYED:
+            return None
+        loopback = self.launch.loopback
+        server = listen("127.0.0.1" if loopback else "0.0.0.0")  # noqa: S104 - token-gated
+        self.inbox = Inbox(server, self.launch.token)
+        return ("127.0.0.1" if loopback else _own_address(), server.getsockname()[1])
 
     def _read_driver(self, driver: Channel) -> None:
         while True:
