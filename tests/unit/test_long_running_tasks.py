@@ -17,7 +17,6 @@ import pytest
 
 from stator import Pipeline
 from stator.api.nodes import KeyedNode
-from stator.cluster.jvm import executor_location
 from stator.config import SparkConfig
 from stator.errors import ConfigError
 from stator.longrun import driver as longrun_driver
@@ -28,12 +27,12 @@ from stator.longrun.driver import (
     RunFailed,
     Shape,
     session_config,
-    spread,
 )
-from stator.longrun.messages import Launch, producers
+from stator.longrun.messages import Launch
 from stator.longrun.wire import TOKEN_BYTES, Channel, accept, connect, listen
 from stator.sinks import CollectSink
 from stator.sources import list_source
+from stator.tasks.routing import epoch_producers
 
 
 def chained(sink: CollectSink) -> Pipeline:
@@ -78,18 +77,18 @@ def test_every_keyed_subtask_expects_a_frame_from_each_producer_of_the_epoch(
     p = chained(CollectSink())
     ids = {n.uid: n.id for n in p.nodes if isinstance(n, KeyedNode)}
     # a's two ranges and b's one feed "first"; "first"'s 3 subtasks feed "second".
-    assert producers(_spec(p, tmp_path, {"a": 2, "b": 1}, False), p) == {
+    assert epoch_producers(_spec(p, tmp_path, {"a": 2, "b": 1}, False), p) == {
         ids["first"]: 3,
         ids["second"]: 3,
     }
     # A source with no range left still feeds its keyed operator (with nothing).
-    assert producers(_spec(p, tmp_path, {"a": 0, "b": 1}, False), p) == {
+    assert epoch_producers(_spec(p, tmp_path, {"a": 0, "b": 1}, False), p) == {
         ids["first"]: 1,
         ids["second"]: 3,
     }
     # No source in the epoch: the keyed operators run only to take the checkpoint.
-    assert producers(_spec(p, tmp_path, {}, False), p) == {}
-    assert producers(_spec(p, tmp_path, {}, True), p) == {ids["first"]: 0, ids["second"]: 3}
+    assert epoch_producers(_spec(p, tmp_path, {}, False), p) == {}
+    assert epoch_producers(_spec(p, tmp_path, {}, True), p) == {ids["first"]: 0, ids["second"]: 3}
 
 
 def test_a_session_for_long_running_tasks_gets_a_slot_per_task() -> None:
@@ -203,14 +202,3 @@ def test_a_local_session_with_too_few_slots_is_refused_before_launching(
     with pytest.raises(ConfigError, match=r"needs 8 task slots at once .* has 2: let the job"):
         runner.run_epoch(spec, "epoch-1", "chain epoch 1", None)
     assert runner.launched == 0 and runner.run is None and not tasks.cancelled
-
-
-def test_subtasks_without_state_are_spread_over_the_executors() -> None:
-    executors = {"1": "h1", "2": "h2", "3": "h1"}
-    e1, e2, e3 = (executor_location(h, e) for e, h in sorted(executors.items()))
-    # No state anywhere yet: one subtask per executor, then around again.
-    assert spread(["", "", "", ""], executors) == [e1, e2, e3, e1]
-    # Where a subtask's state is stays; the others go where fewest are.
-    assert spread([e2, "", e2, ""], executors) == [e2, e1, e2, e3]
-    assert spread([e1, e2], executors) == [e1, e2]  # all placed: unchanged
-    assert spread(["", ""], {}) == ["", ""]  # no executor known: Spark decides

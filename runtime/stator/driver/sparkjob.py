@@ -18,7 +18,7 @@ from ..epoch.reports import Report
 from ..epoch.spec import EpochSpec
 from ..locality.state_holders import state_on
 from ..tasks.keyed import keyed_task
-from ..tasks.routing import keyed_targets
+from ..tasks.routing import distinct_targets, epoch_producers
 from ..tasks.source import drain, source_task
 
 
@@ -57,19 +57,17 @@ def run_epoch_job(
             functools.partial(source_task, spec, source.id, acc)
         )
         _connect(pipeline, source.id, rdd, inputs, terminals)
-    snapshots = spec.checkpoint is not None or spec.savepoint is not None
+    running = epoch_producers(spec, pipeline)
     for node in pipeline.nodes:  # node ids are in topological order
-        if not isinstance(node, KeyedNode):
+        if not isinstance(node, KeyedNode) or node.id not in running:
             continue
         if node.id in inputs:
             parts = inputs[node.id]
             shuffled = (sc.union(parts) if len(parts) > 1 else parts[0]).partitionBy(
                 spec.parallelism[node.uid], _identity
             )
-        elif snapshots:  # every split feeding it has finished, but its state is checkpointed
+        else:  # every split feeding it has finished, but its state is checkpointed
             shuffled = sc.parallelize([], spec.parallelism[node.uid])
-        else:
-            continue
         if placement is not None:
             p = spec.parallelism[node.uid]
             shuffled = prefer_locations(
@@ -94,7 +92,7 @@ def _connect(
 ) -> None:
     """Feed ``rdd`` (a source's or keyed operator's output) to the keyed operators downstream,
     or mark it terminal (its sinks are chained into its tasks)."""
-    targets = list({t.id: t for t, _ in keyed_targets(pipeline, node_id)}.values())
+    targets = distinct_targets(pipeline, node_id)
     if not targets:
         terminals.append(rdd)
         return

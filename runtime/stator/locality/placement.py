@@ -193,7 +193,7 @@ class PlacementTracker:
             else:
                 out.append("")
                 held.append(False)
-        return _spread(out, live), held
+        return spread(out, live), held
 
     def stranded(self, parallelism: dict[str, int], live: dict[str, str]) -> list[Subtask]:
         """Subtasks whose last executor is gone or unknown: they may need a restore."""
@@ -294,7 +294,7 @@ def standby_holdings(
     }
 
 
-def _spread(locations: list[str], live: dict[str, str] | None) -> list[str]:
+def spread(locations: list[str], live: dict[str, str] | None) -> list[str]:
     """Subtasks with no state anywhere (a new job, a rescale) or whose state is on no live
     executor go to the live executors with the fewest subtasks, so that keyed subtasks are
     spread evenly from the first epoch on (and then stay where they are)."""

@@ -34,11 +34,12 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from ..api.nodes import KeyedNode, SourceNode
-from ..cluster.jvm import executor_location, live_executors, prefer_locations
+from ..cluster.jvm import live_executors, prefer_locations
 from ..config import SparkConfig
 from ..epoch.reports import Report
 from ..epoch.spec import EpochSpec
 from ..errors import ConfigError, StatorError
+from ..locality.placement import expected_executors, spread
 from ..locality.state_holders import state_on
 from .messages import (
     KEYED,
@@ -54,7 +55,7 @@ from .messages import (
     without_pipeline,
 )
 from .task import long_running_task
-from .wire import TOKEN_BYTES, Channel, ChannelClosed, accept, listen
+from .wire import TOKEN_BYTES, Channel, ChannelClosed, accept, listen, own_address
 
 log = logging.getLogger("stator.driver")
 
@@ -90,7 +91,13 @@ class Shape:
 Placement = Callable[[str, int], list[str]]
 
 
-def shape_of(spec: EpochSpec, placement: Placement | None) -> Shape:
+def shape_of(
+    spec: EpochSpec, placement: Placement | None, executors: Callable[[], dict[str, str]]
+) -> Shape:
+    """The run an epoch needs. Keyed subtasks the placement leaves anywhere (no state yet)
+    are spread over ``executors()`` (``locality/placement.py`` ``spread``): with more task
+    slots than cores Spark could put every one of them on the first executor, and
+    placement would then keep them there."""
     keyed = [n for n in spec.pipeline.nodes if isinstance(n, KeyedNode)]
     locations: list[str] = []
     state: list[str] = []
@@ -99,6 +106,8 @@ def shape_of(spec: EpochSpec, placement: Placement | None) -> Shape:
             p = spec.parallelism[node.uid]
             locations += placement(node.uid, p)
             state += state_on(spec, node.uid, p)
+        if not all(locations):
+            locations = spread(locations, executors())
     return Shape(
         tuple((uid, len(ranges)) for uid, ranges in spec.ranges.items()),
         tuple((n.uid, spec.parallelism[n.uid]) for n in keyed),
@@ -136,7 +145,7 @@ class SparkTasks:
             rdd = prefer_locations(
                 sc,
                 rdd,
-                [""] * sources + spread(list(shape.locations), live_executors(sc)),
+                [""] * sources + list(shape.locations),
                 [""] * sources + list(shape.state_on),
             )
         pool = sc.getLocalProperty("spark.scheduler.pool")  # the region's (regions.py)
@@ -158,11 +167,31 @@ class SparkTasks:
         self.spark.sparkContext.cancelJobGroup(run.group)
 
 
+def registered_executors(sc: Any) -> dict[str, str]:
+    """The live executors, once as many as the application asked for have registered (at
+    most ``LAUNCH_TIMEOUT_S``): what a run's subtasks without state are spread over
+    (:func:`shape_of`)."""
+    expected = expected_executors(sc) or 1
+    deadline = time.monotonic() + LAUNCH_TIMEOUT_S
+    live = live_executors(sc)
+    while len(live) < expected and time.monotonic() < deadline:
+        time.sleep(POLL_S / 5)
+        live = live_executors(sc)
+    return live
+
+
 class LongRunningTasks:
     """The epoch runner of ``epoch.tasks: long-running``, for one region's epoch loop."""
 
-    def __init__(self, tasks: Tasks, loopback: bool, driver_host: str) -> None:
+    def __init__(
+        self,
+        tasks: Tasks,
+        loopback: bool,
+        driver_host: str,
+        executors: Callable[[], dict[str, str]] = dict,
+    ) -> None:
         self.tasks, self.loopback, self.driver_host = tasks, loopback, driver_host
+        self.executors = executors  # the live executors (none known: Spark places)
         self.run: Run | None = None
         self.launched = 0  # runs started (a failure or a changed shape starts another)
         self.slots = 0  # the session's task slots where known in advance (local mode)
@@ -173,7 +202,9 @@ class LongRunningTasks:
         master = str(sc.master)
         loopback = master.startswith("local")
         host = "127.0.0.1" if loopback else sc.getConf().get("spark.driver.host", "")
-        runner = cls(SparkTasks(spark), loopback, host or _own_address())
+        runner = cls(
+            SparkTasks(spark), loopback, host or own_address(), lambda: registered_executors(sc)
+        )
         local = re.fullmatch(r"local\[(\d+)(?:,\s*\d+)?\]", master)
         if local:  # known before launching: a run that needs more never starts
             runner.slots = int(local.group(1))
@@ -182,7 +213,7 @@ class LongRunningTasks:
     def run_epoch(
         self, spec: EpochSpec, group: str, description: str, placement: Placement | None
     ) -> list[Report]:
-        shape = shape_of(spec, placement)
+        shape = shape_of(spec, placement, self.executors)
         if self.run is not None and not self.run.shape.serves(shape):
             log.info("long-running tasks relaunched: %s -> %s", self.run.shape, shape)
             self.stop()
@@ -360,26 +391,6 @@ class Run:
             self.server.close()
 
 
-def spread(locations: list[str], executors: dict[str, str]) -> list[str]:
-    """Keyed subtasks the placement leaves anywhere ("": no state yet) sent to the executors
-    running the fewest keyed subtasks, in turn. A per-epoch keyed stage spreads by itself
-    (a slot per core); a run's tasks, with more slots than cores, could all land on one
-    executor and stay there, since placement then follows their state."""
-    if not executors or all(locations):
-        return locations
-    load = {executor_location(host, e): 0 for e, host in sorted(executors.items())}
-    for location in locations:
-        if location in load:
-            load[location] += 1
-    out = []
-    for location in locations:
-        chosen = location or min(load, key=load.__getitem__)  # ties: by executor id
-        if not location:
-            load[chosen] += 1
-        out.append(chosen)
-    return out
-
-
 def _roles(spec: EpochSpec, shape: Shape) -> list[TaskRole]:
     nodes = spec.pipeline.nodes
     roles: list[TaskRole] = []
@@ -395,10 +406,6 @@ def _roles(spec: EpochSpec, shape: Shape) -> list[TaskRole]:
 def _describe(role: TaskRole) -> str:
     what = "range slot" if role.kind == SOURCE else "subtask"
     return f"{role.kind} '{role.uid}' {what} {role.index}"
-
-
-def _own_address() -> str:
-    return socket.gethostbyname(socket.gethostname())
 
 
 # Task slots for long-running tasks: they wait on sockets most of the time, so a slot per

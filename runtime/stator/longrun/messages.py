@@ -1,16 +1,13 @@
-"""What the driver and its long-running tasks say to each other, and which task sends what
-to whom in an epoch (the same data flow as ``driver/sparkjob.py`` builds out of RDDs)."""
+"""What the driver and its long-running tasks say to each other."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..api.graph import PipelineGraph
-from ..api.nodes import KeyedNode, SourceNode
 from ..epoch.reports import Report
 from ..epoch.spec import EpochSpec
-from ..tasks.routing import keyed_targets
 
 SOURCE, KEYED = "source", "keyed"
 
@@ -99,39 +96,7 @@ class Data:
     items: list[tuple[int, bytes]]
 
 
-def distinct_targets(pipeline: PipelineGraph, node_id: int) -> list[KeyedNode]:
-    """The keyed operators ``node_id``'s output feeds (through stateless nodes), once each."""
-    return list({t.id: t for t, _ in keyed_targets(pipeline, node_id)}.values())
-
-
-def producers(spec: EpochSpec, pipeline: PipelineGraph) -> dict[int, int]:
-    """Keyed node id -> how many :class:`Data` frames each of its subtasks gets this epoch,
-    for the keyed operators that run in it (as ``sparkjob.run_epoch_job`` decides: fed by a
-    source or keyed operator of the epoch, or checkpointed)."""
-    counts: dict[int, int] = {}
-    for uid, ranges in spec.ranges.items():
-        source = next(n for n in pipeline.nodes if isinstance(n, SourceNode) and n.uid == uid)
-        for target in distinct_targets(pipeline, source.id):
-            counts[target.id] = counts.get(target.id, 0) + len(ranges)
-    snapshots = spec.checkpoint is not None or spec.savepoint is not None
-    running: dict[int, int] = {}
-    for node in pipeline.nodes:  # topological order
-        if not isinstance(node, KeyedNode):
-            continue
-        if node.id in counts:
-            running[node.id] = counts[node.id]
-        elif snapshots:
-            running[node.id] = 0
-        else:
-            continue
-        for target in distinct_targets(pipeline, node.id):
-            counts[target.id] = counts.get(target.id, 0) + spec.parallelism[node.uid]
-    return running
-
-
 def without_pipeline(spec: EpochSpec) -> EpochSpec:
     """``spec`` for the wire: its pipeline (the user's code, the largest part) left out."""
-    from dataclasses import replace  # noqa: PLC0415
-
     none: Any = None
     return replace(spec, pipeline=none)

@@ -16,7 +16,6 @@ subtask, epoch after epoch, until the driver stops the run.
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 import traceback
@@ -29,7 +28,7 @@ from ..epoch.spec import EpochSpec
 from ..state.backend import KeptOpen
 from ..tasks.gc_pause import task_ended
 from ..tasks.keyed import keyed_task
-from ..tasks.routing import Shuffled
+from ..tasks.routing import Shuffled, distinct_targets, epoch_producers
 from ..tasks.source import source_task
 from .inbox import Inbox
 from .messages import (
@@ -43,13 +42,8 @@ from .messages import (
     RunEpoch,
     Stop,
     TaskRole,
-    distinct_targets,
-    producers,
 )
-from .wire import Channel, ChannelClosed, connect, listen
-
-# Set by Spark on Kubernetes in every executor pod: the address peers reach it at.
-POD_IP_ENV = "SPARK_EXECUTOR_POD_IP"
+from .wire import Channel, ChannelClosed, connect, listen, own_address
 
 
 class Reports:
@@ -124,7 +118,7 @@ class TaskLoop:
         loopback = self.launch.loopback
         server = listen("127.0.0.1" if loopback else "0.0.0.0")  # noqa: S104 - token-gated
         self.inbox = Inbox(server, self.launch.token)
-        return ("127.0.0.1" if loopback else _own_address(), server.getsockname()[1])
+        return ("127.0.0.1" if loopback else own_address(), server.getsockname()[1])
 
     def _read_driver(self, driver: Channel) -> None:
         while True:
@@ -142,7 +136,7 @@ class TaskLoop:
         role, reports = self.role, Reports()
         if role.kind == KEYED:
             assert self.inbox is not None
-            expected = producers(spec, spec.pipeline).get(role.node_id)
+            expected = epoch_producers(spec, spec.pipeline).get(role.node_id)
             if expected is None:
                 return []  # not in this epoch (as a per-epoch job would not run it)
             items = self.inbox.take(spec.epoch, expected)
@@ -196,9 +190,3 @@ def _read(spec: EpochSpec, node_id: int, reports: Reports, index: int) -> Iterat
             if last:
                 raise
     raise AssertionError("unreachable")
-
-
-def _own_address() -> str:
-    import socket  # noqa: PLC0415
-
-    return os.environ.get(POD_IP_ENV) or socket.gethostbyname(socket.gethostname())

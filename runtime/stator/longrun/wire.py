@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import os
 import pickle
 import socket
 import struct
 from typing import Any
 
 TOKEN_BYTES = 32
+# Set by Spark on Kubernetes in every executor pod: the address peers reach it at.
+POD_IP_ENV = "SPARK_EXECUTOR_POD_IP"
 _LENGTH = struct.Struct(">I")
 # A frame larger than this is refused: a keyed subtask's input for one epoch is bounded by
 # epoch.max_records, far below it.
@@ -107,3 +110,8 @@ def _read_token(sock: socket.socket) -> bytes:
             raise ConnectionError("closed before its token")
         got += chunk
     return got
+
+
+def own_address() -> str:
+    """The address other pods reach this process at: an executor pod's IP, else the host's."""
+    return os.environ.get(POD_IP_ENV) or socket.gethostbyname(socket.gethostname())

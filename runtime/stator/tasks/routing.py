@@ -23,6 +23,7 @@ from ..api.nodes import (
     Route,
     SideOutputNode,
     SinkNode,
+    SourceNode,
     TransformNode,
     UnionNode,
     _add,
@@ -30,6 +31,7 @@ from ..api.nodes import (
 )
 from ..epoch.availability import Availability
 from ..epoch.reports import SinkReport
+from ..epoch.spec import EpochSpec
 from ..keygroups import encode_keys, stable_hash
 from ..sinks.base import SinkWriter
 from ..state.layout import HEADER, MAX_KEY_BYTES
@@ -320,3 +322,34 @@ def _apply(node: TransformNode, batch: Batch) -> Batch:
             out_t.extend([t] * len(produced))
         return out_v, out_t
     raise ValueError(f"unknown transform {node.kind}")
+
+
+def distinct_targets(pipeline: PipelineGraph, node_id: int) -> list[KeyedNode]:
+    """The keyed operators ``node_id``'s output feeds (through stateless nodes), once each."""
+    return list({t.id: t for t, _ in keyed_targets(pipeline, node_id)}.values())
+
+
+def epoch_producers(spec: EpochSpec, pipeline: PipelineGraph) -> dict[int, int]:
+    """The keyed operators that run in an epoch (fed by a source or keyed operator of the
+    epoch, or checkpointed), each with how many tasks feed each of its subtasks: the
+    epoch's data flow, as a Spark job per epoch wires it (``driver/sparkjob.py``) and a
+    long-running keyed task waits for it (``longrun/task.py``)."""
+    counts: dict[int, int] = {}
+    for uid, ranges in spec.ranges.items():
+        source = next(n for n in pipeline.nodes if isinstance(n, SourceNode) and n.uid == uid)
+        for target in distinct_targets(pipeline, source.id):
+            counts[target.id] = counts.get(target.id, 0) + len(ranges)
+    snapshots = spec.checkpoint is not None or spec.savepoint is not None
+    running: dict[int, int] = {}
+    for node in pipeline.nodes:  # topological order
+        if not isinstance(node, KeyedNode):
+            continue
+        if node.id in counts:
+            running[node.id] = counts[node.id]
+        elif snapshots:
+            running[node.id] = 0
+        else:
+            continue
+        for target in distinct_targets(pipeline, node.id):
+            counts[target.id] = counts.get(target.id, 0) + spec.parallelism[node.uid]
+    return running
