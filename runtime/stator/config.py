@@ -189,7 +189,8 @@ class LocalRecoveryConfig:
     # With several executors: after a failure, how long the job waits for a lost executor's
     # replacement (same node and volume, same local copies) before that executor's subtasks
     # restore from the object store elsewhere. Waited only while fewer executors are
-    # registered than requested.
+    # registered than requested; also the longest the first epoch waits for the requested
+    # executors to register before spreading its subtasks over those that did.
     executor_wait_ms: int = 20_000
     # With several executors: also keep each keyed subtask's latest completed checkpoint on a
     # second executor (read from the object store in the background, after each checkpoint:

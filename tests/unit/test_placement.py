@@ -11,10 +11,12 @@ from stator.driver.spark_session import placement_conf
 from stator.epoch.reports import RestoreReport, RestoreSource, StateReport
 from stator.epoch.spec import NODE_NAME_ENV, STATE_DIR_ENV
 from stator.errors import ConfigError
+from stator.locality import placement
 from stator.locality.inventory import Holding, list_copies
 from stator.locality.placement import (
     LocalRestore,
     PlacementTracker,
+    Placer,
     standby_holdings,
     uses_placement,
 )
@@ -80,6 +82,46 @@ def test_subtasks_without_state_are_spread_over_the_live_executors() -> None:
         "executor_10.0.0.2_2",
         "executor_10.0.0.3_10",
     ]
+
+
+class ThreeExecutors:
+    """A SparkContext of ``local-cluster[3,...]`` as far as a Placer asks."""
+
+    master = "local-cluster[3,1,1024]"
+
+    def getConf(self) -> dict[str, str]:
+        return {}
+
+
+def test_the_first_plan_waits_for_the_requested_executors_to_register(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Executors are listed one by one (Spark starts jobs before every block manager has
+    registered): the first epoch's subtasks spread over all three, not the first two, and
+    stay there; later plans never wait."""
+    listed = [{"0": "h"}, {"0": "h", "1": "h"}, {"0": "h", "1": "h", "2": "h"}]
+    calls: list[int] = []
+
+    def live(sc: object) -> dict[str, str]:
+        calls.append(1)
+        return listed[min(len(calls), len(listed)) - 1]
+
+    monkeypatch.setattr(placement, "live_executors", live)
+    placer = Placer(ThreeExecutors(), "job", str(tmp_path), 20_000, False)
+    first = placer.for_epoch({"count": 3}, None)
+    assert first.by_operator["count"] == [f"executor_h_{e}" for e in "012"]
+    assert len(calls) == 3
+    placer.for_epoch({"count": 3}, None)
+    assert len(calls) == 4  # once per later plan
+
+
+def test_the_first_plan_spreads_over_those_registered_when_the_wait_runs_out(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(placement, "live_executors", lambda sc: {"0": "h", "1": "h"})
+    placer = Placer(ThreeExecutors(), "job", str(tmp_path), 50, False)
+    plan = placer.for_epoch({"count": 3}, None)
+    assert plan.by_operator["count"] == ["executor_h_0", "executor_h_1", "executor_h_0"]
 
 
 def test_without_a_jdk_the_job_runs_without_placement(monkeypatch: pytest.MonkeyPatch) -> None:

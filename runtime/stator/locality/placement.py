@@ -356,11 +356,13 @@ class Placer:
         self.wait_ms = wait_ms
         self.expected = expected_executors(sc)
         self.standby = standby  # executors gain standby copies while they run: survey again
+        self.planned = False  # the first plan waits for the requested executors to register
 
     def for_epoch(
         self, parallelism: dict[str, int], restore: LocalRestore | None
     ) -> EpochLocations:
-        live = live_executors(self.sc)
+        live = live_executors(self.sc) if self.planned else self._registered()
+        self.planned = True
         holdings: dict[str, Holding] = {}
         stranded = [
             s
@@ -381,6 +383,27 @@ class Placer:
                 )
             live, holdings = self._survey(stranded, restore, live)
         return self.tracker.plan(parallelism, live, holdings, restore)
+
+    def _registered(self) -> dict[str, str]:
+        """The live executors once as many as requested have registered (at most
+        ``wait_ms``): the first plan spreads every subtask over them and the subtasks stay
+        there, so spreading over the first to register would leave the later ones idle for
+        the whole job (Spark starts jobs before all its executors register)."""
+        live = live_executors(self.sc)
+        deadline = time.monotonic() + self.wait_ms / 1000
+        while self.expected is not None and len(live) < self.expected:
+            if time.monotonic() >= deadline:
+                log.info(
+                    "%d of %d requested executors registered after %.1f s: the first epoch's "
+                    "subtasks are spread over those",
+                    len(live),
+                    self.expected,
+                    self.wait_ms / 1000,
+                )
+                break
+            time.sleep(SURVEY_POLL_S / 5)
+            live = live_executors(self.sc)
+        return live
 
     def _survey(
         self, stranded: list[Subtask], restore: LocalRestore, live: dict[str, str]

@@ -34,12 +34,11 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from ..api.nodes import KeyedNode, SourceNode
-from ..cluster.jvm import live_executors, prefer_locations
+from ..cluster.jvm import prefer_locations
 from ..config import SparkConfig
 from ..epoch.reports import Report
 from ..epoch.spec import EpochSpec
 from ..errors import ConfigError, StatorError
-from ..locality.placement import expected_executors, spread
 from ..locality.state_holders import state_on
 from .messages import (
     KEYED,
@@ -91,13 +90,9 @@ class Shape:
 Placement = Callable[[str, int], list[str]]
 
 
-def shape_of(
-    spec: EpochSpec, placement: Placement | None, executors: Callable[[], dict[str, str]]
-) -> Shape:
-    """The run an epoch needs. Keyed subtasks the placement leaves anywhere (no state yet)
-    are spread over ``executors()`` (``locality/placement.py`` ``spread``): with more task
-    slots than cores Spark could put every one of them on the first executor, and
-    placement would then keep them there."""
+def shape_of(spec: EpochSpec, placement: Placement | None) -> Shape:
+    """The run an epoch needs: its source ranges, keyed parallelism, and where the keyed
+    subtasks go (the placement spreads subtasks without state over the executors)."""
     keyed = [n for n in spec.pipeline.nodes if isinstance(n, KeyedNode)]
     locations: list[str] = []
     state: list[str] = []
@@ -106,8 +101,6 @@ def shape_of(
             p = spec.parallelism[node.uid]
             locations += placement(node.uid, p)
             state += state_on(spec, node.uid, p)
-        if not all(locations):
-            locations = spread(locations, executors())
     return Shape(
         tuple((uid, len(ranges)) for uid, ranges in spec.ranges.items()),
         tuple((n.uid, spec.parallelism[n.uid]) for n in keyed),
@@ -167,31 +160,11 @@ class SparkTasks:
         self.spark.sparkContext.cancelJobGroup(run.group)
 
 
-def registered_executors(sc: Any) -> dict[str, str]:
-    """The live executors, once as many as the application asked for have registered (at
-    most ``LAUNCH_TIMEOUT_S``): what a run's subtasks without state are spread over
-    (:func:`shape_of`)."""
-    expected = expected_executors(sc) or 1
-    deadline = time.monotonic() + LAUNCH_TIMEOUT_S
-    live = live_executors(sc)
-    while len(live) < expected and time.monotonic() < deadline:
-        time.sleep(POLL_S / 5)
-        live = live_executors(sc)
-    return live
-
-
 class LongRunningTasks:
     """The epoch runner of ``epoch.tasks: long-running``, for one region's epoch loop."""
 
-    def __init__(
-        self,
-        tasks: Tasks,
-        loopback: bool,
-        driver_host: str,
-        executors: Callable[[], dict[str, str]] = dict,
-    ) -> None:
+    def __init__(self, tasks: Tasks, loopback: bool, driver_host: str) -> None:
         self.tasks, self.loopback, self.driver_host = tasks, loopback, driver_host
-        self.executors = executors  # the live executors (none known: Spark places)
         self.run: Run | None = None
         self.launched = 0  # runs started (a failure or a changed shape starts another)
         self.slots = 0  # the session's task slots where known in advance (local mode)
@@ -202,9 +175,7 @@ class LongRunningTasks:
         master = str(sc.master)
         loopback = master.startswith("local")
         host = "127.0.0.1" if loopback else sc.getConf().get("spark.driver.host", "")
-        runner = cls(
-            SparkTasks(spark), loopback, host or own_address(), lambda: registered_executors(sc)
-        )
+        runner = cls(SparkTasks(spark), loopback, host or own_address())
         local = re.fullmatch(r"local\[(\d+)(?:,\s*\d+)?\]", master)
         if local:  # known before launching: a run that needs more never starts
             runner.slots = int(local.group(1))
@@ -213,7 +184,7 @@ class LongRunningTasks:
     def run_epoch(
         self, spec: EpochSpec, group: str, description: str, placement: Placement | None
     ) -> list[Report]:
-        shape = shape_of(spec, placement, self.executors)
+        shape = shape_of(spec, placement)
         if self.run is not None and not self.run.shape.serves(shape):
             log.info("long-running tasks relaunched: %s -> %s", self.run.shape, shape)
             self.stop()
