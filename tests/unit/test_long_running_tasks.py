@@ -27,6 +27,7 @@ from stator.longrun.driver import (
     RunFailed,
     Shape,
     session_config,
+    source_locations,
 )
 from stator.longrun.messages import Launch
 from stator.longrun.wire import TOKEN_BYTES, Channel, accept, connect, listen
@@ -89,6 +90,22 @@ def test_every_keyed_subtask_expects_a_frame_from_each_producer_of_the_epoch(
     # No source in the epoch: the keyed operators run only to take the checkpoint.
     assert epoch_producers(_spec(p, tmp_path, {}, False), p) == {}
     assert epoch_producers(_spec(p, tmp_path, {}, True), p) == {ids["first"]: 0, ids["second"]: 3}
+
+
+def test_source_tasks_prefer_the_keyed_subtasks_executors_in_turn() -> None:
+    """Every task of a placed run has a preference: one without would let Spark skip the
+    locality wait for the whole run (its NO_PREF level), and a keyed subtask could start on
+    another executor of its host."""
+    keyed = ("executor_h_1", "executor_h_0", "executor_h_1", "h2")
+    assert source_locations(5, keyed) == [
+        "executor_h_0",
+        "executor_h_1",
+        "h2",
+        "executor_h_0",
+        "executor_h_1",
+    ]
+    assert source_locations(2, ("", "")) == ["", ""]  # nothing placed: Spark places
+    assert source_locations(0, keyed) == []
 
 
 def test_a_session_for_long_running_tasks_gets_a_slot_per_task() -> None:

@@ -138,7 +138,7 @@ class SparkTasks:
             rdd = prefer_locations(
                 sc,
                 rdd,
-                [""] * sources + list(shape.locations),
+                source_locations(sources, shape.locations) + list(shape.locations),
                 [""] * sources + list(shape.state_on),
             )
         pool = sc.getLocalProperty("spark.scheduler.pool")  # the region's (regions.py)
@@ -158,6 +158,16 @@ class SparkTasks:
 
     def cancel(self, run: Run) -> None:
         self.spark.sparkContext.cancelJobGroup(run.group)
+
+
+def source_locations(count: int, keyed: tuple[str, ...]) -> list[str]:
+    """Where a run's ``count`` source tasks go: round robin over the locations of its keyed
+    subtasks. A task without a preference would give the whole job Spark's NO_PREF locality
+    level, which skips the locality wait: any executor then takes tasks that prefer another
+    executor on its host. ``local-cluster`` executors all share one host, and a keyed subtask
+    whose executor was briefly without free slots started on another (and stayed there)."""
+    targets = sorted({location for location in keyed if location})
+    return [targets[i % len(targets)] if targets else "" for i in range(count)]
 
 
 class LongRunningTasks:
