@@ -385,13 +385,13 @@ class Placer:
         return self.tracker.plan(parallelism, live, holdings, restore)
 
     def _registered(self) -> dict[str, str]:
-        """The live executors once as many as requested have registered (at most
-        ``wait_ms``): the first plan spreads every subtask over them and the subtasks stay
-        there, so spreading over the first to register would leave the later ones idle for
-        the whole job (Spark starts jobs before all its executors register)."""
+        """The live executors once as many as requested are listed (at most ``wait_ms``):
+        the first plan spreads every subtask over them and the subtasks stay there, so
+        spreading over the first listed would leave the later ones idle for the whole job
+        (Spark starts jobs before every executor's block manager is listed)."""
         live = live_executors(self.sc)
         deadline = time.monotonic() + self.wait_ms / 1000
-        while self.expected is not None and len(live) < self.expected:
+        while self._short(live):
             if time.monotonic() >= deadline:
                 log.info(
                     "%d of %d requested executors registered after %.1f s: the first epoch's "
@@ -405,6 +405,10 @@ class Placer:
             live = live_executors(self.sc)
         return live
 
+    def _short(self, live: dict[str, str]) -> bool:
+        """Fewer executors listed than the application requested."""
+        return self.expected is not None and len(live) < self.expected
+
     def _survey(
         self, stranded: list[Subtask], restore: LocalRestore, live: dict[str, str]
     ) -> tuple[dict[str, str], dict[str, Holding]]:
@@ -416,8 +420,7 @@ class Placer:
             holdings = self.inventory.survey(self.sc, live, again)
             again, looked = False, looked + 1
             missing = [s for s in stranded if not _holders(holdings, s, restore)]
-            short = self.expected is not None and len(live) < self.expected
-            if not missing or not short or time.monotonic() >= deadline:
+            if not missing or not self._short(live) or time.monotonic() >= deadline:
                 break
             time.sleep(SURVEY_POLL_S)
             live = live_executors(self.sc)
