@@ -1,7 +1,8 @@
 """A job as the autoscaler sees it, simulated in steps of virtual time: input at a rate,
 keyed subtasks that each read ``rate_per_subtask`` records per busy second of the
 key-groups they hold, the consumer lag, and rescales that stop the job for
-``downtime_s`` and bring up a new deployment (counters from zero). The real
+``downtime_s`` and bring up a new deployment (counters from zero) whose first epoch ends
+``first_epoch_s`` after it is ready (the flow's downtime is known from then). The real
 :class:`Autoscaler` runs against it through the operator's fakes, so a closed loop (step
 input, noise, a scale-up that does not help) is tested end to end in milliseconds."""
 
@@ -18,6 +19,7 @@ from stator.control.schema import (
     JobInfo,
     MetricsInfo,
     OperatorMetricsInfo,
+    StartupMarks,
     SubtaskMetricsInfo,
 )
 from stator.keygroups import range_for_subtask
@@ -38,6 +40,9 @@ class Plant:
     rate_per_subtask: float
     max_parallelism: int = 60
     downtime_s: float = 30.0
+    # A new deployment reads from the moment it is ready; its first epoch, the one that
+    # restores, ends this much later (a large state, a long first epoch).
+    first_epoch_s: float = 0.0
     # The most all subtasks together read per second (CPU-bound work on a small machine):
     # more subtasks then only share it.
     ceiling_rate: float = math.inf
@@ -48,6 +53,7 @@ class Plant:
     records_in: float = 0.0
     busy_s: list[float] = field(default_factory=list)
     deployment: int = 0
+    ready_t: float = START
     redeploy: bool = False  # a rescale's new deployment comes up once its downtime is over
     history: list[tuple[float, int, float]] = field(default_factory=list)  # (t, replicas, lag)
     events: list[tuple[str, str]] = field(default_factory=list)
@@ -76,6 +82,7 @@ class Plant:
     def _deploy(self) -> None:
         self.deployment += 1
         self.records_in, self.busy_s = 0.0, [0.0] * self.replicas
+        self.ready_t = self.t
         deployment = {"id": f"d{self.deployment}", "readyAt": stamp_ms(int(self.t * 1000))}
         self.kube.pipeline["status"]["deployment"] = deployment
 
@@ -103,8 +110,10 @@ class Plant:
             SubtaskMetricsInfo(subtask=i, busy_ms_total=round(b * 1000))
             for i, b in enumerate(self.busy_s)
         )
+        first = self.ready_t + self.first_epoch_s
         return JobInfo(
             epoch=1,
+            startup=StartupMarks(first_epoch_ms=int(first * 1000) if self.t >= first else None),
             records_in=round(self.records_in),
             lag_records=round(self.lag),
             max_parallelism=self.max_parallelism,
@@ -136,8 +145,13 @@ class Plant:
                     "kind": "rescale",
                     "id": f"d{self.deployment}",
                     "readyAtMs": int(self.t * 1000),
-                    "downtimeSeconds": self.downtime_s,
                 }
+            last = self.body["status"].get("lastOperation")
+            first = self.ready_t + self.first_epoch_s
+            if last and "downtimeSeconds" not in last and self.t >= first:
+                # The reconciler's processing_again, at the new driver's first epoch.
+                last["processingAgainAt"] = stamp_ms(int(first * 1000))
+                last["downtimeSeconds"] = self.downtime_s + self.first_epoch_s
             self._step()
             self.history.append((self.t - START, self.replicas, self.lag))
 

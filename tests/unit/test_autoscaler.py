@@ -316,6 +316,20 @@ def test_a_step_input_scales_up_in_time_and_back_down_without_flapping() -> None
     assert all(r["effectiveness"] in (None, 1.0) for r in status["rescales"]), status
 
 
+def test_a_rescale_is_measured_after_its_new_drivers_first_epoch() -> None:
+    """A new driver whose first epoch ends long after it is ready (a large restore): the
+    cool-down and the measuring window start at that first epoch, so every rescale records
+    its downtime (known from then) and the capacity of a driver that processes."""
+    plant = Plant(LOOP, replicas=1, rate_per_subtask=PER_SUBTASK, first_epoch_s=60.0)
+    plant.run(1200, step_input)
+    # One scale-up, 1 -> 5; no scale-down: 90 s stopped outweighs what 5 -> 1 saves.
+    (rescale,) = plant.status["rescales"]
+    assert rescale["downtimeSeconds"] == 30.0 + 60.0, rescale
+    assert rescale["observedCapacity"] == 5 * PER_SUBTASK and rescale["effectiveness"] == 1
+    waiting = [d for d in plant.status["decisions"] if "first epoch" in d["reason"]]
+    assert waiting and all(d["action"] == "wait" for d in waiting), plant.status["decisions"]
+
+
 def test_noise_around_a_steady_input_moves_nothing() -> None:
     noise = random.Random(7)
     plant = Plant(LOOP, replicas=3, rate_per_subtask=PER_SUBTASK)
@@ -364,6 +378,7 @@ def _job(seconds: int) -> dict[str, Any]:
         "records_in": 250 * seconds,
         "lag_records": 750 * seconds,
         "max_parallelism": 64,
+        "startup": {"first_epoch_ms": int(time.time() * 1000) - 1000 * seconds},
         "graph": {"nodes": [{"id": 1, "label": "count", "kind": "process", "parallelism": 1}]},
         "metrics": {
             "operators": {

@@ -100,7 +100,8 @@ class Autoscaler:
             (self.pipeline.body.get("status") or {}).get("autoscaler")
         )
         ready = stamp_s(status.deployment.ready_at if status.deployment else None)
-        since = ready + auto.cooldown_seconds
+        began = processing_since(job, ready, at)
+        since = (at if began is None else began) + auto.cooldown_seconds
         samples = [s for s in window.samples if s.at_s >= since]
         metrics = metrics_over(samples, auto.metrics_window_seconds)
         history = self._measure(history, running.parallelism, metrics, status, deployment)
@@ -127,8 +128,11 @@ class Autoscaler:
         if graph and not any(n.parallelism and not n.pinned for n in graph):
             why = "no keyed operator follows replicas (none, or all pinned by the pipeline)"
             decision = Decision(Action.WAIT, inputs.replicas, inputs.replicas, None, why)
+        elif began is None:
+            why = "the driver has not finished its first epoch: it is not processing yet"
+            decision = Decision(Action.WAIT, inputs.replicas, inputs.replicas, None, why)
         elif at < since:
-            why = f"cool-down: {since - at:.0f} s more after the driver became ready"
+            why = f"cool-down: {since - at:.0f} s more after the driver's first epoch"
             decision = Decision(Action.WAIT, inputs.replicas, inputs.replicas, None, why)
         else:
             decision = decide(auto, inputs)
@@ -223,6 +227,18 @@ class Autoscaler:
                 EventReason.AUTOSCALE_HELD,
                 f"stays at {decision.replicas}: {decision.reason}; {facts}",
             )
+
+
+def processing_since(job: JobInfo, ready_s: float, now_s: float) -> float | None:
+    """When the driver began processing: the end of its first epoch (its own clock, kept
+    within [ready, now]); None before that. A driver that restores a large state or waits
+    for its executors is ready long before its first epoch ends: a window from readiness
+    would read a driver still starting (a low capacity), and measure a rescale before its
+    downtime is known (``lastOperation.downtimeSeconds`` is written at that first epoch)."""
+    first = job.startup.first_epoch_ms
+    if first is None:
+        return None
+    return min(max(first / 1000, ready_s), now_s)
 
 
 def max_parallelism(job: JobInfo, running: PipelineSpec) -> int:
