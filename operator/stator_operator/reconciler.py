@@ -325,7 +325,8 @@ class Reconciler:
             )
 
     def _report_processing_again(self, status: PipelineStatus, job: JobInfo) -> None:
-        """The new driver's first epoch ended: the flow's downtime and start-up split."""
+        """The new driver processes (``processing_again``): the flow's downtime and start-up
+        split."""
         again = processing_again(status, job)
         if not again or status.deployment is None:
             return
@@ -334,10 +335,12 @@ class Reconciler:
         split = ", ".join(f"{k} {v:.1f} s" for k, v in startup.items())
         downtime = again.downtime_seconds
         after = "" if downtime is None else f" {downtime:.1f} s after the operation began"
+        idle = job.startup.caught_up_ms is not None
+        did = "was caught up (nothing to read)" if idle else "ran its first epoch"
         self.event(
             "Normal",
             EventReason.PROCESSING_AGAIN,
-            f"driver {status.deployment.id} ran its first epoch{after} (start-up: {split})",
+            f"driver {status.deployment.id} {did}{after} (start-up: {split})",
         )
 
     def _ended(self, obs: Observation, running: PipelineSpec) -> float | None:
@@ -634,21 +637,23 @@ STARTUP_STEPS = (
     ("handover", "handover_ms"),  # a pre-started driver: until it was told what to restore
     ("spark-session", "spark_ready_ms"),  # JVM, SparkContext, executors registering
     ("recovery", "recovered_ms"),  # finding and reading the checkpoint or savepoint
+    ("caught-up", "caught_up_ms"),  # idle: nothing to read before a first epoch
     ("first-epoch", "first_epoch_ms"),  # the state restore and the first records
 )
 DOWNTIME_KINDS = (OpKind.UPGRADE, OpKind.RESCALE)  # flows that stop the old driver at once
 
 
 def processing_again(status: PipelineStatus, job: JobInfo) -> LastOperation | None:
-    """Once the driver a flow brought up has finished its first epoch: the flow's record with
-    when, how its start-up split, and for an upgrade or rescale the downtime: from the moment
-    the old driver stopped processing (its stop-with-savepoint's epoch began, after its last
-    epoch of records) to the end of that first epoch; without that moment (no savepoint: a
-    fallback to the latest checkpoint), from the savepoint step. Driver and operator clocks
-    are compared: on one cluster they agree to well under these seconds."""
+    """Once the driver a flow brought up processes (its first epoch ended, or before one it
+    found nothing to read: no input waits for it): the flow's record with when, how its
+    start-up split, and for an upgrade or rescale the downtime: from the moment the old
+    driver stopped processing (its stop-with-savepoint's epoch began, after its last epoch of
+    records) to that moment; without the first (no savepoint: a fallback to the latest
+    checkpoint), from the savepoint step. Driver and operator clocks are compared: on one
+    cluster they agree to well under these seconds."""
     last = status.last_operation
     startup = job.startup
-    first = startup.first_epoch_ms
+    first = startup.caught_up_ms or startup.first_epoch_ms
     deployment = status.deployment.id if status.deployment else None
     if last is None or not first or last.processing_again_at or last.id != deployment:
         return None

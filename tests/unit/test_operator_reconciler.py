@@ -687,6 +687,32 @@ def test_the_downtime_of_a_rescale_is_split_by_step_and_a_restart_replaces_it(
     assert set(last["stepSeconds"]) == {"remove-driver", "deploy", "await-ready"}
 
 
+def test_a_rescaled_driver_with_nothing_to_read_is_processing_again_when_caught_up(
+    tmp_path: Path,
+) -> None:
+    """The input ended: the new driver runs no epoch, but found nothing to read; the flow's
+    downtime ends there (it would otherwise wait for the next input, counting the idle time)."""
+    bed = Bed(tmp_path)
+    driver = bed.deploy()
+    bed.edit_spec(replicas=4)
+    bed.step()
+    bed.step()
+    stopped_at = int(time.time() * 1000)
+    location = f"file://{tmp_path}/sp/team.counts/savepoint-0000000007-req1"
+    driver.complete("req1", location, started_ms=stopped_at)
+    new = bed.finish()
+    last = bed.status["lastOperation"]
+    deployed = last["readyAtMs"] - 1000 * last["stepSeconds"]["await-ready"]
+    startup = {"recovered_ms": int(deployed + 300), "caught_up_ms": int(deployed + 800)}
+    new.job_info = {**new.job_info, "startup": startup}
+    bed.step()
+    last = bed.status["lastOperation"]
+    assert last["driverStartupSeconds"] == {"recovery": 0.3, "caught-up": 0.5}, last
+    assert last["downtimeSeconds"] == pytest.approx((deployed + 800 - stopped_at) / 1000, abs=0.01)
+    again = next(m for _, r, m in bed.events if r == "ProcessingAgain")
+    assert "was caught up (nothing to read)" in again and "caught-up 0.5 s" in again, again
+
+
 def test_a_rescale_after_the_input_ended_finishes_instead_of_rolling_back(tmp_path: Path) -> None:
     bed = Bed(tmp_path)
     driver = bed.deploy()

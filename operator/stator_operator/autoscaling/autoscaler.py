@@ -132,7 +132,7 @@ class Autoscaler:
             why = "the driver has not finished its first epoch: it is not processing yet"
             decision = Decision(Action.WAIT, inputs.replicas, inputs.replicas, None, why)
         elif at < since:
-            why = f"cool-down: {since - at:.0f} s more after the driver's first epoch"
+            why = f"cool-down: {since - at:.0f} s more after the driver began processing"
             decision = Decision(Action.WAIT, inputs.replicas, inputs.replicas, None, why)
         else:
             decision = decide(auto, inputs)
@@ -230,15 +230,16 @@ class Autoscaler:
 
 
 def processing_since(job: JobInfo, ready_s: float, now_s: float) -> float | None:
-    """When the driver began processing: the end of its first epoch (its own clock, kept
-    within [ready, now]); None before that. A driver that restores a large state or waits
-    for its executors is ready long before its first epoch ends: a window from readiness
-    would read a driver still starting (a low capacity), and measure a rescale before its
-    downtime is known (``lastOperation.downtimeSeconds`` is written at that first epoch)."""
-    first = job.startup.first_epoch_ms
-    if first is None:
+    """When the driver began processing: the end of its first epoch, else the moment it found
+    nothing to read before one (idle: nothing waits for it); its own clock, kept within
+    [ready, now]; None before either. A driver that restores a large state or waits for its
+    executors is ready long before its first epoch ends: a window from readiness would read
+    a driver still starting (a low capacity), and measure a rescale before its downtime is
+    known (``lastOperation.downtimeSeconds`` is written then, ``processing_again``)."""
+    began = job.startup.first_epoch_ms or job.startup.caught_up_ms
+    if began is None:
         return None
-    return min(max(first / 1000, ready_s), now_s)
+    return min(max(began / 1000, ready_s), now_s)
 
 
 def max_parallelism(job: JobInfo, running: PipelineSpec) -> int:

@@ -138,6 +138,7 @@ class StartupMarks(Answer):
     spark_ready_ms: int | None = None
     recovered_ms: int | None = None
     first_epoch_ms: int | None = None
+    caught_up_ms: int | None = None  # before any epoch, it found nothing to read
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -250,6 +250,9 @@ class RegionLoop:
                 plan = self.planner.plan(frozenset(paused))
                 self.status.source_lag = self.planner.lag()
                 if plan is None:
+                    startup = self.status.startup
+                    if startup.first_epoch_ms is None and startup.caught_up_ms is None:
+                        startup.caught_up_ms = now_ms()  # idle since start-up: not down
                     self.checkpoints.poll()
                     time.sleep(self.config.epoch.idle_wait_ms / 1000)
                     continue

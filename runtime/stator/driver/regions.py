@@ -206,7 +206,13 @@ def _startup(job: StartupTimes, parts: list[JobStatus]) -> StartupTimes:
         marks = [getattr(p.startup, name) for p in parts]
         return None if None in marks else max(m for m in marks if m is not None)
 
-    return replace(job, recovered_ms=last("recovered_ms"), first_epoch_ms=last("first_epoch_ms"))
+    first = last("first_epoch_ms")
+    # Every region ran its first epoch or found nothing to read before one; not all ran one.
+    began = [p.startup.first_epoch_ms or p.startup.caught_up_ms for p in parts]
+    caught_up = None if first is not None or None in began else max(filter(None, began))
+    return replace(
+        job, recovered_ms=last("recovered_ms"), first_epoch_ms=first, caught_up_ms=caught_up
+    )
 
 
 def take_savepoint(

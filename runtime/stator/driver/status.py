@@ -54,6 +54,8 @@ class StartupTimes:
     spark_ready_ms: int | None = None  # the SparkSession (and its executors) is up
     recovered_ms: int | None = None  # the checkpoint or savepoint to start from is read
     first_epoch_ms: int | None = None  # the first epoch (with the state restore) ended
+    # Before any epoch, a plan found nothing to read: nothing has waited for it since.
+    caught_up_ms: int | None = None
 
     def to_json(self) -> dict[str, int | None]:
         return dataclasses.asdict(self)
