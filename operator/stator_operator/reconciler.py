@@ -653,7 +653,7 @@ def processing_again(status: PipelineStatus, job: JobInfo) -> LastOperation | No
     cluster they agree to well under these seconds."""
     last = status.last_operation
     startup = job.startup
-    first = startup.caught_up_ms or startup.first_epoch_ms
+    first = startup.processing_ms
     deployment = status.deployment.id if status.deployment else None
     if last is None or not first or last.processing_again_at or last.id != deployment:
         return None

@@ -344,6 +344,15 @@ def test_a_driver_with_nothing_to_read_is_processing() -> None:
     assert plant.status["last"]["action"] == "hold", plant.status["last"]
 
 
+def test_a_driver_idle_before_its_input_arrives_keeps_its_window() -> None:
+    """Processing began when the driver first found nothing to read: its first epoch, when
+    input arrives, does not start the cool-down and the window again."""
+    plant = Plant(LOOP, replicas=1, rate_per_subtask=PER_SUBTASK)
+    plant.run(200, lambda t: 0.0 if t < 60 else BASE)
+    actions = [d["action"] for d in plant.status["decisions"]]
+    assert "hold" in actions and "wait" not in actions[actions.index("hold") :], actions
+
+
 def test_noise_around_a_steady_input_moves_nothing() -> None:
     noise = random.Random(7)
     plant = Plant(LOOP, replicas=3, rate_per_subtask=PER_SUBTASK)

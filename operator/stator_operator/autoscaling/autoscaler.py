@@ -230,13 +230,12 @@ class Autoscaler:
 
 
 def processing_since(job: JobInfo, ready_s: float, now_s: float) -> float | None:
-    """When the driver began processing: the end of its first epoch, else the moment it found
-    nothing to read before one (idle: nothing waits for it); its own clock, kept within
-    [ready, now]; None before either. A driver that restores a large state or waits for its
-    executors is ready long before its first epoch ends: a window from readiness would read
-    a driver still starting (a low capacity), and measure a rescale before its downtime is
-    known (``lastOperation.downtimeSeconds`` is written then, ``processing_again``)."""
-    began = job.startup.first_epoch_ms or job.startup.caught_up_ms
+    """When the driver began processing (``StartupMarks.processing_ms``, as the flow's
+    downtime ends: ``processing_again``), its own clock kept within [ready, now]; None before.
+    A driver that restores a large state or waits for its executors is ready long before its
+    first epoch ends: a window from readiness would read a driver still starting (a low
+    capacity), and measure a rescale before its downtime is known."""
+    began = job.startup.processing_ms
     if began is None:
         return None
     return min(max(began / 1000, ready_s), now_s)

@@ -140,6 +140,12 @@ class StartupMarks(Answer):
     first_epoch_ms: int | None = None
     caught_up_ms: int | None = None  # before any epoch, it found nothing to read
 
+    @property
+    def processing_ms(self) -> int | None:
+        """When the driver began processing: it found nothing to read before any epoch (no
+        input waited for it), else its first epoch ended; None before either."""
+        return self.caught_up_ms or self.first_epoch_ms
+
 
 @dataclass(frozen=True, kw_only=True)
 class RestoreEntry(Answer):
