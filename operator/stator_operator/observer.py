@@ -137,6 +137,10 @@ class Observer:
         base = Observation(pod=pod, driver=driver)
         if op is None:
             return self._steady(pipeline, base)
+        if op.step is Step.PRESTART and driver is not None:
+            # The running driver processes until the new one waits (tens of seconds on a
+            # loaded machine): its lag and rates stay live in status meanwhile.
+            base = self._job(driver, base)
         if op.step is Step.PRESTART or (
             op.prestarted and op.step in (Step.REMOVE_DRIVER, Step.DEPLOY)
         ):

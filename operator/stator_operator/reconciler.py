@@ -69,6 +69,8 @@ class Reconciler:
         op = self.pipeline.operation
         if op is None:
             return self._plan(obs)
+        if op.step is Step.PRESTART:
+            self._mirror(obs)  # the running driver still processes
         try:
             result = self.flows.advance(op, obs)
         except NotOwned as exc:  # the step waits (its status says where) until that is fixed
@@ -283,25 +285,32 @@ class Reconciler:
         hint = console_hint(self.pipeline.name, self.pipeline.namespace)
         if (self.pipeline.body.get("status") or {}).get("console") != hint:
             self.pipeline.write(console=hint)  # once: how to open the web console
+        job = self._mirror(obs)
+        if job is None:
+            return 2.0
+        self._report_processing_again(status, job)
+        self._report_checkpoint_health(status, job)
+        held = self.pipeline.status.condition(ConditionType.CHECKPOINTS_HEALTHY)
+        limit = running.failover.readiness_timeout_seconds
+        stuck = checkpoint_health.stuck(held, limit)
+        if stuck is not None:
+            return self._driver_failed(False, running, None, stuck)
+        return 2.0
+
+    def _mirror(self, obs: Observation) -> JobInfo | None:
+        """The driver's answer into status (bounded, written when it changed); a malformed
+        answer is an error in status, no crash."""
         job = obs.job
         fields: dict[str, Json]
-        if obs.job_invalid is not None:  # a malformed answer: an error in status, no crash
+        if obs.job_invalid is not None:
             fields = {"lastError": f"the driver's status could not be read: {obs.job_invalid:.300}"}
         elif job is not None:
             fields = bounded_fields(_job_fields(job))
         else:
-            return 2.0
-        if any(status.mirrored.get(k) != v for k, v in fields.items()):
+            return None
+        if any(self.pipeline.status.mirrored.get(k) != v for k, v in fields.items()):
             self.pipeline.write(**fields)
-        if job is not None:
-            self._report_processing_again(status, job)
-            self._report_checkpoint_health(status, job)
-            held = self.pipeline.status.condition(ConditionType.CHECKPOINTS_HEALTHY)
-            limit = running.failover.readiness_timeout_seconds
-            stuck = checkpoint_health.stuck(held, limit)
-            if stuck is not None:
-                return self._driver_failed(False, running, None, stuck)
-        return 2.0
+        return job
 
     def _report_checkpoint_health(self, status: PipelineStatus, job: JobInfo) -> None:
         """The ``CheckpointsHealthy`` condition (written when it changes) and an event for

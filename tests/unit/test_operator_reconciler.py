@@ -825,6 +825,30 @@ def test_a_rescale_prestarts_the_new_driver_and_hands_it_the_savepoint(tmp_path:
     assert last["downtimeSeconds"] == pytest.approx((handed + 2400 - stopped_at) / 1000, abs=0.01)
 
 
+def test_the_running_driver_stays_mirrored_while_the_new_one_is_prestarted(
+    tmp_path: Path,
+) -> None:
+    """Step 0 lasts as long as the new driver's start (a minute on a loaded machine): the
+    old driver still processes, and its lag must not freeze in status meanwhile."""
+    bed = Bed(tmp_path, driver={"prestart": True})
+    old, _, new_pod = prestarted_rescale(bed)
+    old.job_info = {**old.job_info, "epoch": 40, "lag_records": 2322}
+    bed.step()
+    assert bed.op is not None and bed.op.step is Step.PRESTART
+    assert (bed.status["epoch"], bed.status["lagRecords"]) == (40, 2322)
+    old.job_info = {**old.job_info, "epoch": 55, "lag_records": 19338}
+    bed.step()
+    assert (bed.status["epoch"], bed.status["lagRecords"]) == (55, 19338)
+    assert bed.status["replicas"] != 4, "the running parallelism until the hand-over"
+    new = bed.start_driver(new_pod)
+    new.state = "STANDBY"
+    bed.step()  # 0 -> 1: from here the old driver stops; its last answer stays
+    assert bed.op is not None and bed.op.step is Step.SAVEPOINT
+    old.job_info = {**old.job_info, "epoch": 56, "lag_records": 1}
+    bed.step()
+    assert bed.status["epoch"] == 55
+
+
 def test_an_upgrade_s_prestarted_driver_with_executor_pods_is_handed_over_after_the_old_one_left(
     tmp_path: Path,
 ) -> None:
