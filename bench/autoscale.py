@@ -6,7 +6,7 @@ Three pipelines run side by side on the process test bed, each with its own topi
 producer on the same schedule, executor pods of 2 cores: ``autoscaled`` (``spec.autoscaler``
 from 1 to 6 replicas, the e2e test's settings), ``fixed-min`` (1 replica) and ``fixed-max``
 (6). Every 2 s each one's replicas (status) and consumer lag (its running driver's
-``/v1/job``: status is not mirrored while a rescale's flow runs) are recorded, and the
+``/v1/job``: status is mirrored only until a rescale's savepoint) are recorded, and the
 driver's counters (the autoscaler's samples: ``--record DIR`` keeps them, the unit tests
 replay such series). A run counts only if every key's committed counts are exact. Rows:
 the lag's p99 and maximum over the input, the seconds after the input ended until the lag was 0, and

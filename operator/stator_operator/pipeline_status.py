@@ -161,6 +161,17 @@ class LastOperation:
     driver_startup_seconds: Mapping[str, float] | None = None
     downtime_seconds: float | None = None  # upgrades and rescales
 
+    @property
+    def lead_seconds(self) -> float | None:
+        """From the flow's start to the old driver's stop (its savepoint epoch began): the
+        time a pre-started driver's start took while the old one went on processing. None
+        without that stop (a first deployment, a fallback to the latest checkpoint)."""
+        stopped = self.processing_stopped_at_ms
+        if stopped is None:
+            return None
+        started_ms = self.ready_at_ms - 1000 * self.total_seconds
+        return round(max(0.0, (stopped - started_ms) / 1000), 2)
+
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> LastOperation | None:
         value = {name: raw.get(key) for name, key in _LAST_KEYS.items()}

@@ -1,7 +1,8 @@
 """A job as the autoscaler sees it, simulated in steps of virtual time: input at a rate,
 keyed subtasks that each read ``rate_per_subtask`` records per busy second of the
-key-groups they hold, the consumer lag, and rescales that stop the job for
-``downtime_s`` and bring up a new deployment (counters from zero) whose first epoch ends
+key-groups they hold, the consumer lag, and rescales that go on at the running parallelism
+for ``lead_s`` (a pre-started driver's start), then stop the job for ``downtime_s`` and
+bring up a new deployment (counters from zero) whose first epoch ends
 ``first_epoch_s`` after it is ready, once it has input (before one, it is caught up where it
 finds nothing to read; the flow's downtime is known from either). The real
 :class:`Autoscaler` runs against it through the operator's fakes, so a closed loop (step
@@ -41,6 +42,7 @@ class Plant:
     rate_per_subtask: float
     max_parallelism: int = 60
     downtime_s: float = 30.0
+    lead_s: float = 0.0  # a rescale's flow until the running job stops
     # A new deployment reads from the moment it is ready; its first epoch, the one that
     # restores, ends this much later (a large state, a long first epoch).
     first_epoch_s: float = 0.0
@@ -59,6 +61,8 @@ class Plant:
     caught_up_t: float | None = None  # before one, it found nothing to read
     last_read: float = 0.0
     redeploy: bool = False  # a rescale's new deployment comes up once its downtime is over
+    flow_t: float | None = None  # a rescale's flow began (its lead runs)
+    stopped_t: float = 0.0  # the running job stopped for the last rescale
     history: list[tuple[float, int, float]] = field(default_factory=list)  # (t, replicas, lag)
     events: list[tuple[str, str]] = field(default_factory=list)
     kube: FakeKube = field(init=False)
@@ -133,25 +137,35 @@ class Plant:
 
     def run(self, seconds: float, input_rate: Callable[[float], float]) -> None:
         """Run for ``seconds`` of input at ``input_rate(t)`` (t: seconds since START), the
-        autoscaler looking at every tick, rescales taking ``downtime_s``."""
+        autoscaler looking at every tick but during a rescale's flow (``lead_s``, then
+        ``downtime_s``)."""
         end = self.t + seconds
         while self.t < end:
             self._advance(input_rate(self.t - START))
             wanted = int(self.kube.pipeline["spec"]["replicas"])
-            if wanted != self.replicas:  # the rescale flow: stopped, then a new deployment
-                self.replicas, self.redeploy = wanted, True
-                self.stopped_until = self.t + self.downtime_s
-                continue
+            if wanted != self.replicas and self.flow_t is None:  # the rescale flow begins
+                self.flow_t = self.t
+            if self.flow_t is not None and not self.redeploy:  # its lead, then it stops
+                if self.t >= self.flow_t + self.lead_s:
+                    self.replicas, self.redeploy = wanted, True
+                    self.stopped_t, self.stopped_until = self.t, self.t + self.downtime_s
+                else:
+                    self.history.append((self.t - START, self.replicas, self.lag))
+                continue  # the reconciler runs the autoscaler only without a flow
             if self.t < self.stopped_until:
                 continue
             if self.redeploy:
                 self.redeploy = False
                 self._deploy()
+                assert self.flow_t is not None
                 self.body["status"]["lastOperation"] = {
                     "kind": "rescale",
                     "id": f"d{self.deployment}",
                     "readyAtMs": int(self.t * 1000),
+                    "totalSeconds": self.t - self.flow_t,
+                    "processingStoppedAtMs": int(self.stopped_t * 1000),
                 }
+                self.flow_t = None
             self._mark()
             self._step()
             self.history.append((self.t - START, self.replicas, self.lag))
@@ -168,7 +182,7 @@ class Plant:
         last = self.body["status"].get("lastOperation")
         if last and "downtimeSeconds" not in last and again is not None:
             last["processingAgainAt"] = stamp_ms(int(again * 1000))
-            last["downtimeSeconds"] = self.downtime_s + again - self.ready_t
+            last["downtimeSeconds"] = again - self.stopped_t
 
     def _step(self) -> None:
         writer = StatusWriter(self.kube, self.body)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,13 @@ from stator_operator.autoscaling.decision import (
     busiest_share,
     decide,
     recommend,
+    rescale_backlog,
 )
 from stator_operator.autoscaling.history import AutoscalerStatus, RescaleRecord
 from stator_operator.autoscaling.samples import Sample, SampleWindow, WindowMetrics
 from stator_operator.operation import OpKind
 from stator_operator.pipeline_spec import AutoscalerSpec, PipelineSpec, SpecError
+from stator_operator.pipeline_status import LastOperation
 from tests.unit.autoscaler_plant import Plant
 from tests.unit.operator_fakes import Bed
 
@@ -49,6 +52,11 @@ LOOP = {
     "maxReplicas": 8,
 }
 PER_SUBTASK = 250.0
+SPEC_RAW: dict[str, Any] = {  # a pipeline's spec, its driver left to each test
+    "image": "i",
+    "entrypoint": "m:f",
+    "checkpointing": {"storage": "file:///ck"},
+}
 
 
 @pytest.fixture(autouse=True)
@@ -197,6 +205,30 @@ def test_a_scale_up_that_would_not_pay_off_is_held_back() -> None:
     assert d.held_back and "would not catch up sooner" in d.reason
 
 
+def test_a_rescale_is_sized_for_the_backlog_its_lead_builds() -> None:
+    """From the decision to the running job's stop (a pre-started driver's start) the input
+    goes on outrunning the running parallelism: sized for the lag at the decision, the new
+    parallelism arrives to more than it can read in the catch-up time."""
+    spec = replace(SPEC, catch_up_seconds=30, max_replicas=6)
+    burst = metrics(322.5, 233.5, lag=3420)  # the e2e test's first decision
+    at_once = inputs(1, burst, downtime_s=8.0)
+    assert rescale_backlog(at_once) == pytest.approx(3420 + 322.5 * 8)
+    assert recommend(spec, at_once)[0] == 4
+    led = inputs(1, burst, downtime_s=8.0, lead_s=60.0)
+    assert rescale_backlog(led) == pytest.approx(3420 + (322.5 - 233.5) * 60 + 322.5 * 8)
+    assert recommend(spec, led)[0] == 5
+    # A job that reads more than its input catches up during the lead: its downtime's input
+    # is all that is left.
+    clearing = inputs(1, metrics(100, 250, lag=3000), downtime_s=8.0, lead_s=60.0)
+    assert rescale_backlog(clearing) == pytest.approx(100 * 8)
+    # The lead delays what a scale-up gains: not worth it where the lag is read by then.
+    slow = metrics(200, 250, lag=4000)  # read in 80 s as it is
+    d = decide(SPEC, inputs(1, slow, downtime_s=5.0, recommendations=((900.0, 2),)))
+    assert d.action is Action.SCALE_UP, d
+    d = decide(SPEC, inputs(1, slow, downtime_s=5.0, lead_s=80.0, recommendations=((900.0, 2),)))
+    assert d.held_back and "80 s lead" in d.reason, d
+
+
 def test_a_scale_down_waits_for_its_window_takes_its_highest_and_must_pay_off() -> None:
     quiet = metrics(100, 2000)  # 8 replicas, 5% busy
     early = decide(SPEC, inputs(8, quiet, recommendations=((990.0, 1),)))
@@ -227,6 +259,27 @@ def test_history_corrects_estimates_and_measures_downtime() -> None:
     assert recommend(SPEC, inputs(1, m, correction=0.6))[0] > linear
     restored = AutoscalerStatus.from_dict(history.to_dict())
     assert restored.rescales == history.rescales
+    # The lead: the median of the last three measured, else the estimate given.
+    assert history.lead_s(25.0) == 25.0
+    led = [replace(futile, lead_seconds=s) for s in (40.0, 70.0, 50.0, 90.0)]
+    for record in led:
+        history = history.rescaled(record)
+    assert history.lead_s(25.0) == 70.0
+    assert AutoscalerStatus.from_dict(history.to_dict()).lead_s(0.0) == 70.0
+
+
+def test_a_flow_s_lead_runs_from_its_start_to_the_old_driver_s_stop() -> None:
+    raw = {"kind": "rescale", "id": "d2", "readyAtMs": 100_000, "totalSeconds": 70.0}
+    assert LastOperation.from_dict(raw).lead_seconds is None  # type: ignore[union-attr]
+    stopped = LastOperation.from_dict({**raw, "processingStoppedAtMs": 85_000})
+    assert stopped is not None and stopped.lead_seconds == 55.0  # began at 30 s
+    running = PipelineSpec.read({**SPEC_RAW, "driver": {"prestart": True}})
+    assert autoscaler.lead_estimate(running, stopped) == 55.0
+    deployed = LastOperation.from_dict({**raw, "kind": "deploy"})
+    assert autoscaler.lead_estimate(running, deployed) == 70.0  # a pre-start waits as long
+    at_once = PipelineSpec.read({**SPEC_RAW, "driver": {"prestart": False}})
+    assert autoscaler.lead_estimate(at_once, deployed) == 0.0
+    assert autoscaler.lead_estimate(running, None) == 0.0
 
 
 def test_status_entries_of_the_wrong_shape_read_as_absent() -> None:
@@ -351,6 +404,42 @@ def test_a_driver_idle_before_its_input_arrives_keeps_its_window() -> None:
     plant.run(200, lambda t: 0.0 if t < 60 else BASE)
     actions = [d["action"] for d in plant.status["decisions"]]
     assert "hold" in actions and "wait" not in actions[actions.index("hold") :], actions
+
+
+def test_a_rescale_s_lead_is_measured_and_the_scale_up_sizes_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rescales whose pre-started driver takes a minute to start while the old one goes on
+    (as on the 2-core test bed): the first decision reads the lead from the first
+    deployment's start, the rescales record theirs, and a burst's scale-up sizes for the
+    backlog the minute builds, so the lag is back sooner than when sized for the lag at the
+    decision."""
+    fast = {**LOOP, "catchUpSeconds": 30, "metricsWindowSeconds": 20}
+    fast |= {"scaleUpStabilizationSeconds": 0, "cooldownSeconds": 15}
+
+    def run() -> tuple[Plant, float]:
+        plant = Plant(fast, replicas=1, rate_per_subtask=PER_SUBTASK, lead_s=60, downtime_s=8)
+        plant.body["status"]["lastOperation"] = {  # the first deployment: 60 s to ready
+            "kind": "deploy",
+            "id": "d1",
+            "readyAtMs": int(plant.t * 1000),
+            "totalSeconds": 60.0,
+            "downtimeSeconds": 8.0,
+        }
+        plant.run(700, lambda t: 5 * BASE if 60 <= t < 300 else BASE)
+        back = next(t for t, r, lag in plant.history if r > 1 and lag < 5 * BASE)
+        return plant, back
+
+    led, back = run()
+    with monkeypatch.context() as m:
+        m.setattr(AutoscalerStatus, "lead_s", lambda self, fallback: 0.0)
+        at_once, back_at_once = run()
+    assert led.replicas_over_time()[:2] == [1, 8], led.events
+    assert at_once.replicas_over_time()[:2] == [1, 5], at_once.events
+    assert back < back_at_once - 10, (back, back_at_once)
+    rescales = led.status["rescales"]
+    assert [r["leadSeconds"] for r in rescales] == [60.0] * len(rescales), rescales
+    assert led.status["last"]["inputs"]["leadSeconds"] == 60.0
 
 
 def test_noise_around_a_steady_input_moves_nothing() -> None:

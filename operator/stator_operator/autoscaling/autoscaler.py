@@ -25,7 +25,7 @@ from stator.keygroups import MAX_MAX_PARALLELISM
 from ..operation import OpKind
 from ..outcomes import EventReason
 from ..pipeline_spec import AutoscalerSpec, PipelineSpec
-from ..pipeline_status import PipelineStatus
+from ..pipeline_status import LastOperation, PipelineStatus
 from ..ports import EventSink, ScaleApi
 from ..status import StatusWriter, stamp_ms, stamp_s
 from .decision import (
@@ -119,6 +119,7 @@ class Autoscaler:
             max_parallelism=m_at,
             metrics=metrics,
             downtime_s=history.downtime_s(last_op.downtime_seconds if last_op else None),
+            lead_s=history.lead_s(lead_estimate(running, last_op)),
             correction=history.correction(),
             loaded_capacity=loaded,
             ceiling=history.ceiling(),
@@ -188,10 +189,10 @@ class Autoscaler:
         if pending is None or pending.deployment == deployment or metrics is None:
             return history
         last_op = status.last_operation
-        downtime = None
+        downtime = lead = None
         if last_op is not None and last_op.id == deployment and last_op.kind is OpKind.RESCALE:
-            downtime = last_op.downtime_seconds
-        measured = pending.measured(metrics.capacity, downtime)
+            downtime, lead = last_op.downtime_seconds, last_op.lead_seconds
+        measured = pending.measured(metrics.capacity, downtime, lead)
         e = measured.effectiveness
         if e is not None and e < INEFFECTIVE:
             self.event(
@@ -241,6 +242,18 @@ def processing_since(job: JobInfo, ready_s: float, now_s: float) -> float | None
     return min(max(began / 1000, ready_s), now_s)
 
 
+def lead_estimate(running: PipelineSpec, last_op: LastOperation | None) -> float:
+    """A rescale's lead before one of the autoscaler's is measured: the last flow's, else
+    with a pre-started driver the time the last flow took to bring its driver up (the
+    first deployment's: the pod's start to ready, what a pre-start waits for), else none
+    (the old driver stops at once; the new one's start is downtime)."""
+    if last_op is None:
+        return 0.0
+    if last_op.lead_seconds is not None:
+        return last_op.lead_seconds
+    return last_op.total_seconds if running.driver.prestart else 0.0
+
+
 def max_parallelism(job: JobInfo, running: PipelineSpec) -> int:
     """The job's key-groups (the driver's word, bounded by the spec's)."""
     limit = MAX_MAX_PARALLELISM
@@ -256,6 +269,7 @@ def _inputs(auto: AutoscalerSpec, inp: Inputs) -> dict[str, Json]:
         **window,
         "requiredRate": round(required_rate(auto, inp), 1) if m else None,
         "downtimeSeconds": round(inp.downtime_s, 1),
+        "leadSeconds": round(inp.lead_s, 1),
         "correction": round(inp.correction, 3),
         "loadedCapacity": None if inp.loaded_capacity is None else round(inp.loaded_capacity, 1),
         "ceiling": inp.ceiling,

@@ -6,9 +6,14 @@ are values (recorded series replay through it in the unit tests), the answer a
 The model (after Flink's autoscaler, FLIP-271, on Stator's metrics):
 
 1. **What the job must read.** The input rate, plus the backlog spread over
-   ``catchUpSeconds``. The backlog is the lag now and what a rescale's downtime adds to it
-   (the input goes on arriving while the job is stopped): a parallelism that could not read
-   that within the catch-up time is not enough.
+   ``catchUpSeconds``. At the running parallelism the backlog is the lag now; at another it
+   is the backlog the rescale leaves when its new parallelism starts: the lag, what the
+   input adds beyond what the running parallelism reads during the rescale's *lead* (from
+   the decision to the running job's stop: a pre-started driver's start, tens of seconds on
+   a loaded machine, while the running job goes on), and the input of its *downtime* (the
+   job is stopped). A parallelism that could not read that within the catch-up time is not
+   enough: sized for the lag at the decision, a scale-up in a burst arrives to a backlog
+   it cannot read and a second one follows.
 2. **What q replicas can read.** The capacity measured at the current p (source records per
    second of the busiest subtask's busy time), times how much less the busiest subtask
    holds at q: with keys spread evenly over key-groups, its share is ceil(M / q) / M of
@@ -24,12 +29,13 @@ The model (after Flink's autoscaler, FLIP-271, on Stator's metrics):
    ``scaleDownStabilizationSeconds`` to go down, once recommendations span that long (the
    Kubernetes HPA's rule): a spike or a lull shorter than the window moves nothing. One
    step multiplies or divides replicas by at most ``maxScaleFactor``.
-5. **Only if it pays off.** A scale-up stops the job for the rescale's downtime, so it goes
-   ahead only if the job cannot read its backlog within the catch-up time as it is, and the
-   rescale gets it there sooner. A scale-down goes ahead only at a parallelism that reads
-   the backlog its own downtime builds within the catch-up time (step 1 sizes for that),
-   and only if the replica-seconds it saves over its stabilization window outweigh those
-   the job spends stopped for it (so 8 -> 7 waits; 8 -> 2 does not).
+5. **Only if it pays off.** A scale-up stops the job for the rescale's downtime, after its
+   lead, so it goes ahead only if the job cannot read its backlog within the catch-up time
+   as it is, and the rescale gets it there sooner. A scale-down goes ahead only at a
+   parallelism that reads the backlog its own downtime builds within the catch-up time
+   (step 1 sizes for that), and only if the replica-seconds it saves over its
+   stabilization window outweigh those the job spends stopped for it (so 8 -> 7 waits;
+   8 -> 2 does not).
 
 Scaling up is triggered by lag and scaling down by utilization, so a parallelism chosen in
 one direction does not at once recommend the other: the hysteresis that keeps it from
@@ -61,6 +67,9 @@ class Inputs:
     max_parallelism: int
     metrics: WindowMetrics | None  # None: no full window yet
     downtime_s: float  # a rescale's expected downtime (measured: ``history.downtime_s``)
+    # A rescale's expected lead: from the decision to the running job's stop, while the
+    # running parallelism goes on (measured: ``history.lead_s``).
+    lead_s: float = 0.0
     correction: float = 1.0  # the part of a scale-up's predicted gain it delivers
     # The capacity last measured under load (the busiest subtask at least ``LOADED`` busy),
     # taken to the running parallelism: what a lightly loaded window's busy time, most of
@@ -117,13 +126,25 @@ def capacity_at(q: int, inp: Inputs) -> float:
 
 
 def required_rate(spec: AutoscalerSpec, inp: Inputs, rescaled: bool = True) -> float:
-    """Step 1: the input rate plus the backlog spread over the catch-up time: the lag, and
-    (``rescaled``: at another parallelism than the running one) the input a rescale's
-    downtime adds."""
+    """Step 1: the input rate plus the backlog spread over the catch-up time: the lag, or
+    (``rescaled``: at another parallelism than the running one) the backlog the rescale
+    leaves."""
     m = inp.metrics
     assert m is not None
-    backlog = m.lag_records + (m.input_rate * inp.downtime_s if rescaled else 0.0)
+    backlog = rescale_backlog(inp) if rescaled else m.lag_records
     return m.input_rate + backlog / spec.catch_up_seconds
+
+
+def rescale_backlog(inp: Inputs) -> float:
+    """The backlog when a rescale decided now has its new parallelism running: the lag and
+    what the input adds beyond what the running parallelism reads during the lead (never
+    below nothing: a job that reads more than its input catches up meanwhile), then the
+    input of the downtime."""
+    m = inp.metrics
+    assert m is not None
+    has = capacity_at(inp.replicas, inp) if m.capacity is not None else m.processed_rate
+    after_lead = max(0.0, m.lag_records + (m.input_rate - has) * inp.lead_s)
+    return after_lead + m.input_rate * inp.downtime_s
 
 
 def bounds(spec: AutoscalerSpec, inp: Inputs) -> tuple[int, int]:
@@ -201,17 +222,17 @@ def _scale_up(spec: AutoscalerSpec, inp: Inputs, target: int, q: int, why: str) 
             f"{q} recommended ({why}), but the lag of {m.lag_records} records "
             f"is read in {now:.0f} s at {inp.replicas} (catch-up {spec.catch_up_seconds} s)",
         )
-    backlog = m.lag_records + m.input_rate * inp.downtime_s
     gets = capacity_at(target, inp)
-    then = inp.downtime_s + _caught_up_s(backlog, gets, m.input_rate)
+    then = inp.lead_s + inp.downtime_s + _caught_up_s(rescale_backlog(inp), gets, m.input_rate)
     # Never caught up either way: a rescale still pays off if it falls behind more slowly.
     slower = math.isinf(then) and gets > has
     if then >= now and not slower:
         return _held_back(
             inp,
             q,
-            f"{q} recommended ({why}), but after a rescale's {inp.downtime_s:.0f} s "
-            f"of downtime the job would not catch up sooner ({_s(then)} against {_s(now)})",
+            f"{q} recommended ({why}), but after a rescale's {inp.lead_s:.0f} s lead and "
+            f"{inp.downtime_s:.0f} s of downtime the job would not catch up sooner "
+            f"({_s(then)} against {_s(now)})",
         )
     return _rescale(
         inp,

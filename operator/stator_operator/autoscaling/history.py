@@ -7,8 +7,9 @@ rescales (typed, bounded; ``from_dict`` reads a hand-edited or malformed entry a
 - ``recommendations``: this deployment's recommendations as change points (time, replicas):
   what the stabilization windows read, kept across operator restarts.
 - ``rescales``: the autoscaler's rescales, each with the capacity it expected and, once
-  measured at the new parallelism, the capacity it got and its downtime: the correction of
-  later estimates and the cost of the next rescale come from here.
+  measured at the new parallelism, the capacity it got, its downtime and its lead (the
+  pre-started driver's start, while the old one went on): the correction of later
+  estimates and the cost of the next rescale come from here.
 - ``loadedCapacity``: the capacity last measured under load, at which replicas: a lightly
   loaded window's estimate is no lower than it (an epoch's fixed cost per keyed task is
   most of a quiet subtask's busy time, and would make every replica look slow)."""
@@ -96,6 +97,7 @@ class RescaleRecord:
     expected_capacity: float | None  # predicted at to_replicas
     observed_capacity: float | None = None  # measured at to_replicas (its first full window)
     downtime_seconds: float | None = None
+    lead_seconds: float | None = None  # from the decision to the old driver's stop
 
     @property
     def effectiveness(self) -> float | None:
@@ -120,6 +122,7 @@ class RescaleRecord:
             "expectedCapacity": _round(self.expected_capacity),
             "observedCapacity": _round(self.observed_capacity),
             "downtimeSeconds": _round(self.downtime_seconds),
+            "leadSeconds": _round(self.lead_seconds),
             "effectiveness": None if e is None else round(e, 3),
         }
 
@@ -137,10 +140,15 @@ class RescaleRecord:
             expected_capacity=_num(raw, "expectedCapacity"),
             observed_capacity=_num(raw, "observedCapacity"),
             downtime_seconds=_num(raw, "downtimeSeconds"),
+            lead_seconds=_num(raw, "leadSeconds"),
         )
 
-    def measured(self, capacity: float | None, downtime_s: float | None) -> RescaleRecord:
-        return replace(self, observed_capacity=capacity, downtime_seconds=downtime_s)
+    def measured(
+        self, capacity: float | None, downtime_s: float | None, lead_s: float | None
+    ) -> RescaleRecord:
+        return replace(
+            self, observed_capacity=capacity, downtime_seconds=downtime_s, lead_seconds=lead_s
+        )
 
 
 def _round(value: float | None) -> float | None:
@@ -255,3 +263,9 @@ class AutoscalerStatus:
         if seen:
             return float(statistics.median(seen))
         return fallback if fallback is not None else DEFAULT_DOWNTIME_S
+
+    def lead_s(self, fallback: float) -> float:
+        """A rescale's expected lead (from the decision to the running job's stop): the
+        median of the last three measured, else ``fallback``."""
+        seen = [d for r in self.rescales if (d := r.lead_seconds) is not None][-3:]
+        return float(statistics.median(seen)) if seen else fallback
