@@ -319,6 +319,9 @@ def test_lag_in_records_and_seconds_is_in_the_metrics_and_the_job_answer(
     ages = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if "seconds{" in line]
     assert len(ages) == 2 and all(60 <= a < 90 for a in ages), ages
     assert info.lag_records == 301 and 60_000 <= info.lag_ms < 90_000
+    # Measured when the epoch was planned (the autoscaler times its samples by it).
+    planned_at = info.lag_at_ms
+    assert planned_at is not None and old + 60_000 <= planned_at <= time.time() * 1000
     assert info.sources is not None
     assert {s: x.records for s, x in (info.sources["in"].splits or {}).items()} == {
         f"{topic}:0": 300,
@@ -331,6 +334,7 @@ def test_lag_in_records_and_seconds_is_in_the_metrics_and_the_job_answer(
         expected[0][:-5] + "200.0"
     ]
     assert info.lag_records == 200
+    assert info.lag_at_ms is not None and info.lag_at_ms > planned_at
     # A Kafka record became available when Kafka stored it (its timestamp): a minute before
     # its epoch's output was committed (docs/control-api.md, "Metrics").
     (job,) = harness_job

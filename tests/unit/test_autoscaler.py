@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from stator.control.schema import JobInfo
 from stator_operator.autoscaling import autoscaler
 from stator_operator.autoscaling.decision import (
     Action,
@@ -24,7 +25,7 @@ from stator_operator.autoscaling.decision import (
     rescale_backlog,
 )
 from stator_operator.autoscaling.history import AutoscalerStatus, RescaleRecord
-from stator_operator.autoscaling.samples import Sample, SampleWindow, WindowMetrics
+from stator_operator.autoscaling.samples import MAX_AGE_S, Sample, SampleWindow, WindowMetrics
 from stator_operator.operation import OpKind
 from stator_operator.pipeline_spec import AutoscalerSpec, PipelineSpec, SpecError
 from stator_operator.pipeline_status import LastOperation
@@ -127,6 +128,58 @@ def test_a_window_needs_its_span_and_keeps_only_what_it_needs() -> None:
     assert window.samples[0].at_s >= 98 - 40 - 2
     m = window.metrics(30)
     assert m is not None and m.span_s == 30 and m.input_rate == 10.0
+
+
+def test_a_sample_is_timed_when_its_lag_was_measured() -> None:
+    job = JobInfo(epoch=3, records_in=900, lag_records=40, lag_at_ms=95_000)
+    assert Sample.of(job, 100.0).at_s == 95.0
+    assert Sample.of(replace(job, lag_at_ms=None), 100.0).at_s == 100.0  # an older driver
+    # A driver's word is bounded: never after the look, at most MAX_AGE_S before it.
+    assert Sample.of(replace(job, lag_at_ms=200_000), 100.0).at_s == 100.0
+    assert Sample.of(replace(job, lag_at_ms=0), 1000.0).at_s == 1000.0 - MAX_AGE_S
+    # Two looks during one epoch: nothing new measured, one sample.
+    window = SampleWindow("d1", keep_s=60)
+    window.add(Sample.of(job, 100.0))
+    window.add(Sample.of(job, 102.0))
+    assert len(window.samples) == 1
+
+
+def _step_looks(timed: bool) -> dict[float, float]:
+    """A job at 1 replica (250 records/s) whose input steps from 100 to 600 records/s at
+    60 s: its driver plans an epoch of at most 3,000 records when the last ends, measuring
+    the lag then (the epochs grow to 12 s); the operator looks every 2 s. The window's
+    input rate (20 s) at each look from 60 s to 100 s."""
+    window, rates = SampleWindow("d1", keep_s=60), {}
+    arrived = 0.0
+    records_in = lag = planned = 0
+    planned_at = epoch_end = 0.0
+    for tick in range(1, 1001):  # 0.1 s each
+        t = tick / 10
+        arrived += (600 if t > 60 else 100) / 10
+        if t >= epoch_end:  # the epoch ends; the next is planned
+            records_in += planned
+            planned_at, lag = t, int(arrived) - records_in
+            planned = min(lag, 3000)
+            epoch_end = t + max(1.0, planned / 250)
+        if tick % 20 == 0:
+            at_ms = int(planned_at * 1000) if timed else None
+            job = JobInfo(epoch=1, records_in=records_in, lag_records=lag, lag_at_ms=at_ms)
+            window.add(Sample.of(job, t))
+            m = window.metrics(20)
+            if m is not None and t >= 60:
+                rates[t] = m.input_rate
+    return rates
+
+
+def test_a_step_in_the_input_reads_as_the_step_however_long_the_epochs() -> None:
+    """Timed at the look, a sample during a 12-s epoch carries the lag of its start: the
+    window's rate swung from a half to 1.2x of the step's (the e2e test's first scale-up
+    saw 318 of 600 records/s). Timed at the measurement it reads the step from 10 s on."""
+    timed, at_look = _step_looks(True), _step_looks(False)
+    late = [t for t in timed if t >= 70]
+    assert all(0.9 * 600 <= timed[t] <= 600 * 1.01 for t in late), timed
+    assert min(at_look[t] for t in late) < 0.5 * 600, at_look
+    assert max(at_look[t] for t in late) > 1.1 * 600, at_look
 
 
 def test_samples_read_only_the_operators_that_follow_replicas() -> None:

@@ -68,6 +68,18 @@ def test_a_job_runs_one_loop_for_one_region_or_full(tmp_path: Path) -> None:
         config(tmp_path, "failover.strategy=regional")
 
 
+def test_a_job_s_lag_is_as_old_as_its_oldest_region_s(tmp_path: Path) -> None:
+    """Regions plan their epochs apart: the job's lag, summed over them, was measured by
+    the time of the oldest region's planning (the autoscaler times its samples by it)."""
+    job = Job(two_parts(), config(tmp_path))
+    a, b = (loop.status for loop in job.loops)
+    assert job.status.source_lag_ms is None  # before any planning
+    a.source_lag_ms = 5_000
+    assert job.status.source_lag_ms == 5_000
+    b.source_lag_ms = 3_000
+    assert job.status.source_lag_ms == 3_000
+
+
 def checkpoint(
     cid: int, created_ms: int, sources: tuple[str, ...] = ("a-in", "b-in")
 ) -> CheckpointMetadata:

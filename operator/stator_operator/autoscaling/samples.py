@@ -3,7 +3,11 @@
 of them.
 
 Counters, not the driver's per-epoch ratios: a difference of counters over a window weighs
-every epoch by its length and cannot miss one between two looks. The capacity is in
+every epoch by its length and cannot miss one between two looks. A sample is timed when
+the driver measured its lag (when it planned its latest epoch: ``JobInfo.lag_at_ms``), not
+when the operator looked: at one replica under a backlog an epoch takes seconds, and a
+look during it reads the lag of its start. Timed at the look, a step in the input read as
+a fraction of itself (the e2e test's first scale-up saw 318 of 600 records/s). The capacity is in
 *source* records per second of the busiest keyed subtask's busy time, so that it compares
 with the input rate and the lag (both in source records) whatever the pipeline filters or
 fans out on the way, and already carries the skew between subtasks."""
@@ -22,6 +26,8 @@ MIN_BUSY_S = 0.5
 # A driver runs its author's code: a sample keeps at most this many subtasks' counters (a
 # window holds tens of samples per pipeline in the operator's memory).
 MAX_SUBTASKS = 4096
+# A sample is timed at most this long before the look (a driver's word is bounded).
+MAX_AGE_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,8 @@ class Sample:
 
     @classmethod
     def of(cls, job: JobInfo, at_s: float) -> Sample:
+        """The job's counters as of its lag's measurement (``at_s``: the look, the latest
+        it can be)."""
         scaled = {  # keyed operators (the only nodes with a parallelism) not pinned
             n.label
             for n in (job.graph.nodes if job.graph else ())
@@ -49,7 +57,9 @@ class Sample:
                 ordered = sorted(op.subtasks, key=lambda s: s.subtask)
                 busy[uid] = tuple(s.busy_ms_total for s in ordered)
                 room -= len(ordered)
-        return cls(at_s, job.records_in, job.lag_records, busy)
+        measured = at_s if job.lag_at_ms is None else job.lag_at_ms / 1000
+        timed = min(max(measured, at_s - MAX_AGE_S), at_s)
+        return cls(timed, job.records_in, job.lag_records, busy)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -162,7 +172,10 @@ class SampleWindow:
     samples: deque[Sample] = field(default_factory=deque)
 
     def add(self, sample: Sample) -> None:
-        if self.samples and not sample.follows(self.samples[-1]):
+        last = self.samples[-1] if self.samples else None
+        if last is not None and sample.at_s <= last.at_s and sample.records_in >= last.records_in:
+            return  # nothing measured since: the driver has not planned another epoch
+        if last is not None and not sample.follows(last):
             self.samples.clear()
         self.samples.append(sample)
         while len(self.samples) > 2 and self.samples[1].at_s <= sample.at_s - self.keep_s:

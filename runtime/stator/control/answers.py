@@ -79,6 +79,7 @@ def job_info(d: JobView, st: JobStatus) -> JobInfo:
         sources=sources,
         lag_records=sum(s.lag_records for s in sources.values()),
         lag_ms=max((s.lag_ms for s in sources.values()), default=0),
+        lag_at_ms=st.source_lag_ms,
         metrics=metrics_info(st.metrics.view()),
         graph=job_graph(d),
         checkpoint_health=checkpoint_health(st.checkpoint_health()),

@@ -357,6 +357,9 @@ class JobInfo(Answer):
     sources: Mapping[str, SourceInfo] | None = None  # source uid -> its lag
     lag_records: int = 0  # consumer lag of every source, in records
     lag_ms: int = 0  # the largest of any split, in ms
+    # When the lag was measured (the latest planning, epoch ms; None before one): a long
+    # epoch's lag is as old as the epoch.
+    lag_at_ms: int | None = None
     metrics: MetricsInfo | None = None
     graph: JobGraph | None = None
     checkpoint_health: CheckpointHealthInfo | None = None

@@ -249,6 +249,7 @@ class RegionLoop:
                 paused = self.split_failover.paused() if self.split_failover else set()
                 plan = self.planner.plan(frozenset(paused))
                 self.status.source_lag = self.planner.lag()
+                self.status.source_lag_ms = now_ms()
                 if plan is None:
                     startup = self.status.startup
                     if startup.first_epoch_ms is None and startup.caught_up_ms is None:

@@ -161,6 +161,8 @@ def merged_status(
         st.standby_copies.merge(p.standby_copies)  # one uploader serves every region
         st.source_lag.update(p.source_lag)  # each source belongs to one region
         st.dead_letters.update(p.dead_letters)
+    measured = [p.source_lag_ms for p in parts if p.source_lag_ms is not None]
+    st.source_lag_ms = min(measured, default=None)  # the oldest region's planning
     st.in_flight_checkpoints = tuple(c for p in parts for c in p.in_flight_checkpoints)
     st.metrics = parts[0].metrics  # one object serves every region (job.py)
     st.restores = RestoreCounts(

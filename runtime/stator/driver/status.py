@@ -152,8 +152,10 @@ class JobStatus:
     # (uid, subtask) -> the latest restore of that subtask, for the control API.
     last_restores: dict[SubtaskId, dict[str, Any]] = field(default_factory=dict)
     startup: StartupTimes = field(default_factory=StartupTimes)
-    # Source uid -> split -> lag, as measured when the latest epoch was planned.
+    # Source uid -> split -> lag, as measured when the latest epoch was planned, and when
+    # (epoch ms): during a long epoch the lag is that old.
     source_lag: dict[str, dict[str, SplitLag]] = field(default_factory=dict)
+    source_lag_ms: int | None = None
     # Source uid -> records its decoder rejected to a dead-letter sink.
     dead_letters: dict[str, int] = field(default_factory=dict)
     # Per operator and subtask: records, latency, busy ratio, state bytes (one object for
