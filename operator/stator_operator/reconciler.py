@@ -69,8 +69,9 @@ class Reconciler:
         op = self.pipeline.operation
         if op is None:
             return self._plan(obs)
-        if op.step is Step.PRESTART:
-            self._mirror(obs)  # the running driver still processes
+        # What the observer asked the running driver, if anything (step 0, pre-start: it
+        # still processes): the observer alone decides when.
+        self._mirror(obs)
         try:
             result = self.flows.advance(op, obs)
         except NotOwned as exc:  # the step waits (its status says where) until that is fixed
